@@ -1,0 +1,242 @@
+"""Run configuration: typed dataclasses filled from a TOML file plus `--set section.key=value` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hornn_dist.data.config import DataConfig
+from hornn_dist.errors import ConfigError
+from hornn_dist.models.config import ModelConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CLIP_MODES = ("value", "norm")
+SCHEDULES = ("plateau", "fixed_then_halve")
+MIXED_PRECISIONS = ("no", "bf16", "fp16")
+
+
+@dataclass
+class OptimConfig:
+    """SGD with momentum, weight decay, gradient clipping, column norm and the two lr schedules (§4)."""
+
+    lr: float = 0.5
+    momentum: float = 0.9
+    weight_decay: float = 1e-6
+    clip: float = 5.0  # 0 = no clipping
+    clip_mode: str = "value"  # value: the paper's hard clipping of each element | norm: global L2 norm
+    max_col_norm: float = 0.0  # column normalisation threshold (0 = off)
+    schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
+    halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
+    min_lr: float = 1e-4  # the lr is never halved below this floor
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first key whose value is out of range."""
+        _positive("optim.lr", self.lr)
+        _in_range("optim.momentum", self.momentum, 0.0, 1.0, hi_open=True)
+        _non_negative("optim.weight_decay", self.weight_decay)
+        _non_negative("optim.clip", self.clip)
+        _choice("optim.clip_mode", self.clip_mode, CLIP_MODES)
+        _non_negative("optim.max_col_norm", self.max_col_norm)
+        _choice("optim.schedule", self.schedule, SCHEDULES)
+        _non_negative("optim.halve_after", self.halve_after)
+        _non_negative("optim.min_lr", self.min_lr)
+
+
+@dataclass
+class TrainConfig:
+    """Batching, length and bookkeeping of a training run."""
+
+    batch_size: int = 20  # global number of TBPTT streams, split across processes
+    bptt: int = 30  # T, steps per truncated back-propagation window
+    epochs: int = 10
+    max_steps: int = 0  # stop after this many optimizer steps in total (0 = no limit)
+    eval_batch_size: int = 10  # global number of evaluation streams
+    eval_every: int = 0  # also validate every N steps (0 = only at the end of each epoch)
+    mixed_precision: str = "no"  # no | bf16 | fp16 (CUDA only; CPU runs fp32)
+    seed: int = 1234
+    output_dir: str = "runs/demo"
+    checkpoint_every: int = 1000  # steps (0 = only at epoch ends and at the end)
+    keep_checkpoints: int = 3  # newest checkpoints kept, plus the best by validation loss
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first key whose value is out of range."""
+        for key in ("batch_size", "bptt", "epochs", "eval_batch_size", "keep_checkpoints"):
+            _at_least(f"train.{key}", getattr(self, key), 1)
+        for key in ("max_steps", "eval_every", "checkpoint_every"):
+            _at_least(f"train.{key}", getattr(self, key), 0)
+        _choice("train.mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
+        if not self.output_dir:
+            raise ConfigError("train.output_dir must not be empty; set it to a folder for this run")
+
+
+@dataclass
+class LogConfig:
+    """Console, progress bar and TensorBoard logging."""
+
+    every: int = 50  # steps between log lines and TensorBoard scalars
+    tensorboard: bool = True
+    progress: bool = True  # tqdm bar on the main process
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first key whose value is out of range."""
+        _at_least("log.every", self.every, 1)
+
+
+@dataclass
+class RunConfig:
+    """A whole run: one dataclass per TOML section."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def validate(self) -> None:
+        """Validate every section."""
+        for section in SECTIONS:
+            getattr(self, section).validate()
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Return the config as nested plain dicts (the TOML layout)."""
+        return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, bool | int | float | str]:
+        """Return `section.key -> value` with lists joined, for TensorBoard hparams."""
+        out: dict[str, bool | int | float | str] = {}
+        for section, values in self.to_dict().items():
+            for key, value in values.items():
+                out[f"{section}.{key}"] = ",".join(value) if isinstance(value, list) else value
+        return out
+
+
+SECTIONS = tuple(f.name for f in dataclasses.fields(RunConfig))
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Return the validated RunConfig read from a TOML file (None = defaults) with overrides applied."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} not found; pass a TOML file such as configs/demo.toml")
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
+    for item in overrides:
+        section, key, value = parse_override(item)
+        raw.setdefault(section, {})[key] = value
+    return config_from_dict(raw)
+
+
+def config_from_dict(raw: dict[str, Any]) -> RunConfig:
+    """Return the validated RunConfig built from nested dicts, checking every key and type."""
+    sections: dict[str, Any] = {}
+    for section, values in raw.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config section [{section}]{_suggest(section, SECTIONS)}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{section}] must be a table of keys, got {values!r}")
+        cls = _SECTION_TYPES[section]
+        sections[section] = cls(**_checked_fields(section, cls, values))
+    cfg = RunConfig(**sections)
+    cfg.validate()
+    return cfg
+
+
+def parse_override(item: str) -> tuple[str, str, Any]:
+    """Return (section, key, value) from `section.key=value`; the value is parsed as TOML when it can be."""
+    name, sep, text = item.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not key:
+        raise ConfigError(f"--set {item!r} must look like section.key=value, e.g. train.max_steps=100")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text  # a bare string such as train.output_dir=runs/x
+    return section, key, value
+
+
+_SECTION_TYPES: dict[str, type] = {
+    f.name: typing.get_type_hints(RunConfig)[f.name] for f in dataclasses.fields(RunConfig)
+}
+
+
+def _checked_fields(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    out = {}
+    for key, value in values.items():
+        if key not in hints:
+            raise ConfigError(f"unknown key {section}.{key}{_suggest(key, names, section)}")
+        out[key] = _coerce(f"{section}.{key}", value, hints[key])
+    return out
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Return value checked against the field's type (int accepted where float is expected)."""
+    origin = typing.get_origin(hint)
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{name} must be a list of strings, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):  # pragma: no cover - no optional fields yet
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, hint)
+    if not ok:
+        raise ConfigError(f"{name} must be of type {hint.__name__}, got {value!r}")
+    return value
+
+
+def _suggest(word: str, options: typing.Iterable[str], section: str = "") -> str:
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    prefix = f"{section}." if section else ""
+    if match:
+        return f"; did you mean {prefix}{match[0]}?"
+    return f"; allowed: {', '.join(sorted(options))}"
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _at_least(key: str, value: int | float, low: int | float) -> None:
+    if value < low:
+        raise ConfigError(f"{key} must be >= {low}, got {value}")
+
+
+def _positive(key: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{key} must be > 0, got {value}")
+
+
+def _non_negative(key: str, value: float) -> None:
+    _at_least(key, value, 0)
+
+
+def _in_range(key: str, value: float, lo: float, hi: float, hi_open: bool = False) -> None:
+    if value < lo or value > hi or (hi_open and value == hi):
+        bracket = ")" if hi_open else "]"
+        raise ConfigError(f"{key} must be in [{lo}, {hi}{bracket}, got {value}")
