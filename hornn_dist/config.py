@@ -33,7 +33,9 @@ class OptimConfig:
     momentum: float = 0.9
     weight_decay: float = 1e-6
     clip: float = 5.0  # 0 = no clipping
-    clip_mode: str = "value"  # value: the paper's hard clipping of each element | norm: global L2 norm
+    clip_mode: str = (
+        "value"  # value: the paper's hard clipping of each element | norm: global L2 norm
+    )
     max_col_norm: float = 0.0  # column normalisation threshold (0 = off)
     schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
     halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
@@ -129,7 +131,9 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"config file {path} not found; pass a TOML file such as configs/demo.toml")
+            raise ConfigError(
+                f"config file {path} not found; pass a TOML file such as configs/demo.toml"
+            )
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as err:
@@ -160,7 +164,9 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     name, sep, text = item.partition("=")
     section, dot, key = name.strip().partition(".")
     if not sep or not dot or not key:
-        raise ConfigError(f"--set {item!r} must look like section.key=value, e.g. train.max_steps=100")
+        raise ConfigError(
+            f"--set {item!r} must look like section.key=value, e.g. train.max_steps=100"
+        )
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:

@@ -1,0 +1,234 @@
+"""Checkpoints: atomic save on every rank, DONE marker, newest/best lookup, pruning and compatibility checks.
+
+Layout of one checkpoint (`output_dir/checkpoints/step_00001200/`)::
+
+    model.safetensors  optimizer.bin  random_states_<r>.pkl  [scaler.pt]   <- accelerator.save_state
+    rank_<r>.pt          per-rank stream position and carried hidden history, written by rank r
+    trainer_state.json   step, epoch, lr schedule, best validation loss, vocabulary hash
+    config.toml          the resolved run config
+    DONE                 written last, after a barrier; a folder without it is ignored
+
+A checkpoint is written into `.tmp_step_<N>` and renamed once DONE exists, so a kill at any
+moment leaves either the previous checkpoints untouched or a temp folder that resume ignores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hornn_dist.config import RunConfig, load_config
+from hornn_dist.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+DONE = "DONE"
+STATE_FILE = "trainer_state.json"
+CONFIG_FILE = "config.toml"
+_STEP_DIR = re.compile(r"^step_(\d{8,})$")
+
+
+def checkpoint_root(output_dir: str | Path) -> Path:
+    """Return the folder that holds a run's checkpoints."""
+    return Path(output_dir) / "checkpoints"
+
+
+def step_dir_name(step: int) -> str:
+    """Return the folder name of the checkpoint taken after `step` optimizer steps."""
+    return f"step_{step:08d}"
+
+
+def is_complete(folder: Path) -> bool:
+    """Return True when the folder is a finished checkpoint (its DONE marker exists)."""
+    return (folder / DONE).is_file()
+
+
+def list_checkpoints(output_dir: str | Path, warn: bool = True) -> list[Path]:
+    """Return the complete checkpoints of a run, oldest first; warn about incomplete ones."""
+    root = checkpoint_root(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(root.iterdir()):
+        if not _STEP_DIR.match(folder.name):
+            continue
+        if is_complete(folder):
+            found.append(folder)
+        elif warn:
+            logger.warning("ignoring incomplete checkpoint %s (no %s marker)", folder, DONE)
+    return found
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """Return the checkpoint folder meant by a checkpoint, a run directory, or `<run>/checkpoints/latest|best`."""
+    path = Path(path)
+    if path.name in ("latest", "best") and not path.exists():
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        return _latest_or_best(run_dir, path.name)
+    if not path.exists():
+        raise CheckpointError(
+            f"{path} does not exist; pass a run directory or one of its checkpoints"
+        )
+    if is_complete(path):
+        return path
+    if (path / "checkpoints").is_dir():
+        return _latest_or_best(path, "latest")
+    raise CheckpointError(
+        f"{path} is neither a complete checkpoint (no {DONE}) nor a run directory"
+    )
+
+
+def _latest_or_best(run_dir: Path, which: str) -> Path:
+    complete = list_checkpoints(run_dir)
+    if not complete:
+        raise CheckpointError(
+            f"no complete checkpoint under {checkpoint_root(run_dir)}; train first"
+        )
+    if which == "best":
+        best = read_trainer_state(complete[-1]).get("best_checkpoint")
+        if best and is_complete(checkpoint_root(run_dir) / best):
+            return checkpoint_root(run_dir) / best
+    return complete[-1]
+
+
+def read_trainer_state(folder: Path) -> dict[str, Any]:
+    """Return the trainer state stored in a checkpoint."""
+    try:
+        return json.loads((folder / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"cannot read {folder / STATE_FILE}: {err}") from None
+
+
+def read_config(folder: Path) -> RunConfig:
+    """Return the run config stored in a checkpoint."""
+    return load_config(folder / CONFIG_FILE)
+
+
+def save_checkpoint(
+    accelerator: Any,
+    output_dir: str | Path,
+    step: int,
+    trainer_state: dict[str, Any],
+    rank_state: dict[str, Any],
+    cfg: RunConfig,
+) -> Path:
+    """Write a complete checkpoint from every rank and return its folder (call on all ranks)."""
+    root = checkpoint_root(output_dir)
+    final = root / step_dir_name(step)
+    tmp = root / f".tmp_{step_dir_name(step)}"
+    if accelerator.is_main_process:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))  # every rank: weights, optimizer, RNG, scaler
+    _atomic_torch_save(rank_state, tmp / f"rank_{accelerator.process_index}.pt")
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (tmp / CONFIG_FILE).write_text(to_toml(cfg.to_dict()))
+        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2))
+        _fsync_dir(tmp)
+        (tmp / DONE).write_text(f"step {step}\n")
+        if final.exists():  # the same step saved again (e.g. an epoch end right after a resume)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def prune_checkpoints(output_dir: str | Path, keep: int, best: str | None) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints and the best one; return what was removed."""
+    complete = list_checkpoints(output_dir, warn=False)
+    doomed = [c for c in complete[:-keep] if c.name != best]
+    for folder in doomed:
+        shutil.rmtree(folder, ignore_errors=True)
+    root = checkpoint_root(output_dir)
+    for stale in root.glob(".tmp_step_*"):  # leftovers of a kill while writing
+        shutil.rmtree(stale, ignore_errors=True)
+    return doomed
+
+
+def load_rank_state(folder: Path, rank: int) -> dict[str, Any]:
+    """Return the per-rank state (stream position, hidden history) written by `rank`."""
+    path = folder / f"rank_{rank}.pt"
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path} is missing: the checkpoint was written by fewer processes; "
+            "resume with the same number of processes or pass --no-resume"
+        )
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str, world_size: int) -> None:
+    """Raise CheckpointError listing every difference that makes `folder` unusable for this run."""
+    saved_cfg = read_config(folder)
+    state = read_trainer_state(folder)
+    diffs = [
+        f"model.{k}: checkpoint {v!r} != config {getattr(cfg.model, k)!r}"
+        for k, v in saved_cfg.to_dict()["model"].items()
+        if getattr(cfg.model, k) != v
+    ]
+    if state.get("vocab_hash") != vocab_hash:
+        diffs.append(f"vocabulary hash: checkpoint {state.get('vocab_hash')} != data {vocab_hash}")
+    for key in ("batch_size", "bptt"):
+        if getattr(saved_cfg.train, key) != getattr(cfg.train, key):
+            diffs.append(
+                f"train.{key}: checkpoint {getattr(saved_cfg.train, key)} != config {getattr(cfg.train, key)}"
+            )
+    if state.get("world_size") != world_size:
+        diffs.append(f"processes: checkpoint {state.get('world_size')} != now {world_size}")
+    if diffs:
+        raise CheckpointError(
+            f"cannot resume from {folder}: "
+            + "; ".join(diffs)
+            + " (use --no-resume or another train.output_dir)"
+        )
+
+
+def to_toml(sections: dict[str, dict[str, Any]]) -> str:
+    """Return TOML text for nested sections of str/int/float/bool/list-of-str values."""
+    lines: list[str] = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".partial")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _fsync_dir(folder: Path) -> None:
+    for item in folder.iterdir():
+        if item.is_file():
+            with open(item, "rb") as handle:
+                os.fsync(handle.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

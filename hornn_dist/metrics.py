@@ -1,0 +1,65 @@
+"""Training metrics: perplexity, throughput, gradient norms and running loss averages."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+
+def perplexity(loss_sum: float, count: int) -> float:
+    """Return exp(mean loss) computed in float64 (inf when the mean overflows)."""
+    if count <= 0:
+        raise ValueError(f"perplexity needs at least one token, got count={count}")
+    mean = float(loss_sum) / int(count)
+    return math.exp(mean) if mean < 700 else math.inf
+
+
+def total_grad_norm(parameters: list[torch.nn.Parameter]) -> torch.Tensor:
+    """Return the global L2 norm of all gradients (as a 0-d tensor, no host sync)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+
+
+class Throughput:
+    """Tokens per second over the interval since the last `rate()` call."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._tokens = 0
+
+    def add(self, tokens: int) -> None:
+        """Count tokens processed since the last rate."""
+        self._tokens += tokens
+
+    def rate(self) -> float:
+        """Return tokens/s since the last call and start a new interval."""
+        now = time.perf_counter()
+        value = self._tokens / max(now - self._start, 1e-9)
+        self._start, self._tokens = now, 0
+        return value
+
+
+class RunningLoss:
+    """Mean of per-step losses accumulated on the device (no host sync until `mean()`)."""
+
+    def __init__(self) -> None:
+        self._sum: torch.Tensor | None = None
+        self._count = 0
+
+    def add(self, loss: torch.Tensor) -> None:
+        """Accumulate one step's mean loss."""
+        value = loss.detach().float()
+        self._sum = value if self._sum is None else self._sum + value
+        self._count += 1
+
+    def mean(self) -> float:
+        """Return the mean since the last call (nan when empty) and reset."""
+        if self._sum is None:
+            return math.nan
+        value = self._sum.item() / self._count
+        self._sum, self._count = None, 0
+        return value

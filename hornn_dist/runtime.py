@@ -1,0 +1,97 @@
+"""Process setup shared by the CLIs: the Accelerator, logging, one-line errors, and stop signals."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+
+from hornn_dist.errors import ConfigError, HornnError
+
+logger = logging.getLogger("hornn_dist")
+
+
+def build_accelerator(
+    mixed_precision: str = "no", project_dir: str | Path | None = None, tensorboard: bool = False
+) -> Any:
+    """Return an Accelerator: CUDA when present (with mixed precision), else CPU fp32 (gloo for 2+ ranks)."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    on_cuda = torch.cuda.is_available()
+    if not on_cuda and mixed_precision != "no":
+        print(
+            f"note: train.mixed_precision={mixed_precision} applies on CUDA only; this CPU run uses fp32",
+            file=sys.stderr,
+        )
+        mixed_precision = "no"
+    kwargs: dict[str, Any] = {}
+    if project_dir is not None:
+        kwargs["project_config"] = ProjectConfiguration(project_dir=str(project_dir))
+    if tensorboard:
+        kwargs["log_with"] = "tensorboard"
+    accelerator = Accelerator(
+        cpu=not on_cuda,
+        mixed_precision=mixed_precision,
+        step_scheduler_with_optimizer=False,
+        **kwargs,
+    )
+    expected = int(os.environ.get("WORLD_SIZE", "1"))
+    if accelerator.num_processes != expected:
+        raise ConfigError(
+            f"WORLD_SIZE={expected} but Accelerate runs {accelerator.num_processes} process(es); "
+            "on CPU launch with `accelerate launch --multi_gpu --num_processes N --num_machines 1 "
+            "--mixed_precision no --dynamo_backend no -m hornn_dist.train ...`"
+        )
+    return accelerator
+
+
+def setup_logging(is_main: bool) -> None:
+    """Log INFO lines to stderr from the main process, warnings only from the others."""
+    logging.basicConfig(
+        level=logging.INFO if is_main else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+        force=True,
+    )
+    for noisy in ("accelerate", "torch", "datasets", "filelock", "fsspec", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
+    """Run a CLI entry point, turning user-facing errors into one line on stderr and exit code 2."""
+    try:
+        code = main(argv)
+    except HornnError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code)
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGINT so the loop can finish its step, checkpoint and exit cleanly."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name = ""
+
+    def install(self) -> None:
+        """Route SIGTERM and SIGINT to this flag (a second SIGINT still interrupts at once)."""
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name

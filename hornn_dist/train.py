@@ -1,0 +1,431 @@
+"""Train a HORNN language model: `accelerate launch -m hornn_dist.train CONFIG [--set k=v ...]`.
+
+Running the same command again resumes from the newest complete checkpoint in
+`train.output_dir`. SIGTERM/SIGINT finish the current step, write a checkpoint and exit 0.
+`python -m hornn_dist.train CONFIG` runs the same job as a single process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import RunConfig, load_config
+from hornn_dist.data.streams import EvalStream, TBPTTStream
+from hornn_dist.errors import HornnError
+from hornn_dist.evaluation import EvalResult, evaluate_split
+from hornn_dist.metrics import RunningLoss, Throughput, perplexity, total_grad_norm
+from hornn_dist.models import build_model, column_normalize_
+from hornn_dist.optim import LrSchedule, build_optimizer, clip_gradients
+from hornn_dist.runtime import StopFlag, build_accelerator, run_cli, setup_logging
+from hornn_dist.session import open_prepared_corpus
+
+logger = logging.getLogger("hornn_dist.train")
+
+
+class NonFiniteLossError(HornnError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass
+class Progress:
+    """What the loop has done so far; saved in every checkpoint's trainer_state.json."""
+
+    step: int = 0  # optimizer steps taken
+    best_valid: float = math.inf
+    best_checkpoint: str = ""
+    last_saved_step: int = -1
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line."""
+    parser = argparse.ArgumentParser(
+        prog="hornn_dist.train",
+        description="Train a HORNN language model (resumes from output_dir when checkpoints exist).",
+    )
+    parser.add_argument("config", help="run config TOML, e.g. configs/demo.toml")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable), e.g. --set train.max_steps=100",
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--resume", metavar="PATH", help="resume from this checkpoint or run directory"
+    )
+    group.add_argument(
+        "--no-resume", action="store_true", help="start from scratch even if checkpoints exist"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the training job from the command line; return the exit code."""
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.overrides)
+    stop = StopFlag()
+    stop.install()
+    Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
+    return 0
+
+
+class Trainer:
+    """Wires config, data, model, optimiser, checkpoints and logging into the TBPTT loop."""
+
+    def __init__(self, cfg: RunConfig, stop: StopFlag | None = None) -> None:
+        self.cfg = cfg
+        self.stop = stop or StopFlag()
+        self.out = Path(cfg.train.output_dir)
+        self.accelerator = build_accelerator(
+            cfg.train.mixed_precision, self.out, cfg.log.tensorboard
+        )
+        acc = self.accelerator
+        setup_logging(acc.is_main_process)
+        from accelerate.utils import set_seed
+
+        set_seed(cfg.train.seed)
+        self.corpus = open_prepared_corpus(cfg.data, acc)
+        model = build_model(cfg.model, self.corpus.vocab_size)
+        optimizer = build_optimizer(model, cfg.optim)
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        self.core = acc.unwrap_model(self.model)
+        self.params = [p for p in self.core.parameters() if p.requires_grad]
+        rank, world = acc.process_index, acc.num_processes
+        # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
+        self.train_stream = TBPTTStream(
+            self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
+        )
+        self.valid_stream = EvalStream(
+            self.corpus.split("valid"), cfg.train.eval_batch_size, cfg.train.bptt, rank, world
+        )
+        self.schedule = LrSchedule.from_config(cfg.optim)
+        self.progress = Progress()
+        self.history: tuple[torch.Tensor, ...] | None = None
+        self.bad_step = torch.zeros((), dtype=torch.int64, device=acc.device)
+
+    # ------------------------------------------------------------------ set-up
+
+    def run(self, resume_from: str | None = None, fresh: bool = False) -> EvalResult | None:
+        """Train until epochs/max_steps are done or a stop signal arrives; return the test result."""
+        acc = self.accelerator
+        resumed = None if fresh else self._find_resume_point(resume_from)
+        if resumed is not None:
+            self._restore(resumed)
+        elif acc.is_main_process and ckpt.list_checkpoints(self.out, warn=False) and fresh:
+            logger.info(
+                "--no-resume: ignoring existing checkpoints in %s", ckpt.checkpoint_root(self.out)
+            )
+        if acc.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / ckpt.CONFIG_FILE).write_text(ckpt.to_toml(self.cfg.to_dict()))
+        self._start_trackers(resumed is not None)
+        self._log_start()
+        stopped = self._loop()
+        if self.progress.last_saved_step != self.progress.step:
+            self._save()
+        result = None
+        if not stopped:
+            result = self._evaluate("test")
+            self._track({"test/loss": result.loss, "test/ppl": result.ppl})
+            logger.info(
+                "test: %d tokens, loss %.4f, ppl %.2f", result.tokens, result.loss, result.ppl
+            )
+        acc.end_training()
+        return result
+
+    def _find_resume_point(self, resume_from: str | None) -> Path | None:
+        if resume_from is not None:
+            return ckpt.resolve_checkpoint(resume_from)
+        complete = ckpt.list_checkpoints(self.out, warn=self.accelerator.is_main_process)
+        return complete[-1] if complete else None
+
+    def _restore(self, folder: Path) -> None:
+        acc = self.accelerator
+        ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash, acc.num_processes)
+        acc.load_state(str(folder))
+        state = ckpt.read_trainer_state(folder)
+        self.progress = Progress(
+            step=state["step"],
+            best_valid=state["best_valid"],
+            best_checkpoint=state["best_checkpoint"],
+            last_saved_step=state["step"],
+        )
+        self.schedule.load_state_dict(state["schedule"])
+        self.schedule.apply(self.optimizer)
+        rank_state = ckpt.load_rank_state(folder, acc.process_index)
+        self.train_stream.load_state_dict(rank_state["stream"])
+        self.history = tuple(h.to(acc.device) for h in rank_state["history"])
+        logger.info(
+            "resuming from %s (step %d, epoch %d, batch %d of %d)",
+            folder,
+            self.progress.step,
+            self.train_stream.epoch,
+            self.train_stream.step,
+            self.train_stream.steps_per_epoch,
+        )
+
+    def _start_trackers(self, resumed: bool) -> None:
+        if not self.cfg.log.tensorboard:
+            return
+        kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
+        self.accelerator.init_trackers("tensorboard", config=self.cfg.flat(), init_kwargs=kwargs)
+
+    def _log_start(self) -> None:
+        cfg, acc, corpus = self.cfg, self.accelerator, self.corpus
+        world = acc.num_processes
+        sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
+        logger.info(
+            "%s/%s order %d, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
+            "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s",
+            cfg.model.arch,
+            cfg.model.pooling,
+            cfg.model.order,
+            f"{self.core.num_parameters():,}",
+            corpus.vocab_size,
+            cfg.train.batch_size * cfg.train.bptt,
+            cfg.train.batch_size,
+            cfg.train.bptt,
+            cfg.train.batch_size // world,
+            world,
+            self.train_stream.steps_per_epoch,
+            cfg.train.epochs,
+            f", max_steps {cfg.train.max_steps}" if cfg.train.max_steps else "",
+            sizes,
+            acc.device,
+            f"mixed precision {acc.mixed_precision}",
+        )
+
+    # ------------------------------------------------------------------ loop
+
+    def _total_steps(self) -> int:
+        total = self.train_stream.steps_per_epoch * self.cfg.train.epochs
+        return min(total, self.cfg.train.max_steps) if self.cfg.train.max_steps else total
+
+    def _loop(self) -> bool:
+        """Run epochs from the current position; return True when stopped by a signal."""
+        cfg, stream = self.cfg.train, self.train_stream
+        bar = tqdm(
+            total=self._total_steps(),
+            initial=self.progress.step,
+            disable=not (self.accelerator.is_main_process and self.cfg.log.progress),
+            unit="step",
+            dynamic_ncols=True,
+        )
+        running, speed = RunningLoss(), Throughput()
+        tokens_per_step = cfg.batch_size * cfg.bptt
+        try:
+            while stream.epoch < cfg.epochs and not self._reached_max_steps():
+                if stream.step == 0 or self.history is None:
+                    self.history = self.core.init_state(
+                        cfg.batch_size // self.accelerator.num_processes, self.accelerator.device
+                    )
+                for x, y in stream.epoch_batches():
+                    log_now = (self.progress.step + 1) % self.cfg.log.every == 0
+                    loss, norms = self._train_step(x, y, measure=log_now)
+                    self.progress.step += 1
+                    running.add(loss)
+                    speed.add(tokens_per_step)
+                    bar.update(1)
+                    if log_now:
+                        self._log_train(running.mean(), speed.rate(), norms, bar)
+                    epoch_end = stream.step == stream.steps_per_epoch
+                    if (
+                        cfg.eval_every
+                        and self.progress.step % cfg.eval_every == 0
+                        and not epoch_end
+                    ):
+                        self._validate_and_save()
+                    elif (
+                        cfg.checkpoint_every
+                        and self.progress.step % cfg.checkpoint_every == 0
+                        and not epoch_end
+                    ):
+                        self._save()
+                    if self._stop_requested():
+                        logger.info(
+                            "%s received: checkpointing at step %d and exiting",
+                            self.stop.signal_name,
+                            self.progress.step,
+                        )
+                        self._save()
+                        return True
+                    if self._reached_max_steps():
+                        break
+                else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
+                    result = self._validate_and_save(end_of_epoch=True)
+                    logger.info(
+                        "epoch %d done: valid ppl %.2f, lr for next epoch %.4g",
+                        stream.epoch,
+                        result.ppl,
+                        self.schedule.lr,
+                    )
+        finally:
+            bar.close()
+        return False
+
+    def _reached_max_steps(self) -> bool:
+        return bool(self.cfg.train.max_steps) and self.progress.step >= self.cfg.train.max_steps
+
+    def _train_step(
+        self, x: torch.Tensor, y: torch.Tensor, measure: bool
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """One TBPTT window: forward, backward, clip, SGD, column norm; return (loss, grad norms)."""
+        acc = self.accelerator
+        x, y = x.to(acc.device, non_blocking=True), y.to(acc.device, non_blocking=True)
+        logits, history = self.model(x, self.history)  # (T, b, V)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        acc.backward(loss)
+        self.history = self.core.detach_state(history)
+        # Remember the first non-finite step on the device; checked before anything is saved.
+        step_id = self.progress.step + 1
+        self.bad_step = torch.where(
+            (self.bad_step == 0) & ~torch.isfinite(loss.detach()), step_id, self.bad_step
+        )
+        if acc.mixed_precision == "fp16":
+            acc.unscale_gradients()
+        norms: dict[str, float] = {}
+        if measure:
+            norms = {"grad_norm/total": float(total_grad_norm(self.params))}
+            norms.update(
+                {f"grad_norm/{k}": float(v) for k, v in self.core.path_grad_norms().items()}
+            )
+        clip_gradients(self.params, self.cfg.optim)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        column_normalize_(self.core, self.cfg.optim.max_col_norm)
+        return loss.detach(), norms
+
+    def _check_finite(self) -> None:
+        bad = int(self.accelerator.reduce(self.bad_step.clone(), reduction="sum"))
+        if bad:
+            raise NonFiniteLossError(
+                f"training loss became NaN/inf at step {int(self.bad_step) or bad}; nothing was saved "
+                f'after it. Lower optim.lr, set optim.clip, or try train.mixed_precision="no"'
+            )
+
+    def _stop_requested(self) -> bool:
+        flag = torch.tensor(int(self.stop.requested), device=self.accelerator.device)
+        if self.accelerator.num_processes > 1:
+            flag = self.accelerator.reduce(flag, reduction="sum")
+        requested = bool(flag.item())
+        if requested and not self.stop.signal_name:
+            self.stop.signal_name = "stop signal (another rank)"
+        return requested
+
+    # ------------------------------------------------------------------ evaluation, logging, saving
+
+    def _evaluate(self, split: str) -> EvalResult:
+        stream = self.valid_stream
+        if split != "valid":
+            acc = self.accelerator
+            stream = EvalStream(
+                self.corpus.split(split),
+                self.cfg.train.eval_batch_size,
+                self.cfg.train.bptt,
+                acc.process_index,
+                acc.num_processes,
+            )
+        return evaluate_split(self.core, stream, self.accelerator)
+
+    def _validate_and_save(self, end_of_epoch: bool = False) -> EvalResult:
+        self._check_finite()
+        result = self._evaluate("valid")
+        if not math.isfinite(result.loss):
+            raise NonFiniteLossError(
+                f"validation loss is not finite at step {self.progress.step}; lower optim.lr"
+            )
+        if end_of_epoch:
+            self.schedule.end_epoch(result.loss)
+            self.schedule.apply(self.optimizer)
+        is_best = result.loss < self.progress.best_valid
+        if is_best:
+            self.progress.best_valid = result.loss
+            self.progress.best_checkpoint = ckpt.step_dir_name(self.progress.step)
+        self._track(
+            {"valid/loss": result.loss, "valid/ppl": result.ppl, "train/lr": self.schedule.lr}
+        )
+        logger.info(
+            "step %d: valid loss %.4f, ppl %.2f%s",
+            self.progress.step,
+            result.loss,
+            result.ppl,
+            " (best)" if is_best else "",
+        )
+        self._save()
+        return result
+
+    def _log_train(
+        self, loss: float, tokens_per_sec: float, norms: dict[str, float], bar: Any
+    ) -> None:
+        ppl = perplexity(loss, 1) if math.isfinite(loss) else math.inf
+        values = {
+            "train/loss": loss,
+            "train/ppl": ppl,
+            "train/lr": self.schedule.lr,
+            "train/tokens_per_sec": tokens_per_sec,
+            **norms,
+        }
+        self._track(values)
+        bar.set_postfix(
+            loss=f"{loss:.3f}",
+            ppl=f"{ppl:.1f}",
+            lr=f"{self.schedule.lr:.3g}",
+            tok_s=f"{tokens_per_sec:,.0f}",
+            refresh=False,
+        )
+        if not self.cfg.log.progress:
+            logger.info(
+                "step %d: loss %.4f, ppl %.2f, lr %.4g, %.0f tokens/s, grad norm %.3f",
+                self.progress.step,
+                loss,
+                ppl,
+                self.schedule.lr,
+                tokens_per_sec,
+                norms.get("grad_norm/total", math.nan),
+            )
+
+    def _track(self, values: dict[str, float]) -> None:
+        if self.cfg.log.tensorboard:
+            self.accelerator.log(values, step=self.progress.step)
+
+    def _save(self) -> Path:
+        self._check_finite()
+        acc, step = self.accelerator, self.progress.step
+        trainer_state = {
+            "step": step,
+            "epoch": self.train_stream.epoch,
+            "schedule": self.schedule.state_dict(),
+            "best_valid": self.progress.best_valid,
+            "best_checkpoint": self.progress.best_checkpoint,
+            "vocab_hash": self.corpus.vocab_hash,
+            "world_size": acc.num_processes,
+        }
+        history = self.history or ()
+        rank_state = {
+            "stream": self.train_stream.state_dict(),
+            "history": tuple(h.detach().cpu() for h in history),
+        }
+        folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
+        if acc.is_main_process:
+            ckpt.prune_checkpoints(
+                self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint
+            )
+        acc.wait_for_everyone()
+        self.progress.last_saved_step = step
+        return folder
+
+
+if __name__ == "__main__":
+    run_cli(main)
