@@ -107,9 +107,7 @@ class Trainer:
         self.train_stream = TBPTTStream(
             self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
         )
-        self.valid_stream = EvalStream(
-            self.corpus.split("valid"), cfg.train.eval_batch_size, cfg.train.bptt, rank, world
-        )
+        self.valid_stream = self._eval_stream("valid")
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.progress = Progress()
         self.history: tuple[torch.Tensor, ...] | None = None
@@ -326,17 +324,20 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation, logging, saving
 
+    def _eval_stream(self, split: str) -> EvalStream:
+        acc = self.accelerator
+        return EvalStream(
+            self.corpus.split(split),
+            self.cfg.train.eval_batch_size,
+            self.cfg.train.bptt,
+            acc.process_index,
+            acc.num_processes,
+            split=split,
+            batch_key="train.eval_batch_size",
+        )
+
     def _evaluate(self, split: str) -> EvalResult:
-        stream = self.valid_stream
-        if split != "valid":
-            acc = self.accelerator
-            stream = EvalStream(
-                self.corpus.split(split),
-                self.cfg.train.eval_batch_size,
-                self.cfg.train.bptt,
-                acc.process_index,
-                acc.num_processes,
-            )
+        stream = self.valid_stream if split == "valid" else self._eval_stream(split)
         return evaluate_split(self.core, stream, self.accelerator)
 
     def _validate_and_save(self, end_of_epoch: bool = False) -> EvalResult:

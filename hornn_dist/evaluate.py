@@ -1,0 +1,76 @@
+"""Evaluate a checkpoint: `python -m hornn_dist.evaluate CHECKPOINT_OR_RUN_DIR --split test`.
+
+Prints the split's token count, mean loss and perplexity. Works under `accelerate launch` too:
+each rank evaluates its streams and the sums are reduced.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.data.streams import EvalStream
+from hornn_dist.errors import DataError
+from hornn_dist.evaluation import evaluate_split
+from hornn_dist.inference import load_model
+from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
+from hornn_dist.session import open_prepared_corpus
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line."""
+    parser = argparse.ArgumentParser(
+        prog="hornn_dist.evaluate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "checkpoint",
+        help="a checkpoint folder, a run directory (newest checkpoint), "
+        "or <run>/checkpoints/latest|best",
+    )
+    parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="evaluation streams (default: the run's train.eval_batch_size)",
+    )
+    parser.add_argument(
+        "--bptt", type=int, default=0, help="window length (default: the run's train.bptt)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Evaluate a checkpoint on one split and print tokens, loss and perplexity; return the exit code."""
+    args = parse_args(argv)
+    folder = ckpt.resolve_checkpoint(args.checkpoint)
+    cfg = ckpt.read_config(folder)
+    accelerator = build_accelerator(cfg.train.mixed_precision)
+    setup_logging(accelerator.is_main_process)
+    corpus = open_prepared_corpus(cfg.data, accelerator)
+    if args.split not in corpus.splits:
+        raise DataError(
+            f"split {args.split!r} not in the corpus; choose one of {', '.join(corpus.splits)}"
+        )
+    model = load_model(folder, cfg, corpus, accelerator.device)
+    stream = EvalStream(
+        corpus.split(args.split),
+        args.batch_size or cfg.train.eval_batch_size,
+        args.bptt or cfg.train.bptt,
+        accelerator.process_index,
+        accelerator.num_processes,
+        split=args.split,
+        batch_key="--batch-size",
+        bptt_key="--bptt",
+    )
+    result = evaluate_split(model, stream, accelerator)
+    if accelerator.is_main_process:
+        print(f"checkpoint {folder}")
+        print(
+            f"split {args.split}: tokens {result.tokens} loss {result.loss:.4f} ppl {result.ppl:.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

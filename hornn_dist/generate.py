@@ -1,0 +1,97 @@
+"""Sample text from a checkpoint: `python -m hornn_dist.generate RUN_OR_CHECKPOINT --prompt "the king"`."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.errors import ConfigError
+from hornn_dist.inference import load_model
+from hornn_dist.runtime import build_accelerator, run_cli
+from hornn_dist.session import open_prepared_corpus
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line."""
+    parser = argparse.ArgumentParser(
+        prog="hornn_dist.generate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "checkpoint",
+        help="a checkpoint folder, a run directory (newest checkpoint), "
+        "or <run>/checkpoints/latest|best",
+    )
+    parser.add_argument(
+        "--prompt", default="", help="text to continue (words outside the vocabulary become <unk>)"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=50, help="number of words to sample (default: 50)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="softmax temperature > 0 (default: 1.0)"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=0, help="sample from the k most likely words (0 = all)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    return parser.parse_args(argv)
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    tokens: int,
+    temperature: float,
+    top_k: int,
+    generator: torch.Generator,
+    device: torch.device,
+) -> list[int]:
+    """Return `tokens` word ids sampled after feeding the prompt through the model."""
+    state = model.init_state(1, device)
+    context = torch.tensor(prompt_ids, dtype=torch.long, device=device).view(-1, 1)  # (T, 1)
+    logits, state = model(context, state)
+    out: list[int] = []
+    for _ in range(tokens):
+        scores = logits[-1, 0].float() / temperature  # (V,)
+        if top_k > 0:
+            kth = torch.topk(scores, min(top_k, scores.numel())).values[-1]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).cpu()
+        next_id = int(torch.multinomial(probs, 1, generator=generator))
+        out.append(next_id)
+        logits, state = model(torch.tensor([[next_id]], device=device), state)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print text sampled from a checkpoint; return the exit code."""
+    args = parse_args(argv)
+    if args.tokens < 1:
+        raise ConfigError(f"--tokens must be >= 1, got {args.tokens}")
+    if args.temperature <= 0:
+        raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
+    if args.top_k < 0:
+        raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
+    folder = ckpt.resolve_checkpoint(args.checkpoint)
+    cfg = ckpt.read_config(folder)
+    accelerator = build_accelerator("no")
+    corpus = open_prepared_corpus(cfg.data, accelerator)
+    model = load_model(folder, cfg, corpus, accelerator.device)
+    prompt_ids = corpus.encode(args.prompt) if args.prompt.strip() else []
+    if not prompt_ids:
+        prompt_ids = (
+            [corpus.encode("<eos>")[0]] if "<eos>" in corpus.tokenizer().get_vocab() else [0]
+        )
+    generator = torch.Generator().manual_seed(args.seed)
+    ids = sample(
+        model, prompt_ids, args.tokens, args.temperature, args.top_k, generator, accelerator.device
+    )
+    print((args.prompt.strip() + " " + corpus.decode(ids)).strip())
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
