@@ -1,0 +1,212 @@
+"""Word-level recurrent language models: embedding -> HORNN / RNN / LSTM / GRU -> logits.
+
+    tokens (T, B) ─► embedding (V, E) ─► L recurrent layers ─► Linear(H, V) ─► logits (T, B, V)
+
+The one-hot input x_t of eq. 3 times a V × E table is the embedding lookup; each HORNN layer
+then applies its own W_in (E -> H). With V = 10k and H = E = 400 this gives the paper's
+parameter counts (§4.1.1): RNN 8.3M, HORNN-3 8.6M, LSTM 9.3M, gated HORNN-3 9.6M.
+
+State is always a tuple of tensors whose dim 1 is the batch, so a trainer can slice, detach
+and checkpoint it without knowing the architecture:
+
+    hornn       (hist_0, ..., hist_{L-1}), each (N, B, H), index N-1 = newest
+    rnn / gru   (h,) with h (L, B, H)
+    lstm        (h, c), each (L, B, H)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.models.config import ModelConfig
+from hornn_dist.models.hornn import HornnLayer
+
+State = tuple[Tensor, ...]
+PathSlices = dict[str, list[tuple[nn.Parameter, tuple[slice, ...]]]]
+
+ALL = (slice(None),)
+
+
+class RecurrentLM(nn.Module):
+    """A recurrent LM; forward(tokens (T, B), state | None) -> (logits (T, B, V), new state)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.arch = cfg.arch
+        self.vocab_size = vocab_size
+        self.hidden_size = cfg.hidden_size
+        self.num_layers = cfg.num_layers
+        E = cfg.embedding_size or cfg.hidden_size
+        H = cfg.hidden_size
+        self.embedding = nn.Embedding(vocab_size, E)  # (V, E): W_in applied to one-hot x_t
+        self.layers = nn.ModuleList()
+        self.rnn: nn.RNNBase | None = None
+        if cfg.arch == "hornn":
+            for layer in range(cfg.num_layers):
+                self.layers.append(
+                    HornnLayer(
+                        E if layer == 0 else H,
+                        H,
+                        order=cfg.order,
+                        pooling=cfg.pooling,
+                        alpha=cfg.alpha,
+                        activation=cfg.activation,
+                        engine=cfg.engine,
+                        init_std=cfg.init_std,
+                    )
+                )
+        elif cfg.arch == "rnn":
+            self.rnn = nn.RNN(E, H, cfg.num_layers, nonlinearity=cfg.activation)
+        elif cfg.arch == "lstm":
+            self.rnn = nn.LSTM(E, H, cfg.num_layers)
+        else:
+            self.rnn = nn.GRU(E, H, cfg.num_layers)
+        self.decoder = nn.Linear(H, vocab_size)  # W_out of eq. 2, (V, H)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw every weight matrix from N(0, init_std) and zero every bias (paper §4)."""
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "bias" in name.rsplit(".", 1)[-1]:
+                    p.zero_()
+                else:
+                    p.normal_(0.0, self.cfg.init_std)
+
+    def init_state(
+        self,
+        batch_size: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> State:
+        """Return a zero state for `batch_size` streams."""
+        if self.arch == "hornn":
+            return tuple(layer.init_history(batch_size, device, dtype) for layer in self.layers)
+        h = torch.zeros(self.num_layers, batch_size, self.hidden_size, device=device, dtype=dtype)
+        return (h, torch.zeros_like(h)) if self.arch == "lstm" else (h,)
+
+    @staticmethod
+    def detach_state(state: State) -> State:
+        """Return the state cut from the autograd graph (for truncated BPTT)."""
+        return tuple(s.detach() for s in state)
+
+    def forward(self, tokens: Tensor, state: State | None = None) -> tuple[Tensor, State]:
+        """Return (logits (T, B, V), new state, not detached) for tokens (T, B)."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape (T, B), got {tuple(tokens.shape)}")
+        x = self.embedding(tokens)  # (T, B, E)
+        if self.arch == "hornn":
+            histories = state if state is not None else (None,) * len(self.layers)
+            if len(histories) != len(self.layers):
+                raise ValueError(
+                    f"state must hold one history per layer ({len(self.layers)}), "
+                    f"got {len(histories)}"
+                )
+            new_state = []
+            for layer, hist in zip(self.layers, histories, strict=True):
+                x, new_hist = layer(x, hist)  # (T, B, H), (N, B, H)
+                new_state.append(new_hist)
+            new = tuple(new_state)
+        else:
+            assert self.rnn is not None
+            if state is None:
+                x, hidden = self.rnn(x)
+            elif self.arch == "lstm":
+                x, hidden = self.rnn(x, (state[0], state[1]))
+            else:
+                x, hidden = self.rnn(x, state[0])
+            new = tuple(hidden) if self.arch == "lstm" else (hidden,)
+        logits = self.decoder(x)  # (T, B, V)
+        return logits, new
+
+    def feedback_path_slices(self) -> PathSlices:
+        """Return {"layer{l}/path{n}" | "layer{l}/gate{n}": [(param, index), ...]}.
+
+        `param.grad[index]` is the gradient of that matrix (W_hn; for a gate, W1n and W2n).
+        """
+        out: PathSlices = {}
+        if self.arch == "hornn":
+            for layer_idx, layer in enumerate(self.layers):
+                for n in range(1, layer.order + 1):
+                    out[f"layer{layer_idx}/path{n}"] = [
+                        (layer.weight_hh, (slice(None), layer.path_block(n)))
+                    ]
+                if layer.gated:
+                    for n in range(1, layer.order + 1):
+                        ih, hh = layer.gate_blocks(n)
+                        out[f"layer{layer_idx}/gate{n}"] = [
+                            (layer.weight_ih, (slice(None), ih)),
+                            (layer.weight_hh, (slice(None), hh)),
+                        ]
+        else:
+            assert self.rnn is not None
+            for layer_idx in range(self.num_layers):
+                w = getattr(self.rnn, f"weight_hh_l{layer_idx}")
+                out[f"layer{layer_idx}/path1"] = [(w, ALL)]
+        return out
+
+    def path_grad_norms(self) -> dict[str, Tensor]:
+        """Return the L2 norm of each feedback path's gradient (0 where no gradient yet)."""
+        norms = {}
+        for key, pieces in self.feedback_path_slices().items():
+            total = None
+            for param, idx in pieces:
+                if param.grad is None:
+                    continue
+                sq = param.grad[idx].detach().float().pow(2).sum()
+                total = sq if total is None else total + sq
+            if total is None:
+                total = torch.zeros((), device=pieces[0][0].device)
+            norms[key] = total.sqrt()
+        return norms
+
+    def max_norm_vectors(self) -> list[tuple[nn.Parameter, int]]:
+        """Return (weight, dim) pairs: the norm over `dim` is one unit's incoming weight vector."""
+        pairs: list[tuple[nn.Parameter, int]] = [(self.embedding.weight, 1)]  # each word vector
+        for layer in self.layers:  # x @ W layout: column j is unit j's incoming weights
+            pairs += [(layer.weight_ih, 0), (layer.weight_hh, 0)]
+        if self.rnn is not None:  # torch layout (gates·H, in): row k is unit k's incoming weights
+            pairs += [
+                (p, 1) for name, p in self.rnn.named_parameters() if name.startswith("weight")
+            ]
+        pairs.append((self.decoder.weight, 1))  # (V, H): row v is word v's output weights
+        return pairs
+
+    def num_parameters(self) -> int:
+        """Return the number of trainable scalars."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def build_model(cfg: ModelConfig, vocab_size: int) -> RecurrentLM:
+    """Return a freshly initialised RecurrentLM for cfg; raises ConfigError for bad settings."""
+    cfg.validate()
+    if vocab_size < 1:
+        raise ConfigError(f"vocab_size must be >= 1, got {vocab_size}")
+    if cfg.arch == "rnn" and cfg.activation not in ("tanh", "relu"):
+        raise ConfigError(
+            f"model.activation must be one of tanh, relu for arch rnn; got {cfg.activation!r}"
+        )
+    return RecurrentLM(cfg, vocab_size)
+
+
+@torch.no_grad()
+def column_normalize_(model: nn.Module, max_norm: float) -> None:
+    """Rescale in place each weight vector whose L2 norm exceeds max_norm; no-op if max_norm <= 0.
+
+    The max-norm constraint of Pachitariu & Sahani (2013), the paper's "column
+    normalization", applied after each update. The vectors are each hidden or output unit's
+    incoming weights in the paper's W (out × in) convention (a row of W, a column of our
+    x @ W matrices, per path block), and each word vector of the embedding. Biases are left
+    alone. Works on a bare RecurrentLM and through wrappers (DDP, torch.compile): every
+    RecurrentLM found among model.modules() is normalised.
+    """
+    if max_norm <= 0:
+        return
+    for module in model.modules():
+        if isinstance(module, RecurrentLM):
+            for weight, dim in module.max_norm_vectors():
+                norms = torch.linalg.vector_norm(weight, dim=dim, keepdim=True)
+                weight.mul_((max_norm / norms.clamp_min(1e-12)).clamp(max=1.0))

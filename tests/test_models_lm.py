@@ -1,0 +1,258 @@
+"""Tests of the language-model API: shapes, state, parameter counts, per-path norms, max-norm."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.models import ModelConfig, RecurrentLM, build_model, column_normalize_
+
+V, H, E = 50, 8, 6
+ARCH_CASES = [
+    ("hornn", "sum"),
+    ("hornn", "max"),
+    ("hornn", "fofe"),
+    ("hornn", "gated"),
+    ("rnn", "sum"),
+    ("lstm", "sum"),
+    ("gru", "sum"),
+]
+
+
+def small(arch: str, pooling: str = "fofe", **kw) -> RecurrentLM:
+    """Return a tiny model of the given arch."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        arch=arch, pooling=pooling, order=3, hidden_size=H, embedding_size=E, num_layers=2, **kw
+    )
+    return build_model(cfg, V)
+
+
+def state_shapes(arch: str, B: int) -> list[tuple[int, ...]]:
+    if arch == "hornn":
+        return [(3, B, H), (3, B, H)]
+    if arch == "lstm":
+        return [(2, B, H), (2, B, H)]
+    return [(2, B, H)]
+
+
+@pytest.mark.parametrize("arch,pooling", ARCH_CASES)
+def test_forward_shapes_and_state(arch, pooling):
+    model = small(arch, pooling)
+    tokens = torch.randint(0, V, (7, 4))
+    logits, state = model(tokens)
+    assert logits.shape == (7, 4, V)
+    assert isinstance(state, tuple)
+    assert [tuple(s.shape) for s in state] == state_shapes(arch, 4)
+    assert all(s.requires_grad for s in state)  # returned un-detached
+    zeros = model.init_state(4, "cpu")
+    assert [tuple(s.shape) for s in zeros] == state_shapes(arch, 4)
+    assert all(s.abs().sum() == 0 for s in zeros)
+    again, state2 = model(tokens, zeros)
+    assert torch.allclose(again, logits)
+    detached = RecurrentLM.detach_state(state)
+    assert isinstance(detached, tuple) and not any(s.requires_grad for s in detached)
+    logits3, _ = model(tokens, detached)  # carried state is accepted
+    assert logits3.shape == (7, 4, V)
+
+
+@pytest.mark.parametrize("arch,pooling", ARCH_CASES)
+def test_chunks_with_carried_state_equal_whole(arch, pooling):
+    model = small(arch, pooling).double()
+    tokens = torch.randint(0, V, (9, 3))
+    whole, state = model(tokens)
+    a, s1 = model(tokens[:4])
+    b, s2 = model(tokens[4:], RecurrentLM.detach_state(s1))
+    assert torch.allclose(torch.cat([a, b]), whole, atol=1e-12)
+    for x, y in zip(s2, state, strict=True):
+        assert torch.allclose(x, y, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "arch,pooling,paper",
+    [
+        ("rnn", "sum", 8.3e6),
+        ("hornn", "sum", 8.6e6),
+        ("hornn", "max", 8.6e6),
+        ("hornn", "fofe", 8.6e6),
+        ("lstm", "sum", 9.3e6),
+        ("hornn", "gated", 9.6e6),
+    ],
+)
+def test_parameter_counts_match_paper(arch, pooling, paper):
+    cfg = ModelConfig(arch=arch, pooling=pooling, order=3, hidden_size=400, num_layers=1)
+    model = build_model(cfg, 10_000)
+    assert abs(model.num_parameters() - paper) / paper <= 0.03
+
+
+@pytest.mark.parametrize("arch,pooling", ARCH_CASES)
+def test_init_is_normal_with_zero_biases(arch, pooling):
+    model = small(arch, pooling, init_std=0.05)
+    for name, p in model.named_parameters():
+        if "bias" in name:
+            assert p.abs().sum() == 0, name
+        else:
+            assert 0.03 < p.std().item() < 0.07, name
+
+
+def _hand_norms(model: RecurrentLM) -> dict[str, float]:
+    """Return the per-path gradient norms computed by hand from the documented layout."""
+    want = {}
+    if model.arch == "hornn":
+        for li, layer in enumerate(model.layers):
+            N = layer.order
+            for n in range(1, N + 1):
+                block = layer.weight_hh.grad[:, (n - 1) * H : n * H]
+                want[f"layer{li}/path{n}"] = block.norm().item()
+            if layer.pooling == "gated":
+                for n in range(1, N + 1):
+                    w1 = layer.weight_ih.grad[:, n * H : (n + 1) * H]
+                    w2 = layer.weight_hh.grad[:, (N + n - 1) * H : (N + n) * H]
+                    want[f"layer{li}/gate{n}"] = (w1.norm() ** 2 + w2.norm() ** 2).sqrt().item()
+    else:
+        for li in range(model.num_layers):
+            want[f"layer{li}/path1"] = getattr(model.rnn, f"weight_hh_l{li}").grad.norm().item()
+    return want
+
+
+@pytest.mark.parametrize("arch,pooling", ARCH_CASES)
+def test_path_grad_norms(arch, pooling):
+    model = small(arch, pooling)
+    tokens = torch.randint(0, V, (6, 3))
+    logits, _ = model(tokens[:-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[1:].reshape(-1))
+    loss.backward()
+    norms = model.path_grad_norms()
+    want = _hand_norms(model)
+    assert set(norms) == set(want)
+    for key, value in want.items():
+        assert norms[key].item() == pytest.approx(value, rel=1e-5), key
+        assert value > 0, key
+    slices = model.feedback_path_slices()
+    assert set(slices) == set(want)
+    for pieces in slices.values():
+        for param, idx in pieces:
+            assert isinstance(param, torch.nn.Parameter)
+            assert param.grad[idx].dim() == 2
+
+
+def test_path_grad_norms_before_backward_are_zero():
+    norms = small("hornn", "gated").path_grad_norms()
+    assert len(norms) == 2 * (3 + 3) and all(v.item() == 0 for v in norms.values())
+
+
+@pytest.mark.parametrize("arch,pooling", ARCH_CASES)
+def test_column_normalize_caps_norms(arch, pooling):
+    model = small(arch, pooling, init_std=1.0)
+    biases = {n: p.detach().clone() for n, p in model.named_parameters() if "bias" in n}
+    before = {id(w): w.detach().clone() for w, _ in model.max_norm_vectors()}
+    column_normalize_(model, 1.5)
+    for w, dim in model.max_norm_vectors():
+        norms = torch.linalg.vector_norm(w, dim=dim)
+        assert norms.max().item() <= 1.5 + 1e-5
+        old = before[id(w)]
+        old_norms = torch.linalg.vector_norm(old, dim=dim, keepdim=True)
+        small_ones = (old_norms <= 1.5).expand_as(old)
+        assert torch.equal(w[small_ones], old[small_ones])  # vectors under the cap untouched
+    for name, p in model.named_parameters():
+        if name in biases:
+            assert torch.equal(p, biases[name])
+    # the hidden-to-hidden vectors are per unit and per path block: columns of weight_hh
+    if arch == "hornn":
+        w = model.layers[0].weight_hh
+        assert torch.linalg.vector_norm(w, dim=0).max().item() <= 1.5 + 1e-5
+
+
+def test_column_normalize_noop_when_disabled():
+    model = small("hornn", init_std=1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    column_normalize_(model, 0.0)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_ddp_wrapped_model(tmp_path):
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        model = small("hornn", "gated", init_std=1.0)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        tokens = torch.randint(0, V, (6, 3))
+        logits, state = ddp(tokens[:-1], model.init_state(3, "cpu"))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[1:].reshape(-1))
+        loss.backward()
+        assert all(p.grad is not None for p in model.parameters())
+        column_normalize_(ddp, 1.0)
+        for w, dim in model.max_norm_vectors():
+            assert torch.linalg.vector_norm(w, dim=dim).max().item() <= 1.0 + 1e-5
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("engine", ["fused", "loop"])
+def test_engines_agree_in_the_lm(engine):
+    fused = small("hornn", "gated").double()
+    other = small("hornn", "gated", engine=engine).double()
+    other.load_state_dict(fused.state_dict())
+    tokens = torch.randint(0, V, (6, 3))
+    a, _ = fused(tokens)
+    b, _ = other(tokens)
+    a.pow(2).sum().backward()
+    b.pow(2).sum().backward()
+    assert torch.allclose(a, b, atol=1e-12)
+    for p, q in zip(fused.parameters(), other.parameters(), strict=True):
+        assert torch.allclose(p.grad, q.grad, atol=1e-12)
+
+
+@pytest.mark.parametrize("pooling", ["sum", "max", "fofe", "gated"])
+def test_cpu_autocast_lm_forward(pooling):
+    model = small("hornn", pooling)
+    tokens = torch.randint(0, V, (5, 2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, state = model(tokens)
+    assert torch.isfinite(logits.float()).all()
+    assert all(s.dtype == torch.float32 for s in state)
+    logits.float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "kw,key",
+    [
+        ({"arch": "transformer"}, "model.arch"),
+        ({"pooling": "avg"}, "model.pooling"),
+        ({"order": 0}, "model.order"),
+        ({"alpha": 1.2}, "model.alpha"),
+        ({"engine": "triton"}, "model.engine"),
+        ({"arch": "rnn", "activation": "sigmoid"}, "model.activation"),
+    ],
+)
+def test_build_model_rejects_bad_config(kw, key):
+    with pytest.raises(ConfigError) as excinfo:
+        build_model(ModelConfig(**kw), V)
+    assert key in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_build_model_rejects_bad_vocab():
+    with pytest.raises(ConfigError, match="vocab_size"):
+        build_model(ModelConfig(), 0)
+
+
+def test_bad_state_length():
+    model = small("hornn")
+    with pytest.raises(ValueError, match="one history per layer"):
+        model(torch.randint(0, V, (3, 2)), (torch.zeros(3, 2, H),))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch,pooling", ARCH_CASES)
+def test_cuda_lm_bf16_agrees_with_fp32(arch, pooling):
+    model = small(arch, pooling).cuda()
+    tokens = torch.randint(0, V, (10, 4), device="cuda")
+    ref, _ = model(tokens)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits, state = model(tokens)
+    err = (logits.float() - ref).norm() / ref.norm()
+    assert err.item() <= 1e-2
