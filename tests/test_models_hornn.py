@@ -7,10 +7,14 @@ import zlib
 
 import pytest
 import torch
-from reference_hornn import paper_matrices, reference_layer, reference_stack
 
 from hornn_dist.models import HornnLayer
 from hornn_dist.models.hornn import hornn_forward
+
+try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
+    from tests.reference_hornn import paper_matrices, reference_layer, reference_stack
+except ImportError:
+    from reference_hornn import paper_matrices, reference_layer, reference_stack
 
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")

@@ -30,7 +30,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from hornn_dist.models.recurrence import ACTIVATIONS, POOLINGS, fused_scan, loop_scan
+from hornn_dist.models.recurrence import (
+    ACTIVATIONS,
+    POOLINGS,
+    fused_scan,
+    loop_scan,
+    recurrence_dtype,
+)
 
 ENGINES = ("fused", "loop")
 
@@ -66,9 +72,11 @@ def hornn_forward(
     N, _, H = history.shape
     T, B, _ = x.shape
     # All input-side terms for every token in one GEMM: W_in x_t (+ W1n x_t for gated).
+    # Under autocast this GEMM may run in bf16/fp16; everything after it runs in `dtype`.
+    dtype = recurrence_dtype(x, history, weight_ih, weight_hh)
     xp = (x.reshape(T * B, -1) @ weight_ih).view(T, B, -1)  # (T, B, (1[+N])·H)
     biases = bias if gate_bias is None else torch.cat([bias, gate_bias])
-    xp = xp + biases.to(xp.dtype)  # bias b inside f, gate biases inside σ
+    xp = xp.to(dtype) + biases.to(dtype)  # bias b inside f, gate biases inside σ
     scan = fused_scan if engine == "fused" else loop_scan
     out = scan(xp, history, weight_hh, pooling, alpha, activation)  # (T, B, H)
     new_history = torch.cat([history.to(out.dtype), out], 0)[-N:]  # (N, B, H)
