@@ -74,7 +74,7 @@ def hornn_forward(
     # All input-side terms for every token in one GEMM: W_in x_t (+ W1n x_t for gated).
     # Under autocast this GEMM may run in bf16/fp16; everything after it runs in `dtype`.
     dtype = recurrence_dtype(x, history, weight_ih, weight_hh)
-    xp = (x.reshape(T * B, -1) @ weight_ih).view(T, B, -1)  # (T, B, (1[+N])·H)
+    xp = (x.reshape(T * B, x.shape[2]) @ weight_ih).view(T, B, weight_ih.shape[1])  # (T, B, ·)
     biases = bias if gate_bias is None else torch.cat([bias, gate_bias])
     xp = xp.to(dtype) + biases.to(dtype)  # bias b inside f, gate biases inside σ
     scan = fused_scan if engine == "fused" else loop_scan

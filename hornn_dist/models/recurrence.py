@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
@@ -73,7 +74,7 @@ def _path_coefs(pooling: str, order: int, alpha: float, ref: Tensor) -> Tensor |
 def _to_internal(weight_hh: Tensor, order: int, coefs: Tensor | None) -> Tensor:
     """Return W with its path blocks reversed (block i = path N - i) and FOFE-scaled, (H, K·H)."""
     H = weight_hh.shape[0]
-    w = weight_hh.view(H, -1, order, H).flip(2)  # (H, G, N, H), G = 2 for gated else 1
+    w = weight_hh.reshape(H, -1, order, H).flip(2)  # (H, G, N, H), G = 2 for gated else 1
     if coefs is not None:
         w = w * coefs.view(1, 1, order, 1)
     return w.reshape(H, -1).contiguous()
@@ -82,7 +83,7 @@ def _to_internal(weight_hh: Tensor, order: int, coefs: Tensor | None) -> Tensor:
 def _from_internal(grad_int: Tensor, order: int, coefs: Tensor | None) -> Tensor:
     """Map a gradient w.r.t. the internal W back to the parameter layout of weight_hh."""
     H = grad_int.shape[0]
-    g = grad_int.view(H, -1, order, H)
+    g = grad_int.reshape(H, -1, order, H)
     if coefs is not None:
         g = g * coefs.view(1, 1, order, 1)
     return g.flip(2).reshape(H, -1)
@@ -148,7 +149,8 @@ class HornnScan(torch.autograd.Function):
                 xg = xp[..., H:].reshape(T, B, N, H).flip(2).permute(0, 2, 1, 3).contiguous()
                 R = xp.new_empty(T, N, B, H)  # gate values r_n (eq. 7)
             if pooling == "max":
-                idx_all = torch.empty(T, B, H, dtype=torch.uint8, device=xp.device)
+                idx_dtype = torch.uint8 if N <= 256 else torch.int64  # winner i, 0..N-1
+                idx_all = torch.empty(T, B, H, dtype=idx_dtype, device=xp.device)
             f_ = _activation_(activation)
             out = xp.new_empty(T, B, H)  # (T, B, H)
             for t in range(T):
@@ -171,6 +173,7 @@ class HornnScan(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor
     ) -> tuple[Tensor | None, ...]:
@@ -203,8 +206,8 @@ class HornnScan(torch.autograd.Function):
                 dz = torch.mul(dh, fprime[t], out=dz_all[t])  # (B, H)
                 dP = dpaths.at(t)  # (N, B, H) view: each location is written by one step only
                 if pooling == "max":
-                    idx = ctx.idx_all[t].long().unsqueeze(0)
-                    dP.copy_(torch.zeros_like(dP).scatter_(0, idx, dz.unsqueeze(0)))
+                    idx = ctx.idx_all[t].long().unsqueeze(0)  # (1, B, H)
+                    dP.scatter_(0, idx, dz.unsqueeze(0))  # winner only; the rest stay zero
                 elif gated:
                     r = ctx.R[t]  # (N, B, H)
                     dP.copy_(r * dz)
