@@ -2,51 +2,226 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from hornn_dist.errors import ConfigError
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 SOURCES = ("files", "hub")
 PRESETS = ("", "ptb", "text8", "wikitext103", "demo")
+CORPORA_DIR = Path(__file__).resolve().parent.parent / "corpora"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass
 class DataConfig:
-    """Settings of the data pipeline; a `preset` fills in everything else for a known corpus."""
+    """Settings of the data pipeline; a `preset` fills in every key left at its default."""
 
     preset: str = ""  # "" | ptb | text8 | wikitext103 | demo
     source: str = "files"  # files | hub
-    name: str = ""  # corpus name used in the cache folder name
-    path: str = ""  # preset: local directory or file of the corpus
-    train: list[str] = field(default_factory=list)  # files/globs (source = "files")
+    name: str = ""  # corpus name, first part of the cache folder name ("" = derived)
+    path: str = ""  # preset: local directory (or file) of the corpus; "" = the hub
+    train: list[str] = field(default_factory=list)  # files/globs; with source = "hub": data_files
     valid: list[str] = field(default_factory=list)
     test: list[str] = field(default_factory=list)
-    hub_id: str = ""
+    hub_id: str = ""  # dataset id, or a builder name such as "parquet" with data_files
     hub_config: str = ""
-    hub_revision: str = ""
+    hub_revision: str = ""  # e.g. "refs/convert/parquet" for script-based datasets
+    hub_data_dir: str = ""
     text_column: str = "text"
-    train_split: str = "train"
+    train_split: str = "train"  # hub split names; "" = no such split
     valid_split: str = "validation"
     test_split: str = "test"
-    min_count: int = 1
-    max_vocab: int = 0  # 0 = unlimited
+    min_count: int = 1  # words seen fewer times in train become <unk>
+    max_vocab: int = 0  # 0 = unlimited; counts <unk> and <eos>
     lowercase: bool = False
-    add_eos: bool = True
+    add_eos: bool = True  # <eos> at the end of every line
     errors: str = "strict"  # strict | replace (invalid UTF-8)
-    shard_tokens: int = 100_000_000
+    heldout_chars: int = 0  # > 0: one text, the last heldout_chars characters held out (text8)
+    valid_chars: int = 0  # first valid_chars of the held-out part are valid, the rest test
+    shard_tokens: int = 100_000_000  # at most this many tokens per .bin file
+    chunk_bytes: int = 1 << 20  # read size; does not change the tokens
     cache_dir: str = "data_cache"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         if self.preset not in PRESETS:
-            raise ConfigError(f"data.preset must be one of {', '.join(PRESETS[1:])} or empty; got {self.preset!r}")
+            raise ConfigError(
+                f"data.preset must be one of {', '.join(PRESETS[1:])} or empty; got {self.preset!r}"
+            )
         if self.source not in SOURCES:
-            raise ConfigError(f"data.source must be one of {', '.join(SOURCES)}; got {self.source!r}")
+            raise ConfigError(
+                f"data.source must be one of {', '.join(SOURCES)}; got {self.source!r}"
+            )
+        if self.name and not _NAME.match(self.name):
+            raise ConfigError(
+                f"data.name must be letters, digits, '.', '_' or '-'; got {self.name!r}"
+            )
         if self.min_count < 1:
             raise ConfigError(f"data.min_count must be >= 1, got {self.min_count}")
-        if self.max_vocab < 0:
-            raise ConfigError(f"data.max_vocab must be >= 0 (0 = unlimited), got {self.max_vocab}")
+        if self.max_vocab < 0 or self.max_vocab in (1, 2):
+            raise ConfigError(
+                f"data.max_vocab must be 0 (unlimited) or >= 3 (it counts <unk> and <eos>), got {self.max_vocab}"
+            )
         if self.shard_tokens < 1:
             raise ConfigError(f"data.shard_tokens must be >= 1, got {self.shard_tokens}")
+        if self.chunk_bytes < 16:
+            raise ConfigError(f"data.chunk_bytes must be >= 16, got {self.chunk_bytes}")
         if self.errors not in ("strict", "replace"):
             raise ConfigError(f"data.errors must be 'strict' or 'replace', got {self.errors!r}")
+        if self.heldout_chars < 0:
+            raise ConfigError(
+                f"data.heldout_chars must be >= 0 (0 = off), got {self.heldout_chars}"
+            )
+        if self.valid_chars < 0 or (self.heldout_chars and self.valid_chars > self.heldout_chars):
+            raise ConfigError(
+                f"data.valid_chars must be between 0 and data.heldout_chars = {self.heldout_chars}, got {self.valid_chars}"
+            )
+        if not self.cache_dir:
+            raise ConfigError("data.cache_dir must not be empty")
+
+
+def _ptb(cfg: DataConfig) -> dict[str, Any]:
+    values: dict[str, Any] = {"name": "ptb", "min_count": 1, "add_eos": True}
+    if cfg.path:
+        folder = Path(cfg.path)
+        if not (folder / "ptb.train.txt").exists() and (folder / "data" / "ptb.train.txt").exists():
+            folder = folder / "data"  # Mikolov's simple-examples/ layout
+        values.update(
+            source="files",
+            **{s: [str(folder / f"ptb.{s}.txt")] for s in ("train", "valid", "test")},
+        )
+    else:
+        values.update(
+            source="hub",
+            hub_id="ptb-text-only/ptb_text_only",
+            hub_revision="refs/convert/parquet",
+            hub_data_dir="penn_treebank",
+            text_column="sentence",
+        )
+    return values
+
+
+def _text8(cfg: DataConfig) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "name": "text8",
+        "min_count": 10,
+        "add_eos": False,
+        "heldout_chars": 1_000_000,
+        "valid_chars": 500_000,
+    }
+    if cfg.path:
+        path = Path(cfg.path)
+        if path.is_dir():
+            found = [path / n for n in ("text8", "text8.zip") if (path / n).exists()]
+            path = found[0] if found else path / "text8"
+        values.update(source="files", train=[str(path)])
+    else:
+        values.update(source="hub", hub_id="afmck/text8", text_column="text")
+    return values
+
+
+def _wikitext103(cfg: DataConfig) -> dict[str, Any]:
+    values: dict[str, Any] = {"name": "wikitext103", "min_count": 1, "add_eos": True}
+    if cfg.path:
+        folder = Path(cfg.path)
+        values.update(
+            source="files",
+            **{s: [str(folder / f"wiki.{s}.tokens")] for s in ("train", "valid", "test")},
+        )
+    else:
+        values.update(
+            source="hub",
+            hub_id="Salesforce/wikitext",
+            hub_config="wikitext-103-v1",
+            text_column="text",
+        )
+    return values
+
+
+def _demo(cfg: DataConfig) -> dict[str, Any]:
+    files = {s: [str(CORPORA_DIR / f"demo.{s}.txt.gz")] for s in ("train", "valid", "test")}
+    return {"name": "demo", "source": "files", "min_count": 2, "add_eos": True, **files}
+
+
+_PRESETS = {"ptb": _ptb, "text8": _text8, "wikitext103": _wikitext103, "demo": _demo}
+
+
+def apply_preset(cfg: DataConfig) -> DataConfig:
+    """Return a copy of cfg with its preset's values in every key still at its default."""
+    cfg.validate()
+    if not cfg.preset:
+        return dataclasses.replace(cfg)
+    defaults = DataConfig()
+    values = _PRESETS[cfg.preset](cfg)
+    changes = {k: v for k, v in values.items() if getattr(cfg, k) == getattr(defaults, k)}
+    resolved = dataclasses.replace(cfg, **changes)
+    resolved.validate()
+    return resolved
+
+
+_TYPES = {f.name: f.type for f in dataclasses.fields(DataConfig)}
+
+
+def data_config_from_dict(table: dict[str, Any]) -> DataConfig:
+    """Return a validated DataConfig from a `[data]` TOML table, checking key names and types."""
+    kwargs: dict[str, Any] = {}
+    for key, value in table.items():
+        kind = _TYPES.get(key)
+        if kind is None:
+            raise ConfigError(f"unknown key data.{key}; valid keys: {', '.join(_TYPES)}")
+        if kind == "list[str]" and isinstance(value, str):
+            value = [value]
+        ok = {
+            "str": isinstance(value, str),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "bool": isinstance(value, bool),
+            "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
+        }[kind]
+        if not ok:
+            raise ConfigError(f"data.{key} must be {kind}, got {value!r}")
+        kwargs[key] = value
+    cfg = DataConfig(**kwargs)
+    cfg.validate()
+    return cfg
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word: take it as a string
+
+
+def load_data_config(
+    path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()
+) -> DataConfig:
+    """Return the DataConfig of a run's TOML file (`[data]` table) with "data.key=value" overrides."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {path} not found; HINT: pass the path of a run's TOML file"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    table = dict(doc.get("data", {}))
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override {item!r} must look like data.key=value")
+        section, dot, name = key.strip().rpartition(".")
+        if dot and section != "data":
+            continue  # another section's key: not ours
+        table[name] = _parse_value(value.strip())
+    return data_config_from_dict(table)

@@ -1,0 +1,449 @@
+"""Prepare a corpus: text source -> vocabulary (train split) -> token shards + manifest, once.
+
+Two streaming passes over the text: count the train words, then encode every split. Each pass
+reads pieces of at most a few tens of MB in chunks of `chunk_bytes`, so memory does not grow
+with the corpus (only the word counts do, with its number of distinct words). With workers > 1
+the pieces go to a pool of processes; the encoded pieces are concatenated in order, so the
+shards are byte-identical for any number of workers.
+
+The result is one folder `cache_dir/<name>-<hash>` where the hash covers every setting that
+changes the folder's contents; it is built under a temporary name and renamed when complete,
+with manifest.json written last, so a folder that exists under its final name is complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import re
+import shutil
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hornn_dist.data import sources, vocab
+from hornn_dist.data.config import CORPORA_DIR, DataConfig, apply_preset
+from hornn_dist.data.shards import (
+    FORMAT_VERSION,
+    MANIFEST,
+    TOKENIZER,
+    ShardWriter,
+    open_corpus,
+    write_json,
+)
+from hornn_dist.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+SPLITS = ("train", "valid", "test")
+MAX_PIECE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How a piece's text becomes words."""
+
+    chunk_bytes: int
+    errors: str
+    lowercase: bool
+    add_eos: bool
+
+
+def corpus_name(cfg: DataConfig) -> str:
+    """Return the corpus's name: data.name, else derived from the hub id, else "corpus"."""
+    name = cfg.name or (cfg.hub_id if cfg.source == "hub" else "") or "corpus"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "corpus"
+
+
+def _portable(path: str) -> str:
+    """Return a path as written, with files of the bundled corpora named relative to the package."""
+    try:
+        return "<hornn_dist>/corpora/" + Path(path).resolve().relative_to(CORPORA_DIR).as_posix()
+    except ValueError:
+        return os.path.normpath(path)
+
+
+def token_settings(cfg: DataConfig) -> dict[str, Any]:
+    """Return the settings (of a preset-resolved config) that change the prepared folder's contents."""
+    inputs: dict[str, Any] = {s: [_portable(p) for p in getattr(cfg, s)] for s in SPLITS}
+    if cfg.source == "hub":
+        hub = (
+            "hub_id",
+            "hub_config",
+            "hub_revision",
+            "hub_data_dir",
+            "text_column",
+            "train_split",
+            "valid_split",
+            "test_split",
+        )
+        inputs.update({k: getattr(cfg, k) for k in hub})
+    keep = (
+        "min_count",
+        "max_vocab",
+        "lowercase",
+        "add_eos",
+        "errors",
+        "heldout_chars",
+        "valid_chars",
+        "shard_tokens",
+    )
+    return {
+        "format_version": FORMAT_VERSION,
+        "name": corpus_name(cfg),
+        "preset": cfg.preset,
+        "source": cfg.source,
+        "inputs": inputs,
+        **{k: getattr(cfg, k) for k in keep},
+    }
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    """Return the short hash that names a settings combination."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def corpus_folder(cfg: DataConfig) -> Path:
+    """Return where prepare_corpus puts (or finds) the shards of cfg, without touching the disk."""
+    resolved = apply_preset(cfg)
+    return (
+        Path(resolved.cache_dir)
+        / f"{corpus_name(resolved)}-{settings_hash(token_settings(resolved))}"
+    )
+
+
+# ---------------------------------------------------------------- worker tasks (top level: picklable)
+
+
+def _count_piece(
+    piece: sources.Piece, opts: TextOptions, on_bytes: sources.OnBytes
+) -> Counter[str]:
+    blocks = sources.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes)
+    return vocab.count_words(blocks, opts.lowercase, opts.add_eos)
+
+
+def _encode_piece(
+    piece: sources.Piece,
+    opts: TextOptions,
+    stoi: dict[str, int],
+    dtype: np.dtype,
+    on_bytes: sources.OnBytes,
+) -> Iterator[np.ndarray]:
+    for block in sources.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes):
+        yield vocab.encode_words(
+            vocab.split_words(block, opts.lowercase, opts.add_eos), stoi, dtype
+        )
+
+
+def _count_task(args: tuple[sources.Piece, TextOptions]) -> tuple[Counter[str], int]:
+    """Worker: return the word counts of a piece and the bytes read."""
+    piece, opts = args
+    read = [0]
+    counts = _count_piece(piece, opts, lambda n: read.__setitem__(0, read[0] + n))
+    return counts, read[0]
+
+
+def _encode_task(args: tuple[sources.Piece, TextOptions, list[str], str, str]) -> tuple[str, int]:
+    """Worker: write the ids of a piece to a file; return its path and the bytes read."""
+    piece, opts, itos, dtype_name, out = args
+    stoi = {w: i for i, w in enumerate(itos)}
+    read = [0]
+    with open(out, "wb") as f:
+        for ids in _encode_piece(
+            piece, opts, stoi, np.dtype(dtype_name), lambda n: read.__setitem__(0, read[0] + n)
+        ):
+            f.write(ids.tobytes())
+    return out, read[0]
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+def _progress(progress: bool, desc: str, total: int | None) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not progress,
+        leave=False,
+    )
+
+
+def _total(pieces: list[sources.Piece]) -> int | None:
+    sizes = [sources.piece_size(p) for p in pieces]
+    return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+
+def _plan(
+    cfg: DataConfig, files: dict[str, list[str]], workers: int
+) -> dict[str, list[sources.Piece]]:
+    """Return the pieces of each split, cut for the workers."""
+    if cfg.heldout_chars:
+        text = [f for s in SPLITS for f in files.get(s, [])]
+        pieces = sources.char_cut(text, cfg.heldout_chars, cfg.valid_chars, cfg.chunk_bytes)
+    else:
+        pieces = {s: [sources.Piece(f) for f in files[s]] for s in SPLITS if files.get(s)}
+    planned: dict[str, list[sources.Piece]] = {}
+    for split, parts in pieces.items():
+        total = _total(parts) or 0
+        unit = max(cfg.chunk_bytes, min(MAX_PIECE_BYTES, math.ceil(total / (4 * workers))))
+        planned[split] = [q for p in parts for q in sources.subdivide(p, unit)]
+    return planned
+
+
+def _input_files(cfg: DataConfig, work: Path, progress: bool) -> dict[str, list[str]]:
+    """Return the local text files of each split, downloading a hub dataset into work/ first."""
+    if cfg.source == "hub":
+        if not cfg.hub_id:
+            raise ConfigError(
+                'data.hub_id must be set when data.source = "hub" (e.g. "Salesforce/wikitext")'
+            )
+        with _progress(progress, f"{corpus_name(cfg)}: download", None) as bar:
+            return sources.download_hub(
+                cfg, work / "download", joined=cfg.heldout_chars > 0, on_bytes=bar.update
+            )
+    if not cfg.train:
+        raise ConfigError(
+            'data.train is empty; set data.train = ["path/to/train.txt"] (paths or globs) or a data.preset'
+        )
+    return {s: sources.expand(getattr(cfg, s), s) for s in SPLITS if getattr(cfg, s)}
+
+
+def _file_stats(files: dict[str, list[str]]) -> list[dict[str, Any]]:
+    out = []
+    for path in dict.fromkeys(f for fs in files.values() for f in fs):
+        st = os.stat(path)
+        out.append({"path": os.path.abspath(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+    return out
+
+
+def _warn_if_inputs_changed(manifest: dict[str, Any], folder: Path) -> None:
+    for item in manifest.get("input_files", []):
+        try:
+            st = os.stat(item["path"])
+        except OSError:
+            continue  # inputs need not exist where only the shards were copied
+        if (st.st_size, st.st_mtime_ns) != (item["bytes"], item["mtime_ns"]):
+            log.warning(
+                "data: %s changed since %s was prepared; HINT: delete that folder to prepare it again",
+                item["path"],
+                folder,
+            )
+
+
+class _Runner:
+    """Runs tasks in order in a pool of processes, started when first needed."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.pool: Any = None
+
+    def parallel(self, tasks: int) -> bool:
+        """Return whether that many tasks go to the pool (else they run in this process)."""
+        return self.workers > 1 and tasks > 1
+
+    def map(self, fn: Callable[[Any], Any], tasks: list[Any]) -> Iterator[Any]:
+        """Return fn over tasks, in order, computed by the pool."""
+        if self.pool is None:
+            self.pool = multiprocessing.get_context("spawn").Pool(self.workers)
+        return self.pool.imap(fn, tasks)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+
+def _count(
+    runner: _Runner, pieces: list[sources.Piece], opts: TextOptions, progress: bool, desc: str
+) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    with _progress(progress, desc, _total(pieces)) as bar:
+        if not runner.parallel(len(pieces)):
+            for piece in pieces:
+                counts.update(_count_piece(piece, opts, bar.update))
+        else:
+            for partial, nbytes in runner.map(_count_task, [(p, opts) for p in pieces]):
+                counts.update(partial)
+                bar.update(nbytes)
+    return counts
+
+
+def _encode(
+    runner: _Runner,
+    pieces: list[sources.Piece],
+    opts: TextOptions,
+    itos: list[str],
+    writer: ShardWriter,
+    work: Path,
+    progress: bool,
+    desc: str,
+) -> int:
+    """Append the tokens of the pieces to writer; return how many are <unk>."""
+    unknown = 0
+    with _progress(progress, desc, _total(pieces)) as bar:
+        if not runner.parallel(len(pieces)):
+            stoi = {w: i for i, w in enumerate(itos)}
+            for piece in pieces:
+                for ids in _encode_piece(piece, opts, stoi, writer.dtype, bar.update):
+                    unknown += int(np.count_nonzero(ids == 0))
+                    writer.append(ids)
+            return unknown
+        units = work / "units"
+        units.mkdir(exist_ok=True)
+        tasks = [
+            (p, opts, itos, writer.dtype.name, str(units / f"{writer.split}_{i:06d}.ids"))
+            for i, p in enumerate(pieces)
+        ]
+        for out, nbytes in runner.map(_encode_task, tasks):
+            with open(out, "rb") as f:
+                while block := f.read(1 << 24):
+                    ids = np.frombuffer(block, dtype=writer.dtype)
+                    unknown += int(np.count_nonzero(ids == 0))
+                    writer.append(ids)
+            os.remove(out)
+            bar.update(nbytes)
+    return unknown
+
+
+def _build(
+    cfg: DataConfig, settings: dict[str, Any], work: Path, workers: int, progress: bool
+) -> dict[str, Any]:
+    """Write tokenizer.json, the shards and manifest.json of cfg into work/; return the manifest."""
+    started = time.time()
+    name = corpus_name(cfg)
+    files = _input_files(cfg, work, progress)
+    pieces = _plan(cfg, files, workers)
+    opts = TextOptions(cfg.chunk_bytes, cfg.errors, cfg.lowercase, cfg.add_eos)
+    runner = _Runner(workers)
+    try:
+        counts = _count(runner, pieces["train"], opts, progress, f"{name}: vocabulary (train)")
+        train_words = sum(counts.values())
+        if not train_words:
+            raise DataError(
+                f"split 'train' of {name} has no words (files: {', '.join(files.get('train', []))}); HINT: check data.train"
+            )
+        itos = vocab.build_vocab(counts, cfg.min_count, cfg.max_vocab)
+        words = len(itos) - len(vocab.SPECIALS)
+        if words < 2:
+            raise DataError(
+                f"the vocabulary of {name} has {words} word(s) besides <unk> and <eos> (min_count = {cfg.min_count}, "
+                f"{len(counts)} distinct train words); HINT: lower data.min_count or use more training text"
+            )
+        kept = sum(counts[w] for w in itos[len(vocab.SPECIALS) :])
+        del counts
+        vhash = vocab.vocab_hash(itos)
+        dtype = vocab.token_dtype(len(itos))
+        vocab.save_tokenizer(itos, work / TOKENIZER, cfg.lowercase, cfg.add_eos)
+        splits: dict[str, Any] = {}
+        for split, parts in pieces.items():
+            writer = ShardWriter(work, split, cfg.shard_tokens, dtype, len(itos), vhash)
+            unknown = _encode(
+                runner, parts, opts, itos, writer, work, progress, f"{name}: encode {split}"
+            )
+            shards = writer.close()
+            tokens = sum(s["tokens"] for s in shards)
+            if not tokens:
+                raise DataError(
+                    f"split {split!r} of {name} is empty (no words); HINT: check data.{split} or the held-out sizes"
+                )
+            splits[split] = {"tokens": tokens, "unk_tokens": unknown, "shards": shards}
+    finally:
+        runner.close()
+    shutil.rmtree(work / "units", ignore_errors=True)
+    shutil.rmtree(work / "download", ignore_errors=True)
+    manifest = {
+        "format": "hornn_dist-shards",
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "settings_hash": settings_hash(settings),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": round(time.time() - started, 2),
+        "dtype": dtype.name,
+        "header_bytes": 64,
+        "vocab_size": len(itos),
+        "vocab_hash": vhash,
+        "specials": {w: i for i, w in enumerate(vocab.SPECIALS)},
+        "tokenizer": TOKENIZER,
+        "train_word_coverage": round(kept / max(train_words, 1), 6),
+        "splits": splits,
+        "settings": settings,
+        "input_files": _file_stats(files) if cfg.source == "files" else [],
+    }
+    write_json(work / MANIFEST, manifest)
+    return manifest
+
+
+def _remove_stale(folder: Path) -> None:
+    """Delete temporary folders of earlier runs of this host whose process is gone."""
+    host = socket.gethostname()
+    for tmp in folder.parent.glob(f"{folder.name}.tmp-*"):
+        owner, _, pid = tmp.name.rsplit(".tmp-", 1)[1].rpartition("-")
+        if owner != host or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def _summary(manifest: dict[str, Any]) -> str:
+    sizes = ", ".join(f"{s} {v['tokens']:,}" for s, v in manifest["splits"].items())
+    return f"vocab {manifest['vocab_size']:,} ({manifest['dtype']}), tokens: {sizes}"
+
+
+def prepare_corpus(
+    cfg: DataConfig, workers: int = 1, progress: bool = True, verify: bool = False
+) -> Path:
+    """Return the shard folder of cfg's corpus, preparing it first unless it is already complete.
+
+    When the folder exists this is a no-op (headers and sizes checked; sha256 too with verify)
+    that imports neither `datasets` nor `tokenizers`.
+    """
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    resolved = apply_preset(cfg)
+    settings = token_settings(resolved)
+    folder = Path(resolved.cache_dir) / f"{corpus_name(resolved)}-{settings_hash(settings)}"
+    if (folder / MANIFEST).exists():
+        corpus = open_corpus(folder, verify=verify)
+        _warn_if_inputs_changed(corpus.manifest, folder)
+        log.info(
+            "data: %s is already prepared (%s); nothing to do", folder, _summary(corpus.manifest)
+        )
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(folder)
+    work = folder.with_name(f"{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        work.mkdir()
+        manifest = _build(resolved, settings, work, workers, progress)
+        if folder.exists() and not (folder / MANIFEST).exists():
+            shutil.rmtree(folder)  # an incomplete folder under the final name: not ours to keep
+        try:
+            os.rename(work, folder)
+        except OSError:
+            if not (folder / MANIFEST).exists():
+                raise
+            log.info("data: %s was prepared by another process meanwhile; using it", folder)
+            return folder
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log.info("data: prepared %s in %.1f s: %s", folder, manifest["seconds"], _summary(manifest))
+    return folder

@@ -1,0 +1,340 @@
+"""Token shards on disk: the .bin format, the manifest, the writer, and a memory-mapped reader.
+
+A prepared corpus is one folder:
+
+    tokenizer.json           WordLevel tokenizer (ids 0 = <unk>, 1 = <eos>)
+    train_000000.bin ...     per split, shards of at most shard_tokens tokens
+    manifest.json            written last: format version, splits, per-shard tokens + sha256,
+                             dtype, vocabulary size and hash, source and preprocessing settings
+
+Each .bin file is a 64-byte little-endian header, then the token ids (uint16 or uint32):
+
+    offset  size  field
+    0       8     magic b"HORNNTOK"
+    8       4     format version (uint32)
+    12      4     bytes per token: 2 (uint16) or 4 (uint32)
+    16      8     number of tokens (uint64)
+    24      4     vocabulary size (uint32)
+    28      16    first 16 hex digits of the vocabulary's sha256 (ASCII)
+    44      20    zero
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from hornn_dist.errors import DataError
+
+MAGIC = b"HORNNTOK"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<8sIIQI16s20x")
+HEADER_BYTES = HEADER.size  # 64
+MANIFEST = "manifest.json"
+TOKENIZER = "tokenizer.json"
+_REDO = "HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again"
+
+
+def sha256_file(path: Path) -> str:
+    """Return the sha256 (hex) of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write data as JSON to path atomically (temporary file, fsync, rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ShardWriter:
+    """Writes one split's tokens as numbered .bin shards of at most shard_tokens tokens each."""
+
+    def __init__(
+        self,
+        folder: Path,
+        split: str,
+        shard_tokens: int,
+        dtype: np.dtype,
+        vocab_size: int,
+        vocab_hash: str,
+    ) -> None:
+        self.folder, self.split, self.shard_tokens = folder, split, shard_tokens
+        self.dtype, self.vocab_size, self.vocab_hash = np.dtype(dtype), vocab_size, vocab_hash
+        self.shards: list[dict[str, Any]] = []
+        self._file: IO[bytes] | None = None
+        self._count = 0
+
+    def _header(self, count: int) -> bytes:
+        return HEADER.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            self.dtype.itemsize,
+            count,
+            self.vocab_size,
+            self.vocab_hash[:16].encode(),
+        )
+
+    def _path(self) -> Path:
+        return self.folder / f"{self.split}_{len(self.shards):06d}.bin"
+
+    def append(self, ids: np.ndarray) -> None:
+        """Add tokens at the end of the split, starting new shards as they fill."""
+        ids = np.ascontiguousarray(ids, dtype=self.dtype)
+        while len(ids):
+            if self._file is None:
+                self._file = open(self._path(), "wb")
+                self._file.write(self._header(0))
+                self._count = 0
+            take = min(len(ids), self.shard_tokens - self._count)
+            self._file.write(ids[:take].tobytes())
+            self._count += take
+            ids = ids[take:]
+            if self._count == self.shard_tokens:
+                self._finish()
+
+    def _finish(self) -> None:
+        assert self._file is not None
+        self._file.seek(0)
+        self._file.write(self._header(self._count))
+        self._file.close()
+        self._file = None
+        path = self._path()
+        self.shards.append(
+            {
+                "file": path.name,
+                "tokens": self._count,
+                "bytes": path.stat().st_size,
+                "sha256": sha256_file(path),
+            }
+        )
+
+    def close(self) -> list[dict[str, Any]]:
+        """Finish the last shard; return the shards' records (file, tokens, bytes, sha256)."""
+        if self._file is not None:
+            self._finish()
+        return self.shards
+
+
+def read_header(path: Path) -> tuple[int, int, int, int, str]:
+    """Return (version, bytes per token, tokens, vocabulary size, vocabulary hash prefix) of a shard."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(HEADER_BYTES)
+    except OSError as e:
+        raise DataError(
+            f"{path}: cannot read shard ({e.strerror}); HINT: the folder is incomplete, re-run prepare"
+        ) from None
+    if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
+        raise DataError(
+            f"{path}: not a hornn_dist token shard (bad magic); {_REDO.format(folder=path.parent)}"
+        )
+    magic, version, itemsize, count, vocab_size, vhash = HEADER.unpack(raw)
+    return version, itemsize, count, vocab_size, vhash.decode("ascii", "replace")
+
+
+class TokenReader:
+    """One split's tokens across its shards: len() tokens, read(a, b) returns tokens [a, b)."""
+
+    def __init__(
+        self, folder: Path, split: str, shards: list[dict[str, Any]], dtype: np.dtype
+    ) -> None:
+        self.folder, self.split, self.dtype = folder, split, np.dtype(dtype)
+        self._files = [folder / s["file"] for s in shards]
+        counts = [int(s["tokens"]) for s in shards]
+        self._starts = [0]
+        for c in counts:
+            self._starts.append(self._starts[-1] + c)
+        self._maps: list[np.memmap | None] = [None] * len(shards)
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __repr__(self) -> str:
+        return f"TokenReader({self.split!r}, {len(self):,} tokens, {len(self._files)} shards, {self.dtype.name})"
+
+    def _map(self, i: int) -> np.memmap:
+        if self._maps[i] is None:
+            count = self._starts[i + 1] - self._starts[i]
+            self._maps[i] = np.memmap(
+                self._files[i], dtype=self.dtype, mode="r", offset=HEADER_BYTES, shape=(count,)
+            )
+        return self._maps[i]  # type: ignore[return-value]
+
+    def read(self, a: int, b: int) -> np.ndarray:
+        """Return a new array (the shards' dtype) of the tokens [a, b), across shard boundaries."""
+        if not 0 <= a <= b <= len(self):
+            raise IndexError(
+                f"token range [{a}, {b}) is outside split {self.split!r} of {len(self):,} tokens"
+            )
+        parts = []
+        i = bisect.bisect_right(self._starts, a) - 1
+        while a < b:
+            lo, hi = self._starts[i], self._starts[i + 1]
+            take = min(b, hi) - a
+            parts.append(self._map(i)[a - lo : a - lo + take])
+            a += take
+            i += 1
+        return np.concatenate(parts) if parts else np.empty(0, dtype=self.dtype)
+
+
+class Corpus:
+    """A prepared corpus folder: its manifest, split readers and tokenizer."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.vocab_size: int = int(manifest["vocab_size"])
+        self.vocab_hash: str = manifest["vocab_hash"]
+        self.dtype = np.dtype(manifest["dtype"])
+        self.splits: list[str] = list(manifest["splits"])
+        self._readers: dict[str, TokenReader] = {}
+        self._tokenizer: Any = None
+        self._itos: list[str] | None = None
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{s} {self.manifest['splits'][s]['tokens']:,}" for s in self.splits)
+        return f"Corpus({str(self.folder)!r}, vocab {self.vocab_size:,}, {sizes})"
+
+    def split(self, name: str) -> TokenReader:
+        """Return the reader of one split ('train', 'valid', 'test')."""
+        if name not in self.manifest["splits"]:
+            raise DataError(
+                f"{self.folder} has no split {name!r} (it has {', '.join(self.splits)}); HINT: configure data.{name} and prepare again"
+            )
+        if name not in self._readers:
+            self._readers[name] = TokenReader(
+                self.folder, name, self.manifest["splits"][name]["shards"], self.dtype
+            )
+        return self._readers[name]
+
+    def _check_vocab(self, itos: list[str]) -> list[str]:
+        from hornn_dist.data.vocab import vocab_hash
+
+        if len(itos) != self.vocab_size or vocab_hash(itos) != self.vocab_hash:
+            raise DataError(
+                f"{self.folder / TOKENIZER} does not match the shards' vocabulary (size {len(itos)} vs {self.vocab_size}); "
+                + _REDO.format(folder=self.folder)
+            )
+        return itos
+
+    def tokenizer(self) -> Any:
+        """Return the corpus's `tokenizers.Tokenizer` (loaded once, checked against the manifest)."""
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer  # lazy
+
+            tokenizer = Tokenizer.from_file(str(self.folder / TOKENIZER))
+            vocab = tokenizer.get_vocab(with_added_tokens=False)
+            itos = [""] * len(vocab)
+            for word, i in vocab.items():
+                if i < len(itos):
+                    itos[i] = word
+            self._check_vocab(itos)
+            self._tokenizer = tokenizer
+        return self._tokenizer
+
+    def itos(self) -> list[str]:
+        """Return the id-to-word table (read from tokenizer.json, checked against the manifest)."""
+        if self._itos is None:
+            from hornn_dist.data.vocab import load_itos
+
+            self._itos = self._check_vocab(load_itos(self.folder / TOKENIZER))
+        return self._itos
+
+    def encode(self, text: str) -> list[int]:
+        """Return the ids of text as the saved tokenizer encodes it (each newline is <eos> when add_eos)."""
+        return self.tokenizer().encode(text).ids
+
+    def decode(self, ids: Any) -> str:
+        """Return the words of ids joined by spaces, each <eos> as a line end."""
+        itos = self.itos()
+        out: list[str] = []
+        line: list[str] = []
+        for i in np.asarray(ids, dtype=np.int64).ravel().tolist():
+            word = itos[i]
+            if word == "<eos>":
+                out.append(" ".join(line) + "\n")
+                line = []
+            else:
+                line.append(word)
+        out.append(" ".join(line))
+        return "".join(out)
+
+    def check(self, verify: bool = False) -> None:
+        """Check every shard's header and size against the manifest, and its sha256 when verify."""
+        for split in self.splits:
+            for shard in self.manifest["splits"][split]["shards"]:
+                path = self.folder / shard["file"]
+                version, itemsize, count, vocab_size, vhash = read_header(path)
+                if version != FORMAT_VERSION or itemsize != self.dtype.itemsize:
+                    raise DataError(
+                        f"{path}: shard format {version}/{itemsize} bytes per token, expected {FORMAT_VERSION}/{self.dtype.itemsize}; "
+                        + _REDO.format(folder=self.folder)
+                    )
+                if vocab_size != self.vocab_size or vhash != self.vocab_hash[:16]:
+                    raise DataError(
+                        f"{path}: shard was written with another vocabulary than the manifest's; "
+                        + _REDO.format(folder=self.folder)
+                    )
+                expected = HEADER_BYTES + int(shard["tokens"]) * itemsize
+                if count != int(shard["tokens"]) or path.stat().st_size != expected:
+                    raise DataError(
+                        f"{path}: {path.stat().st_size} bytes / {count} tokens, the manifest says {expected} / {shard['tokens']} (truncated?); "
+                        + _REDO.format(folder=self.folder)
+                    )
+                if verify and sha256_file(path) != shard["sha256"]:
+                    raise DataError(
+                        f"{path}: sha256 checksum mismatch (file corrupted or changed); "
+                        + _REDO.format(folder=self.folder)
+                    )
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Return the folder's manifest, checked for its format and version."""
+    path = folder / MANIFEST
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise DataError(
+            f"{folder} has no {MANIFEST}: not a prepared corpus, or an interrupted run; HINT: run `python -m hornn_dist.prepare CONFIG`"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: unreadable ({e}); " + _REDO.format(folder=folder)) from None
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if not isinstance(version, int) or manifest.get("format") != "hornn_dist-shards":
+        raise DataError(f"{path}: not a hornn_dist shard manifest; " + _REDO.format(folder=folder))
+    if version < FORMAT_VERSION:
+        raise DataError(
+            f"{path}: manifest format {version} is older than this hornn_dist's format {FORMAT_VERSION}; "
+            + _REDO.format(folder=folder)
+        )
+    if version > FORMAT_VERSION:
+        raise DataError(
+            f"{path}: manifest format {version} is newer than this hornn_dist's format {FORMAT_VERSION}; HINT: upgrade hornn_dist"
+        )
+    return manifest
+
+
+def open_corpus(folder: str | os.PathLike[str], check: bool = True, verify: bool = False) -> Corpus:
+    """Return the prepared corpus in folder; check headers and sizes (default) and sha256 (verify)."""
+    folder = Path(folder)
+    corpus = Corpus(folder, read_manifest(folder))
+    if check or verify:
+        corpus.check(verify=verify)
+    return corpus

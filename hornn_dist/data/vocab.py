@@ -1,0 +1,118 @@
+"""Word-level vocabulary: text to words, counting, the id table, and its `tokenizer.json`.
+
+The words of a text are what the saved `tokenizers` WordLevel tokenizer produces: the specials
+`<unk>` and `<eos>` are matched first, then (optionally) lowercase, then every newline becomes
+`<eos>` (when add_eos), then the text splits on whitespace. `split_words` does the same in plain
+Python (a dict lookup over `str.split()` is several times faster than `encode_batch` on long
+strings); a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import array
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hornn_dist.errors import DataError
+
+UNK = "<unk>"
+EOS = "<eos>"
+SPECIALS = (UNK, EOS)  # ids 0 and 1
+# Python's str.split() also splits on U+001C..U+001F; Rust's char::is_whitespace does not.
+_PY_ONLY_SPACE = "[\x1c-\x1f]"
+
+
+def split_words(text: str, lowercase: bool, add_eos: bool) -> list[str]:
+    """Return the words (tokens as strings) of a block of text, as the saved tokenizer splits it."""
+    if "<" in text:
+        text = text.replace(UNK, f" {UNK} ").replace(EOS, f" {EOS} ")
+    if lowercase:
+        text = text.replace(
+            "\u03a3", "\u03c3"
+        ).lower()  # Rust lowercases capital sigma without context
+    if add_eos:
+        text = text.replace("\n", f" {EOS} ")
+    return text.split()
+
+
+def count_words(blocks: Iterable[str], lowercase: bool, add_eos: bool) -> Counter[str]:
+    """Return how often each word occurs in the blocks."""
+    counts: Counter[str] = Counter()
+    for block in blocks:
+        counts.update(split_words(block, lowercase, add_eos))
+    return counts
+
+
+def build_vocab(counts: Counter[str], min_count: int, max_vocab: int = 0) -> list[str]:
+    """Return the id-to-word table: specials, then words seen >= min_count times by count, ties alphabetical.
+
+    max_vocab > 0 caps the table's length (specials included). The order is the one
+    `tokenizers.trainers.WordLevelTrainer` gives.
+    """
+    words = [(-c, w) for w, c in counts.items() if c >= min_count and w not in SPECIALS]
+    words.sort()
+    if max_vocab:
+        words = words[: max_vocab - len(SPECIALS)]
+    return [*SPECIALS, *(w for _, w in words)]
+
+
+def vocab_hash(itos: list[str]) -> str:
+    """Return the sha256 (hex) of the id-to-word table."""
+    return hashlib.sha256("\n".join(itos).encode("utf-8")).hexdigest()
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Return the smallest unsigned dtype (uint16 or uint32) that holds every id."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def encode_words(words: list[str], stoi: dict[str, int], dtype: np.dtype) -> np.ndarray:
+    """Return the ids of the words (<unk> = 0 for unknown ones) as an array of dtype."""
+    get = stoi.get
+    ids = array.array("H" if dtype.itemsize == 2 else "I", [get(w, 0) for w in words])
+    return np.frombuffer(ids, dtype=dtype)
+
+
+def make_tokenizer(itos: list[str], lowercase: bool, add_eos: bool) -> Any:
+    """Return a `tokenizers.Tokenizer` (WordLevel, whitespace split) that encodes like `split_words`."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers  # lazy
+
+    tokenizer = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(itos)}, unk_token=UNK))
+    steps = [normalizers.Replace(Regex(_PY_ONLY_SPACE), " ")]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    if add_eos:
+        steps.append(normalizers.Replace("\n", f" {EOS} "))
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens(list(SPECIALS))
+    return tokenizer
+
+
+def save_tokenizer(itos: list[str], path: Path, lowercase: bool, add_eos: bool) -> None:
+    """Write the tokenizer of the table to path (tokenizer.json), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    make_tokenizer(itos, lowercase, add_eos).save(str(tmp))
+    os.replace(tmp, path)
+
+
+def load_itos(path: Path) -> list[str]:
+    """Return the id-to-word table stored in a tokenizer.json (no `tokenizers` import needed)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            vocab = json.load(f)["model"]["vocab"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(
+            f"{path}: cannot read the vocabulary ({e}); HINT: delete the folder and re-run prepare"
+        ) from None
+    itos = [""] * len(vocab)
+    for word, i in vocab.items():
+        itos[i] = word
+    return itos

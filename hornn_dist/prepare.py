@@ -1,0 +1,91 @@
+"""Command line: prepare a run's corpus (vocabulary + token shards) from its TOML config.
+
+    python -m hornn_dist.prepare configs/text8.toml [--set data.key=value ...] [--workers N] [--verify]
+
+Only the `[data]` section is read. Running it again with the same settings is a no-op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from hornn_dist.data.config import DataConfig, load_data_config
+from hornn_dist.errors import HornnError
+
+
+def load_data_section(path: str, overrides: list[str]) -> DataConfig:
+    """Return the `[data]` settings of a run config, through hornn_dist.config when it exists."""
+    overrides = [o if "." in o.partition("=")[0] else f"data.{o}" for o in overrides]
+    try:
+        from hornn_dist.config import load_config  # the whole-run loader, when present
+    except ImportError:
+        return load_data_config(path, overrides)
+    return load_config(path, overrides).data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the prepare command."""
+    parser = argparse.ArgumentParser(
+        prog="python -m hornn_dist.prepare", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("config", help="the run's TOML file (its [data] section is used)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key, e.g. --set data.min_count=5 (value in TOML syntax; the section defaults to data)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes for reading and encoding local files (default 1)",
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="when already prepared, also check every shard's sha256",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; return the process exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        cfg = load_data_section(args.config, args.overrides)
+        from hornn_dist.data.prepare import prepare_corpus
+        from hornn_dist.data.shards import open_corpus
+
+        folder = prepare_corpus(
+            cfg, workers=args.workers, progress=not args.quiet, verify=args.verify
+        )
+        corpus = open_corpus(folder, check=False)
+    except HornnError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing was kept", file=sys.stderr)
+        return 130
+    print(f"{folder}")
+    for split in corpus.splits:
+        info = corpus.manifest["splits"][split]
+        print(
+            f"  {split:5s} {info['tokens']:>14,} tokens  {len(info['shards'])} shard(s)  <unk> {info['unk_tokens'] / info['tokens']:.2%}"
+        )
+    print(
+        f"  vocab {corpus.vocab_size:,} ({corpus.manifest['dtype']})  sha256 {corpus.vocab_hash[:16]}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
