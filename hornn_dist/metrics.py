@@ -9,10 +9,12 @@ import torch
 
 
 def perplexity(loss_sum: float, count: int) -> float:
-    """Return exp(mean loss) computed in float64 (inf when the mean overflows)."""
+    """Return exp(mean loss) in float64 (inf when the mean overflows, nan for a nan loss)."""
     if count <= 0:
         raise ValueError(f"perplexity needs at least one token, got count={count}")
     mean = float(loss_sum) / int(count)
+    if math.isnan(mean):
+        return math.nan
     return math.exp(mean) if mean < 700 else math.inf
 
 
@@ -56,10 +58,10 @@ class RunningLoss:
         self._sum = value if self._sum is None else self._sum + value
         self._count += 1
 
-    def mean(self) -> float:
-        """Return the mean since the last call (nan when empty) and reset."""
+    def take(self) -> torch.Tensor:
+        """Return the mean since the last call as a device tensor (nan when empty) and reset."""
         if self._sum is None:
-            return math.nan
-        value = self._sum.item() / self._count
+            return torch.tensor(math.nan)
+        value = self._sum / self._count
         self._sum, self._count = None, 0
         return value

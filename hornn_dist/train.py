@@ -237,7 +237,8 @@ class Trainer:
                     speed.add(tokens_per_step)
                     bar.update(1)
                     if log_now:
-                        self._log_train(running.mean(), speed.rate(), norms, bar)
+                        loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
+                        self._log_train(loss_mean, speed.rate(), norms, bar)
                     epoch_end = stream.step == stream.steps_per_epoch
                     if (
                         cfg.eval_every

@@ -1,0 +1,213 @@
+"""The training job end to end: exact resume (1 and 2 real ranks), DDP equivalence, kills, TensorBoard."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hornn_dist.checkpoint import list_checkpoints, read_trainer_state
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    env,
+    final_weights,
+    launch_two_ranks,
+    run_module,
+    scalars,
+    write_tiny_config,
+)
+
+K_STEPS = 30  # spans two epoch boundaries (12 steps per epoch at these sizes)
+K_FIRST = 7  # stop mid-epoch 0, resume to K_STEPS
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("train")
+    config = write_tiny_config(folder)
+    check_ok(run_module("hornn_dist.prepare", str(config)))  # shared shards for every run below
+    return folder
+
+
+def _config(workdir: Path) -> str:
+    return str(workdir / "config.toml")
+
+
+def _out(workdir: Path, name: str) -> Path:
+    return workdir / name
+
+
+def _train(workdir: Path, name: str, *extra: str, ranks: int = 1, port: int = 29600):
+    args = [_config(workdir), "--set", f"train.output_dir={_out(workdir, name)}", *extra]
+    if ranks == 1:
+        return run_module("hornn_dist.train", *args)
+    return launch_two_ranks("hornn_dist.train", *args, port=port)
+
+
+@pytest.fixture(scope="module")
+def straight_1(workdir: Path) -> Path:
+    check_ok(_train(workdir, "straight1", "--set", f"train.max_steps={K_STEPS}"))
+    return _out(workdir, "straight1")
+
+
+@pytest.fixture(scope="module")
+def straight_2(workdir: Path) -> Path:
+    check_ok(_train(workdir, "straight2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29611))
+    return _out(workdir, "straight2")
+
+
+def _assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs"
+
+
+def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) -> None:
+    first = _train(workdir, "resumed1", "--set", f"train.max_steps={K_FIRST}")
+    check_ok(first)
+    second = _train(workdir, "resumed1", "--set", f"train.max_steps={K_STEPS}")
+    check_ok(second)
+    assert f"resuming from {_out(workdir, 'resumed1') / 'checkpoints'}" in second.stderr
+    assert f"step_{K_FIRST:08d}" in second.stderr
+    state = read_trainer_state(list_checkpoints(_out(workdir, "resumed1"))[-1])
+    assert state["step"] == K_STEPS and state["epoch"] == 2  # crossed two epoch boundaries
+    _assert_bit_identical(final_weights(straight_1), final_weights(_out(workdir, "resumed1")))
+
+
+def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> None:
+    check_ok(_train(workdir, "resumed2", "--set", f"train.max_steps={K_FIRST}", ranks=2, port=29612))
+    second = _train(workdir, "resumed2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29613)
+    check_ok(second)
+    assert "resuming from" in second.stderr
+    folder = list_checkpoints(_out(workdir, "resumed2"))[-1]
+    assert {p.name for p in folder.glob("rank_*.pt")} == {"rank_0.pt", "rank_1.pt"}
+    _assert_bit_identical(final_weights(straight_2), final_weights(_out(workdir, "resumed2")))
+
+
+def test_two_ranks_train_like_one(straight_1: Path, straight_2: Path) -> None:
+    one, two = scalars(straight_1), scalars(straight_2)
+    for tag in ("train/loss", "valid/loss", "test/ppl"):
+        steps_1, values_1 = zip(*one[tag], strict=True)
+        steps_2, values_2 = zip(*two[tag], strict=True)
+        assert steps_1 == steps_2
+        for v1, v2 in zip(values_1, values_2, strict=True):
+            assert v1 == pytest.approx(v2, rel=1e-4), tag
+    w1, w2 = final_weights(straight_1), final_weights(straight_2)
+    for key in w1:
+        torch.testing.assert_close(w1[key], w2[key], rtol=1e-4, atol=1e-5)
+
+
+def test_tensorboard_holds_every_tag(straight_1: Path) -> None:
+    tags = scalars(straight_1)
+    expected = {
+        "train/loss", "train/ppl", "train/lr", "train/tokens_per_sec", "valid/loss", "valid/ppl",
+        "test/ppl", "grad_norm/total",
+        *(f"grad_norm/layer0/path{n}" for n in (1, 2, 3)),
+        *(f"grad_norm/layer0/gate{n}" for n in (1, 2, 3)),
+    }  # fmt: skip
+    assert expected <= tags.keys()
+    for tag in expected:
+        assert tags[tag], tag
+        assert all(math.isfinite(v) for _, v in tags[tag]), tag
+    assert len(tags["train/loss"]) == K_STEPS // 2  # log.every = 2
+    losses = [v for _, v in tags["train/loss"]]
+    assert losses[-1] < losses[0]  # it learns the pseudo-language
+    assert all(v > 0 for _, v in tags["grad_norm/layer0/path1"])
+
+
+def test_checkpoints_pruned_to_newest_plus_best(straight_1: Path) -> None:
+    complete = list_checkpoints(straight_1)
+    state = read_trainer_state(complete[-1])
+    names = {c.name for c in complete}
+    assert state["best_checkpoint"] in names
+    assert len(names - {state["best_checkpoint"]}) <= 2  # keep_checkpoints = 2
+    assert complete[-1].name == f"step_{K_STEPS:08d}"
+    assert not list((straight_1 / "checkpoints").glob(".tmp_*"))
+
+
+_KILLER = """
+import os, signal, sys
+import hornn_dist.checkpoint as checkpoint
+from hornn_dist import train
+from hornn_dist.runtime import run_cli
+
+real_fsync_dir = checkpoint._fsync_dir
+def fsync_then_die(folder):
+    # SIGKILL inside the 2nd checkpoint: its files are written, its DONE marker is not.
+    if folder.name == ".tmp_step_00000010":
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_fsync_dir(folder)
+checkpoint._fsync_dir = fsync_then_die
+run_cli(train.main, sys.argv[1:])
+"""
+
+
+def test_sigkill_while_checkpointing_keeps_previous_checkpoint(
+    workdir: Path, straight_1: Path
+) -> None:
+    out = _out(workdir, "killed")
+    args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", f"train.max_steps={K_STEPS}"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLER, *args], capture_output=True, text=True, cwd=REPO, env=env()
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    complete = list_checkpoints(out)
+    assert [c.name for c in complete] == ["step_00000005"]
+    partial = out / "checkpoints" / ".tmp_step_00000010"
+    assert (partial / "model.safetensors").is_file() and not (partial / "DONE").exists()
+    assert load_file(str(complete[0] / "model.safetensors"))  # the previous one loads
+    rerun = _train(workdir, "killed", "--set", f"train.max_steps={K_STEPS}")
+    check_ok(rerun)
+    assert f"resuming from {complete[0]}" in rerun.stderr
+    assert not partial.exists()  # leftovers are cleaned at the next save
+    _assert_bit_identical(final_weights(straight_1), final_weights(out))
+
+
+def test_sigterm_checkpoints_and_exits_zero(workdir: Path) -> None:
+    out = _out(workdir, "preempted")
+    args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", "train.epochs=1000"]
+    args += ["--set", "train.checkpoint_every=0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hornn_dist.train", *args],
+        cwd=REPO,
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if "step 20: loss" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=120)
+    log = "".join(lines) + rest
+    assert proc.returncode == 0, log[-3000:]
+    assert "SIGTERM received: checkpointing at step" in log
+    newest = list_checkpoints(out)[-1]
+    state = read_trainer_state(newest)
+    assert state["step"] >= 20 and state["epoch"] < 1000
+    assert "test:" not in log  # stopped early: no final test pass
+
+
+def test_resume_refuses_a_different_model(workdir: Path, straight_1: Path) -> None:
+    copy = _out(workdir, "mismatch")
+    shutil.copytree(straight_1, copy)
+    proc = _train(workdir, "mismatch", "--set", "model.hidden_size=14", "--set", "model.order=2")
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: cannot resume from")
+    assert "model.hidden_size: checkpoint 12 != config 14" in last
+    assert "model.order: checkpoint 3 != config 2" in last
+    assert "Traceback" not in proc.stderr

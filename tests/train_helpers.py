@@ -1,0 +1,127 @@
+"""Helpers for the trainer tests: a tiny real corpus on disk and real CLI/accelerate launches."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = [f"w{i}" for i in range(40)]
+
+
+def write_markov_text(path: Path, n_words: int, seed: int) -> None:
+    """Write a learnable pseudo-language: each word mostly follows from the previous one."""
+    rng = random.Random(seed)
+    table = {w: rng.sample(WORDS, 3) for w in WORDS}
+    word, lines, line = WORDS[0], [], []
+    for _ in range(n_words):
+        word = rng.choice(table[word]) if rng.random() < 0.9 else rng.choice(WORDS)
+        line.append(word)
+        if len(line) == 12:
+            lines.append(" ".join(line))
+            line = []
+    lines.append(" ".join(line))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_tiny_config(folder: Path, train_words: int = 420, **sections: dict) -> Path:
+    """Write a tiny corpus and a run config using it; return the config path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n, seed in (("train", train_words, 1), ("valid", 200, 2), ("test", 200, 3)):
+        write_markov_text(folder / f"{split}.txt", n, seed)
+    base = {
+        "data": {
+            "source": "files",
+            "name": "tiny",
+            "train": [str(folder / "train.txt")],
+            "valid": [str(folder / "valid.txt")],
+            "test": [str(folder / "test.txt")],
+            "add_eos": True,
+            "cache_dir": str(folder / "cache"),
+        },
+        "model": {"pooling": "gated", "order": 3, "hidden_size": 12, "embedding_size": 10},
+        "optim": {"lr": 0.3, "momentum": 0.5, "weight_decay": 1e-5, "max_col_norm": 3.0},
+        "train": {
+            "batch_size": 4,
+            "bptt": 8,
+            "epochs": 3,
+            "eval_batch_size": 4,
+            "checkpoint_every": 5,
+            "keep_checkpoints": 2,
+            "output_dir": str(folder / "run"),
+        },
+        "log": {"every": 2, "progress": False},
+    }
+    for name, values in sections.items():
+        base[name].update(values)
+    from hornn_dist.checkpoint import to_toml
+
+    path = folder / "config.toml"
+    path.write_text(to_toml(base))
+    return path
+
+
+def env() -> dict[str, str]:
+    """Return the environment for child processes (quiet, deterministic, 1 thread per rank)."""
+    out = dict(os.environ)
+    out.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONWARNINGS": "ignore",
+        }
+    )
+    out.pop("WORLD_SIZE", None)
+    return out
+
+
+def run_module(module: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run `python -m module args` as one process and return its completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env(),
+        timeout=timeout,
+    )
+
+
+def launch_two_ranks(module: str, *args: str, port: int, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run `module` under a real 2-process `accelerate launch` on CPU (gloo)."""
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(port),
+        "-m", module, *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env(), timeout=timeout)
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    """Return the tensors of the newest complete checkpoint of a run."""
+    from hornn_dist.checkpoint import list_checkpoints
+
+    newest = list_checkpoints(run_dir)[-1]
+    return load_file(str(newest / "model.safetensors"))
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Return every TensorBoard scalar of a run as tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard")).Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> None:
+    """Fail with the child's output when it did not exit 0."""
+    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
