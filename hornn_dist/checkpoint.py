@@ -56,14 +56,16 @@ def list_checkpoints(output_dir: str | Path, warn: bool = True) -> list[Path]:
     if not root.is_dir():
         return []
     found = []
-    for folder in sorted(root.iterdir()):
-        if not _STEP_DIR.match(folder.name):
+    for folder in root.iterdir():
+        match = _STEP_DIR.match(folder.name)
+        if not match:
             continue
         if is_complete(folder):
-            found.append(folder)
+            found.append((int(match.group(1)), folder))
         elif warn:
             logger.warning("ignoring incomplete checkpoint %s (no %s marker)", folder, DONE)
-    return found
+    # By step number, not by name: step_100000000 comes after step_99999999.
+    return [folder for _, folder in sorted(found)]
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -80,6 +82,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return path
     if (path / "checkpoints").is_dir():
         return _latest_or_best(path, "latest")
+    if path.name == "checkpoints" and path.is_dir():
+        return _latest_or_best(path.parent, "latest")
     raise CheckpointError(
         f"{path} is neither a complete checkpoint (no {DONE}) nor a run directory"
     )
@@ -95,6 +99,11 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
         best = read_trainer_state(complete[-1]).get("best_checkpoint")
         if best and is_complete(checkpoint_root(run_dir) / best):
             return checkpoint_root(run_dir) / best
+        logger.warning(
+            "%s: using the newest checkpoint %s as best",
+            f"best checkpoint {best} is missing" if best else "no best checkpoint recorded yet",
+            complete[-1].name,
+        )
     return complete[-1]
 
 
@@ -132,8 +141,8 @@ def save_checkpoint(
     _atomic_torch_save(rank_state, tmp / f"rank_{accelerator.process_index}.pt")
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        (tmp / CONFIG_FILE).write_text(to_toml(cfg.to_dict()))
-        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2))
+        (tmp / CONFIG_FILE).write_text(to_toml(cfg.to_dict()), encoding="utf-8")
+        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
         _fsync_dir(tmp)
         (tmp / DONE).write_text(f"step {step}\n")
         if final.exists():  # the same step saved again (e.g. an epoch end right after a resume)
@@ -147,7 +156,7 @@ def save_checkpoint(
 def prune_checkpoints(output_dir: str | Path, keep: int, best: str | None) -> list[Path]:
     """Delete all but the newest `keep` complete checkpoints and the best one; return what was removed."""
     complete = list_checkpoints(output_dir, warn=False)
-    doomed = [c for c in complete[:-keep] if c.name != best]
+    doomed = [c for c in complete[: max(len(complete) - keep, 0)] if c.name != best]
     for folder in doomed:
         shutil.rmtree(folder, ignore_errors=True)
     root = checkpoint_root(output_dir)
@@ -210,10 +219,35 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _toml_string(text: str) -> str:
+    """Return `text` as a pure-ASCII TOML basic string (quotes, controls, non-ASCII escaped)."""
+    short = {
+        '"': '\\"',
+        "\\": "\\\\",
+        "\b": "\\b",
+        "\t": "\\t",
+        "\n": "\\n",
+        "\f": "\\f",
+        "\r": "\\r",
+    }
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in short:
+            out.append(short[char])
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(f"\\U{code:08X}")
+    return '"' + "".join(out) + '"'
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:

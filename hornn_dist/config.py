@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import types
 import typing
@@ -77,6 +78,7 @@ class TrainConfig:
         for key in ("max_steps", "eval_every", "checkpoint_every"):
             _at_least(f"train.{key}", getattr(self, key), 0)
         _choice("train.mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
+        _in_range("train.seed", self.seed, 0, 2**32 - 1)  # numpy's seed range
         if not self.output_dir:
             raise ConfigError("train.output_dir must not be empty; set it to a folder for this run")
 
@@ -136,11 +138,18 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
             )
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"config file {path} is not UTF-8 text: {err}") from None
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
     for item in overrides:
         section, key, value = parse_override(item)
-        raw.setdefault(section, {})[key] = value
+        if _field_type(section, key) is str and not isinstance(value, str):
+            value = item.partition("=")[2].strip()  # e.g. train.output_dir=2024 stays a string
+        table = raw.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{section}] must be a table of keys, got {table!r}")
+        table[key] = value
     return config_from_dict(raw)
 
 
@@ -179,6 +188,12 @@ _SECTION_TYPES: dict[str, type] = {
 }
 
 
+def _field_type(section: str, key: str) -> Any:
+    """Return the type hint of `section.key`, or None when there is no such key."""
+    cls = _SECTION_TYPES.get(section)
+    return typing.get_type_hints(cls).get(key) if cls is not None else None
+
+
 def _checked_fields(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
@@ -207,7 +222,10 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif hint is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        if ok:
+            if abs(value) > sys.float_info.max or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value}")
+            value = float(value)
     else:
         ok = isinstance(value, hint)
     if not ok:

@@ -56,8 +56,8 @@ class LrSchedule:
         else:
             halve = self.epochs_done >= self.halve_after
         self.previous_valid = valid_loss
-        if halve:
-            self.lr = max(self.lr / 2, self.min_lr)
+        if halve:  # never below min_lr, and never raised to it when the lr started lower
+            self.lr = max(self.lr / 2, min(self.min_lr, self.lr))
         return self.lr
 
     def apply(self, optimizer: torch.optim.Optimizer) -> None:

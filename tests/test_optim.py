@@ -1,0 +1,195 @@
+"""Optimiser pieces and metrics: lr schedules, gradient clipping, perplexity, gradient norms."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from hornn_dist.config import OptimConfig
+from hornn_dist.metrics import perplexity, total_grad_norm
+from hornn_dist.optim import LrSchedule, build_optimizer, clip_gradients
+
+
+def schedule(**overrides: object) -> LrSchedule:
+    """Return a schedule built from an OptimConfig with `overrides`."""
+    return LrSchedule.from_config(OptimConfig(**overrides))
+
+
+def run_epochs(sched: LrSchedule, valid_losses: list[float]) -> list[float]:
+    """Return the lr for the next epoch after each of the given validation losses."""
+    return [sched.end_epoch(loss) for loss in valid_losses]
+
+
+def params_with_grads(*grads: torch.Tensor) -> list[torch.nn.Parameter]:
+    """Return parameters whose .grad are copies of `grads`."""
+    params = []
+    for g in grads:
+        p = torch.nn.Parameter(torch.zeros_like(g))
+        p.grad = g.clone()
+        params.append(p)
+    return params
+
+
+# ---------------------------------------------------------------- lr schedules
+
+
+def test_plateau_halves_only_when_the_validation_loss_does_not_decrease() -> None:
+    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0)
+    lrs = run_epochs(sched, [6.0, 5.0, 5.0, 4.0, 4.5, 4.4, 3.0])
+    # 5.0 -> 5.0 is no decrease; 4.0 -> 4.5 is a rise; 4.5 -> 4.4 decreases again.
+    assert lrs == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.25]
+
+
+def test_plateau_compares_with_the_previous_epoch_not_the_best() -> None:
+    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0)
+    # 5.5 is worse than the best (5.0) but better than the previous epoch (6.0): no halving.
+    assert run_epochs(sched, [5.0, 6.0, 5.5]) == [1.0, 0.5, 0.5]
+
+
+def test_fixed_then_halve_is_the_text8_recipe() -> None:
+    sched = schedule(lr=0.5, schedule="fixed_then_halve", halve_after=5, min_lr=0.0)
+    # Validation losses are ignored; epochs 1-5 use 0.5, then 0.25, 0.125, ...
+    lrs_used = [sched.lr] + run_epochs(sched, [5.0, 4.0, 9.0, 3.0, 3.0, 2.0, 2.5, 1.0])
+    assert lrs_used == [0.5] * 5 + [0.25, 0.125, 0.0625, 0.03125]
+
+
+def test_fixed_then_halve_after_zero_epochs_halves_every_epoch() -> None:
+    sched = schedule(lr=0.8, schedule="fixed_then_halve", halve_after=0, min_lr=0.0)
+    assert run_epochs(sched, [1.0, 1.0, 1.0]) == [0.4, 0.2, 0.1]
+
+
+@pytest.mark.parametrize("kind", ["plateau", "fixed_then_halve"])
+def test_min_lr_is_a_floor(kind: str) -> None:
+    sched = schedule(lr=0.5, schedule=kind, halve_after=0, min_lr=0.1)
+    # A rising validation loss makes plateau halve every epoch too.
+    lrs = run_epochs(sched, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert lrs[-3:] == [0.1, 0.1, 0.1]
+    assert min(lrs) == 0.1
+
+
+def test_min_lr_above_the_initial_lr_never_raises_it() -> None:
+    sched = schedule(lr=0.01, schedule="fixed_then_halve", halve_after=0, min_lr=0.1)
+    assert run_epochs(sched, [1.0, 1.0]) == [0.01, 0.01]
+
+
+def test_state_dict_round_trip_through_json_continues_identically() -> None:
+    a = schedule(lr=0.5, schedule="plateau", min_lr=0.01)
+    run_epochs(a, [5.0, 4.0, 4.2])
+    state = json.loads(json.dumps(a.state_dict()))  # as stored in trainer_state.json
+    b = schedule(lr=9.0, schedule="fixed_then_halve", halve_after=1, min_lr=0.0)
+    b.load_state_dict(state)
+    assert b == a
+    more = [4.1, 4.3, 3.0, 3.0]
+    assert run_epochs(b, more) == run_epochs(a, more)
+
+
+def test_fresh_state_dict_survives_json_with_an_infinite_previous_loss() -> None:
+    a = schedule(lr=0.5, schedule="plateau")
+    b = schedule(lr=0.1, schedule="plateau")
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert b.previous_valid == math.inf and b == a
+    assert b.end_epoch(3.0) == 0.5  # the first epoch never halves on a finite loss
+
+
+def test_apply_sets_the_lr_on_every_parameter_group() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    opt = torch.optim.SGD(
+        [{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=1.0
+    )
+    sched = schedule(lr=1.0, schedule="fixed_then_halve", halve_after=0)
+    sched.end_epoch(1.0)
+    sched.apply(opt)
+    assert [g["lr"] for g in opt.param_groups] == [0.5, 0.5]
+
+
+def test_build_optimizer_uses_the_config() -> None:
+    model = torch.nn.Linear(3, 2)
+    opt = build_optimizer(model, OptimConfig(lr=0.3, momentum=0.5, weight_decay=1e-3))
+    group = opt.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.3, 0.5, 1e-3)
+    assert len(group["params"]) == 2
+
+
+# ---------------------------------------------------------------- gradient clipping
+
+
+def test_value_clipping_clips_each_element() -> None:
+    a = torch.tensor([-10.0, -1.0, 0.5, 3.0])
+    b = torch.tensor([[7.0, -0.2], [2.0, -2.5]])
+    params = params_with_grads(a, b)
+    clip_gradients(params, OptimConfig(clip=2.0, clip_mode="value"))
+    assert torch.equal(params[0].grad, torch.tensor([-2.0, -1.0, 0.5, 2.0]))
+    assert torch.equal(params[1].grad, torch.tensor([[2.0, -0.2], [2.0, -2.0]]))
+
+
+def test_norm_clipping_rescales_to_the_global_norm() -> None:
+    a, b = torch.tensor([3.0, 0.0]), torch.tensor([[0.0], [4.0]])  # global norm 5
+    params = params_with_grads(a, b)
+    clip_gradients(params, OptimConfig(clip=1.0, clip_mode="norm"))
+    assert torch.allclose(params[0].grad, a / 5, atol=1e-6)
+    assert torch.allclose(params[1].grad, b / 5, atol=1e-6)
+    assert math.isclose(float(total_grad_norm(params)), 1.0, rel_tol=1e-5)
+
+
+def test_norm_clipping_leaves_small_gradients_alone() -> None:
+    a = torch.tensor([0.3, -0.4])
+    params = params_with_grads(a)
+    clip_gradients(params, OptimConfig(clip=1.0, clip_mode="norm"))
+    assert torch.equal(params[0].grad, a)
+
+
+@pytest.mark.parametrize("mode", ["value", "norm"])
+def test_clip_zero_is_a_no_op(mode: str) -> None:
+    a = torch.tensor([100.0, -300.0])
+    params = params_with_grads(a)
+    clip_gradients(params, OptimConfig(clip=0.0, clip_mode=mode))
+    assert torch.equal(params[0].grad, a)
+
+
+def test_clipping_skips_parameters_without_gradients() -> None:
+    params = params_with_grads(torch.tensor([9.0]))
+    params.append(torch.nn.Parameter(torch.ones(2)))
+    clip_gradients(params, OptimConfig(clip=1.0, clip_mode="value"))
+    clip_gradients(params, OptimConfig(clip=1.0, clip_mode="norm"))
+    assert torch.allclose(params[0].grad, torch.tensor([1.0])) and params[1].grad is None
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_perplexity_is_exp_of_the_mean_in_float64() -> None:
+    count = 100_000_000  # a text8-sized token count
+    mean = 4.6051701859880914  # ln(100)
+    loss_sum = mean * count
+    assert perplexity(loss_sum, count) == pytest.approx(math.exp(mean), rel=1e-12)
+    assert perplexity(loss_sum, count) == pytest.approx(100.0, rel=1e-12)
+    # Sums kept as float64 tensors (as evaluation reduces them) give the same float.
+    value = perplexity(torch.tensor(loss_sum, dtype=torch.float64), torch.tensor(count))
+    assert isinstance(value, float) and value == pytest.approx(100.0, rel=1e-12)
+
+
+def test_perplexity_edges() -> None:
+    assert perplexity(0.0, 10) == 1.0
+    assert perplexity(10_000.0, 1) == math.inf
+    assert math.isnan(perplexity(math.nan, 3))
+    with pytest.raises(ValueError, match="count=0"):
+        perplexity(1.0, 0)
+
+
+def test_total_grad_norm_equals_the_norm_of_the_concatenated_grads() -> None:
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(shape, generator=gen) for shape in [(3, 4), (7,), (2, 2, 2), ()]]
+    params = params_with_grads(*grads)
+    params.append(torch.nn.Parameter(torch.ones(5)))  # no grad: ignored
+    expected = torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))
+    got = total_grad_norm(params)
+    assert got.dim() == 0
+    assert torch.allclose(got, expected, rtol=1e-6)
+
+
+def test_total_grad_norm_without_gradients_is_zero() -> None:
+    assert float(total_grad_norm([torch.nn.Parameter(torch.ones(2))])) == 0.0
+    assert float(total_grad_norm([])) == 0.0
