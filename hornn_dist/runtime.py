@@ -37,12 +37,19 @@ def build_accelerator(
         kwargs["project_config"] = ProjectConfiguration(project_dir=str(project_dir))
     if tensorboard:
         kwargs["log_with"] = "tensorboard"
-    accelerator = Accelerator(
-        cpu=not on_cuda,
-        mixed_precision=mixed_precision,
-        step_scheduler_with_optimizer=False,
-        **kwargs,
-    )
+    try:
+        accelerator = Accelerator(
+            cpu=not on_cuda,
+            mixed_precision=mixed_precision,
+            step_scheduler_with_optimizer=False,
+            **kwargs,
+        )
+    except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set without MASTER_ADDR
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(
+            f"cannot start the distributed run: {first_line}; start multi-process runs with "
+            "`accelerate launch` (see launch/README.md)"
+        ) from None
     expected = int(os.environ.get("WORLD_SIZE", "1"))
     if accelerator.num_processes != expected:
         raise ConfigError(
@@ -71,11 +78,18 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
         code = main(argv)
     except HornnError as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        code = 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        code = 130
+    _shutdown_process_group()
     sys.exit(code)
+
+
+def _shutdown_process_group() -> None:
+    """Tear down torch.distributed so an error exit does not end in a gloo abort."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 class StopFlag:

@@ -61,7 +61,9 @@ def straight_1(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def straight_2(workdir: Path) -> Path:
-    check_ok(_train(workdir, "straight2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29611))
+    check_ok(
+        _train(workdir, "straight2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29611)
+    )
     return _out(workdir, "straight2")
 
 
@@ -84,7 +86,9 @@ def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) ->
 
 
 def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> None:
-    check_ok(_train(workdir, "resumed2", "--set", f"train.max_steps={K_FIRST}", ranks=2, port=29612))
+    check_ok(
+        _train(workdir, "resumed2", "--set", f"train.max_steps={K_FIRST}", ranks=2, port=29612)
+    )
     second = _train(workdir, "resumed2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29613)
     check_ok(second)
     assert "resuming from" in second.stderr
@@ -155,7 +159,13 @@ def test_sigkill_while_checkpointing_keeps_previous_checkpoint(
     workdir: Path, straight_1: Path
 ) -> None:
     out = _out(workdir, "killed")
-    args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", f"train.max_steps={K_STEPS}"]
+    args = [
+        _config(workdir),
+        "--set",
+        f"train.output_dir={out}",
+        "--set",
+        f"train.max_steps={K_STEPS}",
+    ]
     proc = subprocess.run(
         [sys.executable, "-c", _KILLER, *args], capture_output=True, text=True, cwd=REPO, env=env()
     )

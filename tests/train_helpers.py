@@ -94,7 +94,9 @@ def run_module(module: str, *args: str, timeout: int = 300) -> subprocess.Comple
     )
 
 
-def launch_two_ranks(module: str, *args: str, port: int, timeout: int = 300) -> subprocess.CompletedProcess:
+def launch_two_ranks(
+    module: str, *args: str, port: int, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """Run `module` under a real 2-process `accelerate launch` on CPU (gloo)."""
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch",
@@ -124,4 +126,6 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def check_ok(proc: subprocess.CompletedProcess) -> None:
     """Fail with the child's output when it did not exit 0."""
-    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
+    )

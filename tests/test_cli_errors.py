@@ -1,0 +1,115 @@
+"""Bad configs and inputs reach the user as one line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("errors")
+    write_tiny_config(folder)
+    (folder / "bad_utf8.txt").write_bytes(b"good words here\n" + b"caf\xe9 au lait\n")
+    return folder
+
+
+def _run(module: str, *args: str, extra_env: dict[str, str] | None = None):
+    child_env = env()
+    child_env.update(extra_env or {})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=child_env,
+        timeout=300,
+    )
+
+
+TRAIN_CASES = {
+    "missing config": (["{dir}/nope.toml"], "config file {dir}/nope.toml not found"),
+    "typo key": (["--set", "train.max_stepz=5"], "did you mean train.max_steps?"),
+    "wrong type": (["--set", "train.bptt='x'"], "train.bptt must be of type int"),
+    "out of range": (["--set", "optim.lr=0"], "optim.lr must be > 0, got 0.0"),
+    "bad choice": (
+        ["--set", "model.pooling=mean"],
+        "model.pooling must be one of sum, max, fofe, gated",
+    ),
+    "malformed --set": (["--set", "train.bptt"], "must look like section.key=value"),
+    "split too small": (["--set", "train.batch_size=1000"], "too few for 1000 streams"),
+    "missing data file": (["--set", 'data.train=["{dir}/absent.txt"]'], "{dir}/absent.txt"),
+    "invalid utf-8": (["--set", 'data.train=["{dir}/bad_utf8.txt"]'], "byte"),
+    "resume path": (["--resume", "{dir}/no_such_run"], "no_such_run does not exist"),
+    "non-finite loss": (
+        ["--set", "optim.lr=1e30", "--set", "optim.clip=0", "--set", "optim.max_col_norm=0"],
+        "training loss became NaN/inf at step",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRAIN_CASES))
+def test_train_errors_are_one_line(tiny: Path, case: str) -> None:
+    args, expected = TRAIN_CASES[case]
+    args = [a.format(dir=tiny) for a in args]
+    config = [] if case == "missing config" else [str(tiny / "config.toml")]
+    out = ["--set", f"train.output_dir={tiny / ('run_' + case.replace(' ', '_'))}"]
+    proc = _run("hornn_dist.train", *config, *args, *out)
+    _assert_one_line_error(proc, expected.format(dir=tiny))
+    if case == "non-finite loss":  # nothing was checkpointed after the loss went bad
+        assert not (tiny / "run_non-finite_loss" / "checkpoints").exists()
+
+
+def test_world_size_mismatch_is_one_line(tiny: Path) -> None:
+    proc = _run(
+        "hornn_dist.train",
+        str(tiny / "config.toml"),
+        "--set",
+        f"train.output_dir={tiny / 'run_ws'}",
+        extra_env={"WORLD_SIZE": "2"},
+    )
+    _assert_one_line_error(proc, "cannot start the distributed run")
+
+
+def test_evaluate_and_generate_errors(tiny: Path) -> None:
+    empty = tiny / "empty_run"
+    (empty / "checkpoints").mkdir(parents=True)
+    _assert_one_line_error(_run("hornn_dist.evaluate", str(empty)), "no complete checkpoint")
+    _assert_one_line_error(
+        _run("hornn_dist.generate", str(empty), "--temperature", "0"), "--temperature must be > 0"
+    )
+
+
+def test_evaluate_and_generate_from_a_trained_run(tiny: Path) -> None:
+    run = tiny / "run_ok"
+    check_ok(run_module("hornn_dist.train", str(tiny / "config.toml"), "--set",
+                        f"train.output_dir={run}", "--set", "train.max_steps=6"))  # fmt: skip
+    proc = run_module("hornn_dist.evaluate", str(run), "--split", "test")
+    check_ok(proc)
+    line = proc.stdout.strip().splitlines()[-1].split()
+    assert line[:3] == ["split", "test:", "tokens"] and int(line[3]) == 216
+    assert float(line[7]) > 1.0  # ppl
+    bad = _run("hornn_dist.evaluate", str(run), "--split", "nope")
+    _assert_one_line_error(bad, "split 'nope' not in the corpus")
+    sample = run_module("hornn_dist.generate", str(run / "checkpoints" / "latest"), "--prompt", "w1 w2",
+                        "--tokens", "12", "--seed", "3")  # fmt: skip
+    check_ok(sample)
+    words = sample.stdout.split()
+    assert words[:2] == ["w1", "w2"] and len(words) > 2  # sampled <eos> print as line breaks
+    assert all(w.startswith("w") or w == "<unk>" for w in words)
+    again = run_module("hornn_dist.generate", str(run), "--prompt", "w1 w2", "--tokens", "12",
+                       "--seed", "3")  # fmt: skip
+    assert again.stdout == sample.stdout  # the seed makes it repeatable
+
+
+def _assert_one_line_error(proc: subprocess.CompletedProcess, expected: str) -> None:
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    assert expected in errors[0], errors[0]
