@@ -270,3 +270,24 @@ def test_cli(tmp_path: Path, ptb: Path, capsys: pytest.CaptureFixture[str]) -> N
     err = capsys.readouterr().err
     assert err.startswith("error: data.train: no file matches") and err.count("\n") == 1
     assert os.listdir(tmp_path / "cache") == [folder.name]
+
+
+def test_shards_are_found_where_the_raw_text_is_gone(tmp_path: Path, ptb: Path) -> None:
+    simple = tmp_path / "simple-examples"
+    (simple / "data").mkdir(parents=True)
+    for f in ptb.iterdir():
+        (simple / "data" / f.name).write_bytes(f.read_bytes())
+    cfg = _cfg(tmp_path, preset="ptb", path=str(simple))
+    folder = prepare_corpus(cfg, progress=False)
+    (simple / "data").rename(tmp_path / "elsewhere")  # like a GPU box that got only the shards
+    assert corpus_folder(cfg) == folder
+    assert prepare_corpus(cfg, progress=False) == folder
+
+
+def test_worker_errors_arrive_as_the_same_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "train.txt"
+    bad.write_bytes(b" some words here \n" * 400 + b"\xff\n" + b" more words \n" * 400)
+    cfg = _cfg(tmp_path, train=[str(bad)], chunk_bytes=256)
+    with pytest.raises(DataError, match=r"train.txt: invalid UTF-8 at byte 7200; HINT"):
+        prepare_corpus(cfg, workers=2, progress=False)
+    assert list((tmp_path / "cache").iterdir()) == []

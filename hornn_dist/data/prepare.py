@@ -13,6 +13,7 @@ with manifest.json written last, so a folder that exists under its final name is
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from hornn_dist.data import sources, vocab
-from hornn_dist.data.config import CORPORA_DIR, DataConfig, apply_preset
+from hornn_dist.data.config import DataConfig, apply_preset
 from hornn_dist.data.shards import (
     FORMAT_VERSION,
     MANIFEST,
@@ -64,46 +65,39 @@ def corpus_name(cfg: DataConfig) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "corpus"
 
 
-def _portable(path: str) -> str:
-    """Return a path as written, with files of the bundled corpora named relative to the package."""
-    try:
-        return "<hornn_dist>/corpora/" + Path(path).resolve().relative_to(CORPORA_DIR).as_posix()
-    except ValueError:
-        return os.path.normpath(path)
+_HUB_KEYS = ("hub_id", "hub_config", "hub_revision", "hub_data_dir", "text_column")
+_SPLIT_KEYS = ("train_split", "valid_split", "test_split")
+_TOKEN_KEYS = (
+    "min_count",
+    "max_vocab",
+    "lowercase",
+    "add_eos",
+    "errors",
+    "heldout_chars",
+    "valid_chars",
+)
 
 
 def token_settings(cfg: DataConfig) -> dict[str, Any]:
-    """Return the settings (of a preset-resolved config) that change the prepared folder's contents."""
-    inputs: dict[str, Any] = {s: [_portable(p) for p in getattr(cfg, s)] for s in SPLITS}
-    if cfg.source == "hub":
-        hub = (
-            "hub_id",
-            "hub_config",
-            "hub_revision",
-            "hub_data_dir",
-            "text_column",
-            "train_split",
-            "valid_split",
-            "test_split",
-        )
-        inputs.update({k: getattr(cfg, k) for k in hub})
-    keep = (
-        "min_count",
-        "max_vocab",
-        "lowercase",
-        "add_eos",
-        "errors",
-        "heldout_chars",
-        "valid_chars",
-        "shard_tokens",
-    )
+    """Return the settings that change the prepared folder's contents (they name the folder).
+
+    Inputs are taken as the user wrote them (path, train, valid, test) and never looked up on
+    disk, so the same config finds the same folder on a machine that has only the shards.
+    Everything else is taken after the preset is applied.
+    """
+    resolved = apply_preset(cfg)
+    inputs: dict[str, Any] = {"path": os.path.normpath(cfg.path) if cfg.path else ""}
+    inputs.update({s: [os.path.normpath(p) for p in getattr(cfg, s)] for s in SPLITS})
+    if resolved.source == "hub":
+        inputs.update({k: getattr(resolved, k) for k in _HUB_KEYS + _SPLIT_KEYS})
     return {
         "format_version": FORMAT_VERSION,
-        "name": corpus_name(cfg),
+        "name": corpus_name(resolved),
         "preset": cfg.preset,
-        "source": cfg.source,
+        "source": resolved.source,
         "inputs": inputs,
-        **{k: getattr(cfg, k) for k in keep},
+        "shard_tokens": resolved.shard_tokens,
+        **{k: getattr(resolved, k) for k in _TOKEN_KEYS},
     }
 
 
@@ -113,11 +107,10 @@ def settings_hash(settings: dict[str, Any]) -> str:
 
 
 def corpus_folder(cfg: DataConfig) -> Path:
-    """Return where prepare_corpus puts (or finds) the shards of cfg, without touching the disk."""
+    """Return the folder where prepare_corpus puts (or finds) the shards of cfg; prepares nothing."""
     resolved = apply_preset(cfg)
     return (
-        Path(resolved.cache_dir)
-        / f"{corpus_name(resolved)}-{settings_hash(token_settings(resolved))}"
+        Path(resolved.cache_dir) / f"{corpus_name(resolved)}-{settings_hash(token_settings(cfg))}"
     )
 
 
@@ -258,7 +251,11 @@ class _Runner:
     def map(self, fn: Callable[[Any], Any], tasks: list[Any]) -> Iterator[Any]:
         """Return fn over tasks, in order, computed by the pool."""
         if self.pool is None:
-            self.pool = multiprocessing.get_context("spawn").Pool(self.workers)
+            # fork where there is one: the workers only read files and use numpy, and fork
+            # needs no `if __name__ == "__main__"` guard in the caller's script
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self.pool = context.Pool(self.workers)
         return self.pool.imap(fn, tasks)
 
     def close(self) -> None:
@@ -327,10 +324,15 @@ def _build(
     name = corpus_name(cfg)
     files = _input_files(cfg, work, progress)
     pieces = _plan(cfg, files, workers)
+    counted_from = time.time()
     opts = TextOptions(cfg.chunk_bytes, cfg.errors, cfg.lowercase, cfg.add_eos)
     runner = _Runner(workers)
     try:
         counts = _count(runner, pieces["train"], opts, progress, f"{name}: vocabulary (train)")
+        timings = {
+            "plan": round(counted_from - started, 2),
+            "count": round(time.time() - counted_from, 2),
+        }
         train_words = sum(counts.values())
         if not train_words:
             raise DataError(
@@ -349,6 +351,8 @@ def _build(
         dtype = vocab.token_dtype(len(itos))
         vocab.save_tokenizer(itos, work / TOKENIZER, cfg.lowercase, cfg.add_eos)
         splits: dict[str, Any] = {}
+        encode_from = time.time()
+        timings["vocab"] = round(encode_from - counted_from - timings["count"], 2)
         for split, parts in pieces.items():
             writer = ShardWriter(work, split, cfg.shard_tokens, dtype, len(itos), vhash)
             unknown = _encode(
@@ -361,8 +365,10 @@ def _build(
                     f"split {split!r} of {name} is empty (no words); HINT: check data.{split} or the held-out sizes"
                 )
             splits[split] = {"tokens": tokens, "unk_tokens": unknown, "shards": shards}
+        timings["encode"] = round(time.time() - encode_from, 2)
     finally:
         runner.close()
+    log.debug("data: %s phases (s): %s", name, timings)
     shutil.rmtree(work / "units", ignore_errors=True)
     shutil.rmtree(work / "download", ignore_errors=True)
     manifest = {
@@ -372,6 +378,7 @@ def _build(
         "settings_hash": settings_hash(settings),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": round(time.time() - started, 2),
+        "phase_seconds": timings,
         "dtype": dtype.name,
         "header_bytes": 64,
         "vocab_size": len(itos),
@@ -381,6 +388,7 @@ def _build(
         "train_word_coverage": round(kept / max(train_words, 1), 6),
         "splits": splits,
         "settings": settings,
+        "config": dataclasses.asdict(cfg),
         "input_files": _file_stats(files) if cfg.source == "files" else [],
     }
     write_json(work / MANIFEST, manifest)
@@ -418,7 +426,7 @@ def prepare_corpus(
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     resolved = apply_preset(cfg)
-    settings = token_settings(resolved)
+    settings = token_settings(cfg)
     folder = Path(resolved.cache_dir) / f"{corpus_name(resolved)}-{settings_hash(settings)}"
     if (folder / MANIFEST).exists():
         corpus = open_corpus(folder, verify=verify)
