@@ -147,3 +147,10 @@ def test_last_line_of_blanks_gets_no_newline_in_any_piece_layout(tmp_path: Path)
         assert "".join(_read(p, chunk=16) for p in pieces).endswith("end" + " " * 200 + "\n")
     path.write_text("a b\n" + " " * 300)
     assert "".join(_read(p) for p in sources.subdivide(Piece(str(path)), 50)) == "a b\n" + " " * 300
+
+
+def test_truncated_compressed_file_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "a.txt.gz"
+    path.write_bytes(gzip.compress(_text().encode())[:-30])
+    with pytest.raises(DataError, match=r"a.txt.gz: read failed .*HINT: the file is truncated"):
+        _read(Piece(str(path)))

@@ -18,6 +18,7 @@ import lzma
 import os
 import re
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,53 +69,65 @@ def is_compressed(path: str) -> bool:
     return path.lower().endswith(COMPRESSED)
 
 
+class _Stream:
+    """A binary stream of a file's text whose read errors become a DataError naming the file."""
+
+    def __init__(self, raw: IO[bytes], path: str, seekable: bool) -> None:
+        self.raw, self.path, self.seekable = raw, path, seekable
+
+    def read(self, size: int) -> bytes:
+        """Return up to size bytes (b"" at the end)."""
+        try:
+            return self.raw.read(size)
+        except (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile) as e:
+            raise DataError(
+                f"{self.path}: read failed ({e}); HINT: the file is truncated or corrupt, fetch it again"
+            ) from None
+
+    def skip(self, count: int) -> None:
+        """Advance by count bytes (a seek for plain files, else read and drop)."""
+        if self.seekable:
+            self.raw.seek(count, os.SEEK_CUR)
+            return
+        while count > 0:
+            data = self.read(min(count, 1 << 20))
+            if not data:
+                return
+            count -= len(data)
+
+
 @contextlib.contextmanager
-def open_bytes(path: str) -> Iterator[IO[bytes]]:
+def open_bytes(path: str) -> Iterator[_Stream]:
     """Yield a binary stream of the file's text, decompressing .gz/.bz2/.xz and one-member .zip."""
-    try:
-        lower = path.lower()
-        if lower.endswith(".gz"):
-            stream: Any = gzip.open(path, "rb")
-        elif lower.endswith(".bz2"):
-            stream = bz2.open(path, "rb")
-        elif lower.endswith(".xz"):
-            stream = lzma.open(path, "rb")
-        elif lower.endswith(".zip"):
-            with zipfile.ZipFile(path) as archive:
+    with contextlib.ExitStack() as stack:
+        try:
+            lower = path.lower()
+            if lower.endswith(".gz"):
+                stream: IO[bytes] = stack.enter_context(gzip.open(path, "rb"))
+            elif lower.endswith(".bz2"):
+                stream = stack.enter_context(bz2.open(path, "rb"))
+            elif lower.endswith(".xz"):
+                stream = stack.enter_context(lzma.open(path, "rb"))
+            elif lower.endswith(".zip"):
+                archive = stack.enter_context(zipfile.ZipFile(path))
                 members = [m for m in archive.infolist() if not m.is_dir()]
                 if len(members) != 1:
                     raise DataError(
-                        f"{path}: a .zip input must hold exactly one file, it holds {len(members)}; HINT: unzip it and list the files"
+                        f"{path}: a .zip input must hold exactly one file, it holds {len(members)}; "
+                        "HINT: unzip it and list the files"
                     )
-                with archive.open(members[0]) as member:
-                    yield member
-            return
-        else:
-            stream = open(path, "rb")
-    except FileNotFoundError:
-        raise DataError(
-            f"{path}: file not found; HINT: check data.path / data.train / data.valid / data.test"
-        ) from None
-    except (OSError, zipfile.BadZipFile) as e:
-        raise DataError(
-            f"{path}: cannot open ({e}); HINT: check that the file is readable and not truncated"
-        ) from None
-    with stream:
-        yield stream
-
-
-def _skip(stream: IO[bytes], count: int, chunk_bytes: int) -> None:
-    """Advance a stream by count bytes (seek when it can, else read and drop)."""
-    if count <= 0:
-        return
-    if stream.seekable() and not isinstance(stream, (gzip.GzipFile, bz2.BZ2File, lzma.LZMAFile)):
-        stream.seek(count, os.SEEK_CUR)
-        return
-    while count > 0:
-        data = stream.read(min(count, max(chunk_bytes, 1 << 20)))
-        if not data:
-            return
-        count -= len(data)
+                stream = stack.enter_context(archive.open(members[0]))
+            else:
+                stream = stack.enter_context(open(path, "rb"))
+        except FileNotFoundError:
+            raise DataError(
+                f"{path}: file not found; HINT: check data.path / data.train / data.valid / data.test"
+            ) from None
+        except (OSError, zipfile.BadZipFile) as e:
+            raise DataError(
+                f"{path}: cannot open ({e}); HINT: check that the file is readable and not truncated"
+            ) from None
+        yield _Stream(stream, path, seekable=not is_compressed(path))
 
 
 def _bom_len(path: str) -> int:
@@ -182,7 +195,7 @@ def iter_blocks(
             last_line_has_word = True
 
     with open_bytes(piece.path) as f:
-        _skip(f, start, chunk_bytes)
+        f.skip(start)
         while remaining is None or remaining > 0:
             data = f.read(chunk_bytes if remaining is None else min(chunk_bytes, remaining))
             if not data:
