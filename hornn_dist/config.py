@@ -31,7 +31,7 @@ class OptimConfig:
     """SGD with momentum, weight decay, gradient clipping, column norm and the two lr schedules (§4)."""
 
     lr: float = 0.5
-    momentum: float = 0.9
+    momentum: float = 0.5
     weight_decay: float = 1e-6
     clip: float = 5.0  # 0 = no clipping
     clip_mode: str = (

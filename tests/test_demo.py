@@ -1,0 +1,69 @@
+"""The README's demo command runs end to end (shortened), and its commands match what CI runs."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from hornn_dist.checkpoint import list_checkpoints, read_trainer_state
+from tests.train_helpers import REPO, check_ok, run_module
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _setup_commands() -> list[str]:
+    section = README.split("## Set-up: two commands", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", section)
+
+
+def test_readme_has_two_setup_commands_and_ci_runs_the_test_one() -> None:
+    demo, tests = _setup_commands()
+    assert demo.startswith("pip install torch==2.13.0") and "configs/demo.toml" in demo
+    assert tests.endswith("python -m pytest -q")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    for part in tests.split(" && "):
+        assert part.replace("pip install", "python -m pip install -q") in ci or part in ci, part
+
+
+def test_readme_demo_command_trains_end_to_end(tmp_path: Path) -> None:
+    demo = _setup_commands()[0].split(" && ")[-1]
+    argv = shlex.split(demo)
+    assert argv[:3] == ["python", "-m", "hornn_dist.train"]
+    out = tmp_path / "demo"
+    proc = run_module(
+        "hornn_dist.train",
+        *argv[3:],
+        "--set", "train.max_steps=15",
+        "--set", f"train.output_dir={out}",
+        "--set", f"data.cache_dir={tmp_path / 'cache'}",
+        "--set", "log.every=5",
+        "--set", "train.eval_batch_size=100",
+    )  # fmt: skip
+    check_ok(proc)
+    assert "prepared" in proc.stderr and "vocab" in proc.stderr
+    test_line = [line for line in proc.stderr.splitlines() if " test: " in line][-1]
+    ppl = float(test_line.rsplit("ppl", 1)[1])
+    vocab = int(re.search(r"vocabulary (\d+)", proc.stderr).group(1))
+    assert 1.0 < ppl < vocab  # better than uniform after a few steps
+    state = read_trainer_state(list_checkpoints(out)[-1])
+    assert state["step"] == 15
+
+
+def test_readme_documents_every_config_key_with_its_default() -> None:
+    import dataclasses
+
+    from hornn_dist.config import _SECTION_TYPES, SECTIONS
+
+    for section in SECTIONS:
+        assert f"`[{section}]`" in README, section
+        defaults = _SECTION_TYPES[section]()
+        for field in dataclasses.fields(defaults):
+            row = re.search(rf"^\| `{field.name}` \| `([^`]*)` \|", README, re.MULTILINE)
+            assert row, f"{section}.{field.name} is not documented in README.md"
+            value = getattr(defaults, field.name)
+            shown = row.group(1)
+            if isinstance(value, bool):
+                assert shown == str(value).lower(), field.name
+            elif isinstance(value, int | float):
+                assert float(shown) == value, field.name
