@@ -58,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command; return the process exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logger = logging.getLogger("hornn_dist")  # ours only: other libraries log through their own
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         cfg = load_data_section(args.config, args.overrides)
