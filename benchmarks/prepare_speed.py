@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,7 @@ def tree_rss_mb(pid: int) -> float:
 def run(path: Path, workers: int) -> dict[str, float]:
     """Prepare path in a child process; return its measurements."""
     cache = tempfile.mkdtemp(prefix="prep_bench_", dir=path.parent)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(path), cache, str(workers)],
@@ -110,7 +112,12 @@ def run(path: Path, workers: int) -> dict[str, float]:
         if proc.returncode != 0:
             raise SystemExit(f"prepare failed with status {proc.returncode}")
         result = json.loads(out.strip().splitlines()[-1])
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         result["tree_rss_mb"] = peak
+        # CPU seconds of the child and its workers: wall time on an otherwise idle machine is
+        # about cpu_s / workers, whatever else was running here
+        result["cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        result["load_avg"] = os.getloadavg()[0]
         return result
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -153,12 +160,13 @@ def main() -> None:
             results.append(r)
             print(f"  {size_text} workers={workers}: {r['seconds']:.1f} s", file=sys.stderr)
     print(
-        f"{'size':>6} {'workers':>7} {'seconds':>8} {'tokens':>13} {'tokens/s':>11} {'MB/s':>6} {'main RSS':>9} {'worker RSS':>10} {'tree RSS':>9}"
+        f"{'size':>6} {'workers':>7} {'seconds':>8} {'tokens':>13} {'tokens/s':>11} {'MB/s':>6} {'main RSS':>9} {'worker RSS':>10} {'tree RSS':>9} {'CPU s':>6} {'load':>5}"
     )
     for r in results:
         print(
             f"{r['size']:>6} {r['workers']:>7} {r['seconds']:>8.1f} {r['tokens']:>13,} {r['tokens_per_s']:>11,.0f} "
             f"{r['bytes'] / 1e6 / r['seconds']:>6.1f} {r['main_rss_mb']:>7.0f}MB {r['worker_rss_mb']:>8.0f}MB {r['tree_rss_mb']:>7.0f}MB"
+            f" {r['cpu_s']:>6.1f} {r['load_avg']:>5.1f}"
         )
     print(json.dumps(results, indent=1))
     if args.json:
