@@ -61,7 +61,7 @@ engine = "loop"
 
 [optim]
 lr = 0.25
-momentum = 0.5
+momentum = 0.8
 weight_decay = 0.0
 clip = 1.0
 clip_mode = "norm"
