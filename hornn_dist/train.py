@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, load_config
@@ -178,7 +179,8 @@ class Trainer:
         if not self.cfg.log.tensorboard:
             return
         kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
-        self.accelerator.init_trackers("tensorboard", config=self.cfg.flat(), init_kwargs=kwargs)
+        hparams = None if resumed else self.cfg.flat()  # hyper-parameters once per run
+        self.accelerator.init_trackers("tensorboard", config=hparams, init_kwargs=kwargs)
 
     def _log_start(self) -> None:
         cfg, acc, corpus = self.cfg, self.accelerator, self.corpus
@@ -213,7 +215,6 @@ class Trainer:
 
     def _loop(self) -> bool:
         """Run epochs from the current position; return True when stopped by a signal."""
-        cfg, stream = self.cfg.train, self.train_stream
         bar = tqdm(
             total=self._total_steps(),
             initial=self.progress.step,
@@ -221,57 +222,58 @@ class Trainer:
             unit="step",
             dynamic_ncols=True,
         )
-        running, speed = RunningLoss(), Throughput()
-        tokens_per_step = cfg.batch_size * cfg.bptt
         try:
-            while stream.epoch < cfg.epochs and not self._reached_max_steps():
-                if stream.step == 0 or self.history is None:
-                    self.history = self.core.init_state(
-                        cfg.batch_size // self.accelerator.num_processes, self.accelerator.device
-                    )
-                for x, y in stream.epoch_batches():
-                    log_now = (self.progress.step + 1) % self.cfg.log.every == 0
-                    loss, norms = self._train_step(x, y, measure=log_now)
-                    self.progress.step += 1
-                    running.add(loss)
-                    speed.add(tokens_per_step)
-                    bar.update(1)
-                    if log_now:
-                        loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
-                        self._log_train(loss_mean, speed.rate(), norms, bar)
-                    epoch_end = stream.step == stream.steps_per_epoch
-                    if (
-                        cfg.eval_every
-                        and self.progress.step % cfg.eval_every == 0
-                        and not epoch_end
-                    ):
-                        self._validate_and_save()
-                    elif (
-                        cfg.checkpoint_every
-                        and self.progress.step % cfg.checkpoint_every == 0
-                        and not epoch_end
-                    ):
-                        self._save()
-                    if self._stop_requested():
-                        logger.info(
-                            "%s received: checkpointing at step %d and exiting",
-                            self.stop.signal_name,
-                            self.progress.step,
-                        )
-                        self._save()
-                        return True
-                    if self._reached_max_steps():
-                        break
-                else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
-                    result = self._validate_and_save(end_of_epoch=True)
-                    logger.info(
-                        "epoch %d done: valid ppl %.2f, lr for next epoch %.4g",
-                        stream.epoch,
-                        result.ppl,
-                        self.schedule.lr,
-                    )
+            with logging_redirect_tqdm():  # log lines print above the bar
+                return self._run_epochs(bar)
         finally:
             bar.close()
+
+    def _run_epochs(self, bar: Any) -> bool:
+        cfg, stream = self.cfg.train, self.train_stream
+        running, speed = RunningLoss(), Throughput()
+        tokens_per_step = cfg.batch_size * cfg.bptt
+        while stream.epoch < cfg.epochs and not self._reached_max_steps():
+            if stream.step == 0 or self.history is None:
+                self.history = self.core.init_state(
+                    cfg.batch_size // self.accelerator.num_processes, self.accelerator.device
+                )
+            for x, y in stream.epoch_batches():
+                log_now = (self.progress.step + 1) % self.cfg.log.every == 0
+                loss, norms = self._train_step(x, y, measure=log_now)
+                self.progress.step += 1
+                running.add(loss)
+                speed.add(tokens_per_step)
+                bar.update(1)
+                if log_now:
+                    loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
+                    self._log_train(loss_mean, speed.rate(), norms, bar)
+                epoch_end = stream.step == stream.steps_per_epoch
+                if cfg.eval_every and self.progress.step % cfg.eval_every == 0 and not epoch_end:
+                    self._validate_and_save()
+                elif (
+                    cfg.checkpoint_every
+                    and self.progress.step % cfg.checkpoint_every == 0
+                    and not epoch_end
+                ):
+                    self._save()
+                if self._stop_requested():
+                    logger.info(
+                        "%s received: checkpointing at step %d and exiting",
+                        self.stop.signal_name,
+                        self.progress.step,
+                    )
+                    self._save()
+                    return True
+                if self._reached_max_steps():
+                    break
+            else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
+                result = self._validate_and_save(end_of_epoch=True)
+                logger.info(
+                    "epoch %d done: valid ppl %.2f, lr for next epoch %.4g",
+                    stream.epoch,
+                    result.ppl,
+                    self.schedule.lr,
+                )
         return False
 
     def _reached_max_steps(self) -> bool:
@@ -387,16 +389,15 @@ class Trainer:
             tok_s=f"{tokens_per_sec:,.0f}",
             refresh=False,
         )
-        if not self.cfg.log.progress:
-            logger.info(
-                "step %d: loss %.4f, ppl %.2f, lr %.4g, %.0f tokens/s, grad norm %.3f",
-                self.progress.step,
-                loss,
-                ppl,
-                self.schedule.lr,
-                tokens_per_sec,
-                norms.get("grad_norm/total", math.nan),
-            )
+        logger.info(
+            "step %d: loss %.4f, ppl %.2f, lr %.4g, %.0f tokens/s, grad norm %.3f",
+            self.progress.step,
+            loss,
+            ppl,
+            self.schedule.lr,
+            tokens_per_sec,
+            norms.get("grad_norm/total", math.nan),
+        )
 
     def _track(self, values: dict[str, float]) -> None:
         if self.cfg.log.tensorboard:

@@ -221,3 +221,16 @@ def test_resume_refuses_a_different_model(workdir: Path, straight_1: Path) -> No
     assert "model.hidden_size: checkpoint 12 != config 14" in last
     assert "model.order: checkpoint 3 != config 2" in last
     assert "Traceback" not in proc.stderr
+
+
+def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
+    one = run_module("hornn_dist.evaluate", str(straight_1), "--split", "valid")
+    two = launch_two_ranks("hornn_dist.evaluate", str(straight_1), "--split", "valid", port=29614)
+    check_ok(one)
+    check_ok(two)
+    line_1 = one.stdout.strip().splitlines()[-1].split()
+    line_2 = [line for line in two.stdout.splitlines() if line.startswith("split valid:")]
+    assert len(line_2) == 1  # printed by the main process only
+    line_2 = line_2[0].split()
+    assert line_1[3] == line_2[3] == "216"  # every target token once, across both ranks
+    assert float(line_1[5]) == pytest.approx(float(line_2[5]), rel=1e-6)
