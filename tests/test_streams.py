@@ -276,7 +276,7 @@ def test_batch_not_divisible_by_world_size() -> None:
     with pytest.raises(ConfigError) as exc:
         EvalStream(positions(1000), 10, 5, rank=0, world_size=4)
     msg = one_line(exc)
-    assert "eval.batch_size=10" in msg and "4 processes" in msg
+    assert "train.eval_batch_size=10" in msg and "4 processes" in msg
 
 
 def test_split_too_small() -> None:

@@ -245,8 +245,8 @@ class EvalStream:
         world_size: int = 1,
         *,
         split: str = "valid",
-        batch_key: str = "eval.batch_size",
-        bptt_key: str = "eval.bptt",
+        batch_key: str = "train.eval_batch_size",
+        bptt_key: str = "train.bptt",
     ) -> None:
         n = len(tokens)
         _check_layout(batch_size, bptt, rank, world_size, batch_key, bptt_key)
