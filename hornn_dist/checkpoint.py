@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,19 @@ def save_checkpoint(
         _fsync_dir(root)
     accelerator.wait_for_everyone()
     return final
+
+
+def set_aside_previous_run(output_dir: str | Path) -> Path | None:
+    """Move a run's checkpoints and TensorBoard logs into `replaced-<time>/`; return it (None if none)."""
+    out = Path(output_dir)
+    previous = [out / name for name in ("checkpoints", "tensorboard") if (out / name).exists()]
+    if not previous:
+        return None
+    target = out / time.strftime("replaced-%Y%m%d-%H%M%S")
+    target.mkdir(parents=True, exist_ok=True)
+    for folder in previous:
+        os.replace(folder, target / folder.name)
+    return target
 
 
 def prune_checkpoints(output_dir: str | Path, keep: int, best: str | None) -> list[Path]:

@@ -122,10 +122,13 @@ class Trainer:
         resumed = None if fresh else self._find_resume_point(resume_from)
         if resumed is not None:
             self._restore(resumed)
-        elif acc.is_main_process and ckpt.list_checkpoints(self.out, warn=False) and fresh:
-            logger.info(
-                "--no-resume: ignoring existing checkpoints in %s", ckpt.checkpoint_root(self.out)
-            )
+        elif fresh and acc.is_main_process:
+            moved = ckpt.set_aside_previous_run(self.out)
+            if moved is not None:
+                logger.info(
+                    "--no-resume: moved the previous run's checkpoints and logs to %s", moved
+                )
+        acc.wait_for_everyone()
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / ckpt.CONFIG_FILE).write_text(ckpt.to_toml(self.cfg.to_dict()))

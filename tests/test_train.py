@@ -234,3 +234,14 @@ def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
     line_2 = line_2[0].split()
     assert line_1[3] == line_2[3] == "216"  # every target token once, across both ranks
     assert float(line_1[5]) == pytest.approx(float(line_2[5]), rel=1e-6)
+
+
+def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) -> None:
+    copy = _out(workdir, "restart")
+    shutil.copytree(straight_1, copy)
+    proc = _train(workdir, "restart", "--no-resume", "--set", "train.max_steps=4")
+    check_ok(proc)
+    assert "resuming" not in proc.stderr
+    (aside,) = copy.glob("replaced-*")
+    assert list_checkpoints(aside)[-1].name == f"step_{K_STEPS:08d}"  # nothing lost
+    assert [c.name for c in list_checkpoints(copy)] == ["step_00000004"]
