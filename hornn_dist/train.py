@@ -236,7 +236,7 @@ class Trainer:
         running, speed = RunningLoss(), Throughput()
         tokens_per_step = cfg.batch_size * cfg.bptt
         while stream.epoch < cfg.epochs and not self._reached_max_steps():
-            if stream.step == 0 or self.history is None:
+            if stream.step == 0 or not self.history:  # a new epoch starts from a zero history
                 self.history = self.core.init_state(
                     cfg.batch_size // self.accelerator.num_processes, self.accelerator.device
                 )
