@@ -1,42 +1,75 @@
-"""Training throughput (steps/s, tokens/s of a full step) of HORNN poolings vs torch.nn RNN/LSTM.
+"""Training throughput (tokens/s) and peak memory of HORNN poolings vs torch.nn RNN/LSTM.
 
-One step = embedding -> recurrence -> softmax cross-entropy -> backward -> clip -> SGD, with
-the state carried (detached) from step to step as in truncated BPTT. Default: the paper's
-PTB setting, V = 10k, H = E = 400, B = 20, T = 30, one layer, order 3.
+One step = embedding -> recurrence -> softmax cross-entropy -> backward -> clip -> SGD with
+momentum, the state carried (detached) from step to step as in truncated BPTT. `train_step`
+is that step, and every mode runs that one function:
 
-    python benchmarks/throughput.py                      # CPU, all default variants
-    python benchmarks/throughput.py --device cuda --steps 200 --warmup 20
+    eager     Python calls train_step every step
+    graphed   (CUDA) the whole train_step captured once in a CUDA graph and replayed; tokens
+              and carried state live in static buffers, the new state is copied in-graph
+    compiled  torch.compile(train_step), default mode (--compile)
+
+Configs (order 3, one layer, E = H):
+
+    paper   V 10k, H 400,  B 20,  T 30   (the paper's PTB setting)
+    big     V 44k, H 1024, B 128, T 30
+
+    python benchmarks/throughput.py                 # CPU: paper, fp32, eager (~30 s on 2 cores)
+    python benchmarks/throughput.py --device cuda   # paper+big, fp32+bf16, eager+graphed
+    python benchmarks/throughput.py --device cuda --compile --configs paper
     python benchmarks/throughput.py --variants hornn-fofe,hornn-fofe-loop,lstm
 
-A variant is a name, a ModelConfig and a precision; add one to VARIANTS (or a new precision to
-PRECISIONS) and it shows up in the table and the JSON.
+Each (config, precision) is one group: its variants × modes are built together and timed in
+interleaved rounds (median reported), so a burst of other load hits one round of every row
+rather than every round of one. The ratio column divides by the best LSTM of the same group
+(the larger of its eager and graphed tokens/s). A row that fails (capture error, OOM, no
+CUDA) keeps its error string and the run goes on. Add a variant to VARIANTS or a config to
+CONFIGS and it shows up in the table and the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
+import math
+import os
 import platform
+import shlex
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
-from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "throughput.json"
+LR, MOMENTUM, CLIP = 0.5, 0.5, 5.0  # the demo recipe; lr is a Python float: fixed under capture
+BLOCKS = 16  # distinct (T+1, B) token blocks cycled through, so steps do not repeat one batch
 
 
 @dataclass(frozen=True)
-class Variant:
-    """One row of the table: a model configuration run at one precision."""
+class Shape:
+    """Sizes of one benchmark config: vocabulary, hidden (= embedding unless set), batch, T."""
 
-    name: str
-    model: ModelConfig
-    precision: str = "fp32"
+    vocab: int
+    hidden: int
+    batch: int
+    bptt: int
+    embedding: int = 0  # 0 = hidden
+
+
+CONFIGS: dict[str, Shape] = {
+    "paper": Shape(vocab=10_000, hidden=400, batch=20, bptt=30),
+    "big": Shape(vocab=44_000, hidden=1024, batch=128, bptt=30),
+}
 
 
 def _hornn(pooling: str, engine: str = "fused") -> ModelConfig:
@@ -55,56 +88,139 @@ VARIANTS: dict[str, ModelConfig] = {
 }
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype
+MODES = ("eager", "graphed", "compiled")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the table: a variant at one config, precision and mode."""
+
+    variant: str
+    config: str
+    precision: str
+    mode: str
 
 
 def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """Return the autocast context for a precision (a null context for fp32)."""
+    """Return the autocast context for a precision (a null context for fp32).
+
+    The cast cache is off: under CUDA graph capture cached casts must not outlive the
+    region (PyTorch's make_graphed_callables requires the same), and each weight is cast
+    once per step anyway.
+    """
     dtype = PRECISIONS[precision]
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=False)
 
 
-def sync(device: torch.device) -> None:
-    """Wait for queued GPU work so wall-clock timings are honest."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def train_step(
+    model: RecurrentLM,
+    opt: torch.optim.Optimizer,
+    tokens: Tensor,
+    state: tuple[Tensor, ...],
+    precision: str,
+) -> Tensor:
+    """Run one training step on tokens (T+1, B); return its loss (0-dim, detached).
+
+    The carried state is read from the `state` buffers and the new state copied back into
+    them, in place and detached, so a CUDA graph of this function carries it across replays.
+    Gradients are set to None first, so backward allocates them: under capture they come
+    from the graph's private pool, as in PyTorch's "whole-network capture" example.
+    """
+    opt.zero_grad(set_to_none=True)
+    with autocast_for(precision, tokens.device):
+        logits, new_state = model(tokens[:-1], state)  # (T, B, V)
+        loss = F.cross_entropy(logits.reshape(-1, model.vocab_size).float(), tokens[1:].reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)  # no host sync: capturable
+    opt.step()  # SGD: the momentum buffers exist after the first step, then it is capturable
+    with torch.no_grad():
+        for buf, new in zip(state, new_state, strict=True):
+            buf.copy_(new)
+    return loss.detach()
+
+
+def build(
+    variant: str, shape: Shape, device: torch.device, layers: int = 1, order: int = 3, seed: int = 0
+) -> tuple[RecurrentLM, torch.optim.Optimizer]:
+    """Return a freshly initialised model of `variant` at `shape` on `device` and its SGD."""
+    cfg = replace(
+        VARIANTS[variant],
+        hidden_size=shape.hidden,
+        embedding_size=shape.embedding,
+        num_layers=layers,
+        order=order,
+    )
+    torch.manual_seed(seed)
+    with device:  # parameters are created on the device (fast init of the big config on GPU)
+        model = build_model(cfg, shape.vocab)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    return model, opt
 
 
 class Runner:
-    """A built model, optimizer, data and carried state for one variant; `run(k)` times k steps."""
+    """One case ready to time: model, optimizer, token blocks, static token and state buffers."""
 
-    def __init__(self, variant: Variant, args: argparse.Namespace, device: torch.device) -> None:
-        self.variant, self.args, self.device = variant, args, device
-        self.cfg = replace(
-            variant.model,
-            hidden_size=args.hidden,
-            embedding_size=args.embedding,
-            num_layers=args.layers,
-            order=args.order,
-        )
-        torch.manual_seed(0)
-        self.model = build_model(self.cfg, args.vocab).to(device)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.5)
-        self.data = torch.randint(0, args.vocab, (64, args.bptt + 1, args.batch), device=device)
-        self.state = self.model.init_state(args.batch, device)
+    def __init__(self, case: Case, shape: Shape, args: argparse.Namespace, device: torch.device):
+        if case.mode == "graphed" and device.type != "cuda":
+            raise RuntimeError("graphed mode needs --device cuda")
+        self.case, self.shape, self.device = case, shape, device
+        self.model, self.opt = build(case.variant, shape, device, args.layers, args.order)
+        gen = torch.Generator().manual_seed(1)
+        self.data = torch.randint(
+            0, shape.vocab, (BLOCKS, shape.bptt + 1, shape.batch), generator=gen
+        ).to(device)  # (BLOCKS, T+1, B)
+        self.tokens = torch.empty_like(self.data[0])  # (T+1, B) static input/target buffer
+        self.state = self.model.init_state(shape.batch, device)  # static state buffers
+        self.fn = train_step
+        if case.mode == "compiled":
+            # Dynamo guards on the optimizer object: every compiled row adds entries for the
+            # same code (train_step, SGD.step); past the default limit of 8 it silently runs
+            # them eagerly, so raise the limit to cover every row of the run.
+            cfg = torch._dynamo.config
+            name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+            setattr(cfg, name, max(getattr(cfg, name), 256))
+            self.fn = torch.compile(train_step)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.loss: Tensor | None = None  # under a graph: the static loss, rewritten each replay
         self.i = 0
 
     def step(self) -> None:
-        """One full training step on the next (T+1, B) block of tokens."""
-        tokens = self.data[self.i % len(self.data)]  # (T+1, B)
+        """Run one step on the next token block (eagerly, compiled, or by replaying the graph)."""
+        self.tokens.copy_(self.data[self.i % BLOCKS])
         self.i += 1
-        vocab = self.args.vocab
-        with autocast_for(self.variant.precision, self.device):
-            state = self.model.detach_state(self.state)
-            logits, self.state = self.model(tokens[:-1], state)  # (T, B, V)
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, vocab).float(), tokens[1:].reshape(-1)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.loss = self.fn(self.model, self.opt, self.tokens, self.state, self.case.precision)
+
+    def warmup(self, steps: int) -> None:
+        """Run `steps` untimed steps; in graphed mode on a side stream, then capture train_step.
+
+        Graphed mode runs at least one eager step first: it allocates SGD's momentum buffers
+        (a first SGD step under capture would re-create them on every replay) and initialises
+        cuBLAS/cuDNN on the capture stream.
+        """
+        if self.case.mode == "compiled":
+            steps = max(steps, 3)  # compile; recompile once SGD's momentum buffers exist
+        if self.case.mode != "graphed":
+            for _ in range(steps):
+                self.step()
+            return
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(max(steps, 1)):
+                self.step()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        self.opt.zero_grad(set_to_none=True)  # as the docs do; train_step repeats it in-graph
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):  # records, does not run: no step taken
+            self.loss = train_step(
+                self.model, self.opt, self.tokens, self.state, self.case.precision
             )
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 5.0)
-        self.opt.step()
+        self.graph = graph
 
     def run(self, steps: int) -> float:
         """Return the wall-clock seconds of `steps` steps (GPU work included)."""
@@ -116,125 +232,291 @@ class Runner:
         return time.perf_counter() - start
 
 
-def measure(variants: list[Variant], args: argparse.Namespace, device: torch.device) -> list[dict]:
-    """Return one result row per variant: the median over `args.rounds` interleaved rounds.
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work so wall-clock timings are honest."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
-    Rounds interleave the variants so that a burst of other load on a shared machine hits
-    one round of every variant rather than all rounds of one.
-    """
-    runners: dict[str, Runner] = {}
-    rows: dict[str, dict] = {}
-    for v in variants:
-        key = f"{v.name}/{v.precision}"
+
+def error_line(exc: BaseException) -> str:
+    """Return the first line of an exception, prefixed by its type."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def measure_group(
+    cases: list[Case], shape: Shape, args: argparse.Namespace, device: torch.device
+) -> list[dict]:
+    """Return one row per case of one (config, precision) group, timed in interleaved rounds."""
+    runners: dict[Case, Runner] = {}
+    rows: dict[Case, dict] = {}
+    steps: dict[Case, int] = {}
+    for case in cases:
+        row = rows[case] = row_head(case, shape)
         try:
-            runners[key] = Runner(v, args, device)
-            runners[key].run(args.warmup)
-        except RuntimeError as exc:  # e.g. bf16 LSTM on CPU: report it, keep going
-            runners.pop(key, None)
-            rows[key] = {
-                "name": v.name,
-                "precision": v.precision,
-                "error": str(exc).splitlines()[0],
-            }
-    times: dict[str, list[float]] = {key: [] for key in runners}
+            if device.type == "cuda":
+                sync(device)
+                base = torch.cuda.memory_allocated(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            runner = Runner(case, shape, args, device)
+            runner.warmup(args.warmup)
+            steps[case] = args.steps or auto_steps(runner, args.round_seconds)
+            if device.type == "cuda":  # model + grads + momentum + one step's peak (+ graph pool)
+                sync(device)
+                row["peak_mem_mib"] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+            row["params"] = runner.model.num_parameters()
+            runners[case] = runner
+        except Exception as exc:  # e.g. a capture error or OOM: report it, keep going
+            row["error"] = error_line(exc)
+            print(f"  {case.variant} {case.mode}: failed: {row['error']}", flush=True)
+    times: dict[Case, list[float]] = {case: [] for case in runners}
     for _ in range(args.rounds):
-        for key, runner in runners.items():
-            times[key].append(runner.run(args.steps))
-    tokens = args.steps * args.bptt * args.batch
-    for key, runner in runners.items():
-        cfg = runner.cfg
-        med = statistics.median(times[key])
-        rows[key] = {
-            "name": runner.variant.name,
-            "arch": cfg.arch,
-            "pooling": cfg.pooling if cfg.arch == "hornn" else None,
-            "engine": cfg.engine if cfg.arch == "hornn" else "torch.nn",
-            "precision": runner.variant.precision,
-            "params": runner.model.num_parameters(),
-            "round_seconds": times[key],
-            "steps_per_s": args.steps / med,
-            "tokens_per_s": tokens / med,
-        }
-    return [rows[f"{v.name}/{v.precision}"] for v in variants]
+        for case, runner in list(runners.items()):
+            try:
+                times[case].append(runner.run(steps[case]))
+            except Exception as exc:
+                rows[case]["error"] = error_line(exc)
+                runners.pop(case)
+    for case in runners:
+        tokens = steps[case] * shape.bptt * shape.batch
+        med = statistics.median(times[case])
+        rows[case].update(
+            steps=steps[case],
+            round_seconds=times[case],
+            steps_per_s=steps[case] / med,
+            tokens_per_s=tokens / med,
+        )
+    lstm = [r for r in rows.values() if r["arch"] == "lstm" and "tokens_per_s" in r]
+    baseline = [r for r in lstm if r["mode"] in ("eager", "graphed")] or lstm  # the issue's LSTM
+    best_lstm = max((r["tokens_per_s"] for r in baseline), default=None)
+    for row in rows.values():
+        if best_lstm and "tokens_per_s" in row:
+            row["ratio_to_best_lstm"] = row["tokens_per_s"] / best_lstm
+    runners.clear()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return [rows[case] for case in cases]
+
+
+def auto_steps(runner: Runner, round_seconds: float) -> int:
+    """Return the steps per round that take about `round_seconds` (2 to 1000)."""
+    probe = 2
+    seconds = runner.run(probe) / probe
+    return max(2, min(1000, math.ceil(round_seconds / max(seconds, 1e-6))))
+
+
+def row_head(case: Case, shape: Shape) -> dict:
+    """Return the identifying fields of a result row."""
+    cfg = VARIANTS[case.variant]
+    hornn = cfg.arch == "hornn"
+    return {
+        "variant": case.variant,
+        "arch": cfg.arch,
+        "pooling": cfg.pooling if hornn else None,
+        "engine": cfg.engine if hornn else "torch.nn",
+        "config": case.config,
+        **asdict(shape),
+        "precision": case.precision,
+        "mode": case.mode,
+        "peak_mem_mib": None,
+    }
 
 
 def print_table(rows: list[dict]) -> None:
-    """Print tokens/s and the ratio to LSTM (same precision) for each row."""
-    lstm = {
-        r["precision"]: r["tokens_per_s"] for r in rows if r["arch"] == "lstm" and "error" not in r
-    }
-    print(f"{'variant':<18}{'prec':<6}{'params':>10}{'steps/s':>10}{'tokens/s':>11}{'vs LSTM':>9}")
+    """Print tokens/s, the ratio to the group's best LSTM and the peak memory of each row."""
+    print(
+        f"{'variant':<16}{'config':<7}{'prec':<6}{'mode':<10}{'params':>8}{'tokens/s':>11}"
+        f"{'vs LSTM':>9}{'peak MiB':>10}"
+    )
     for r in rows:
+        head = f"{r['variant']:<16}{r['config']:<7}{r['precision']:<6}{r['mode']:<10}"
         if "error" in r:
-            print(f"{r['name']:<18}{r['precision']:<6}  failed: {r['error']}")
+            print(f"{head}  failed: {r['error']}")
             continue
-        base = lstm.get(r["precision"])
-        r["ratio_to_lstm"] = r["tokens_per_s"] / base if base else None
-        ratio = f"{r['ratio_to_lstm']:.2f}x" if base else "-"
+        ratio = f"{r['ratio_to_best_lstm']:.2f}x" if "ratio_to_best_lstm" in r else "-"
+        mem = f"{r['peak_mem_mib']:.0f}" if r["peak_mem_mib"] is not None else "-"
         print(
-            f"{r['name']:<18}{r['precision']:<6}{r['params'] / 1e6:>9.2f}M"
-            f"{r['steps_per_s']:>10.2f}{r['tokens_per_s']:>11.0f}{ratio:>9}"
+            f"{head}{r['params'] / 1e6:>7.2f}M{r['tokens_per_s']:>11.0f}{ratio:>9}{mem:>10}",
+            flush=True,
         )
 
 
+def print_best(rows: list[dict]) -> None:
+    """Print, per config and precision, each variant's fastest mode and its ratio to LSTM."""
+    best: dict[tuple[str, str, str], dict] = {}
+    for r in rows:
+        key = (r["config"], r["precision"], r["variant"])
+        if "tokens_per_s" in r and (
+            key not in best or r["tokens_per_s"] > best[key]["tokens_per_s"]
+        ):
+            best[key] = r
+    print(f"{'variant':<16}{'config':<7}{'prec':<6}{'best mode':<10}{'tokens/s':>11}{'vs LSTM':>9}")
+    for (config, precision, variant), r in best.items():
+        ratio = f"{r['ratio_to_best_lstm']:.2f}x" if "ratio_to_best_lstm" in r else "-"
+        print(
+            f"{variant:<16}{config:<7}{precision:<6}{r['mode']:<10}{r['tokens_per_s']:>11.0f}"
+            f"{ratio:>9}"
+        )
+
+
+def _choices(p: argparse.ArgumentParser, flag: str, value: str, allowed) -> list[str]:
+    """Return the items of a comma list; exit with a usage error naming an unknown one."""
+    items = [v for v in value.split(",") if v]
+    for item in items:
+        if item not in allowed:
+            p.error(f"{flag}: unknown {item!r}; choose from {', '.join(allowed)}")
+    return items
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Return the command-line options."""
+    """Return the command-line options, with device-dependent defaults filled in."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument(
         "--variants", default=DEFAULT_VARIANTS, help=f"comma list of {', '.join(VARIANTS)}"
     )
-    p.add_argument("--precision", default="fp32", help="comma list of fp32, bf16, fp16 (autocast)")
-    p.add_argument("--vocab", type=int, default=10_000)
-    p.add_argument("--hidden", type=int, default=400)
-    p.add_argument("--embedding", type=int, default=0, help="0 = hidden")
+    p.add_argument(
+        "--configs", help=f"comma list of {', '.join(CONFIGS)} (default: cpu paper, cuda both)"
+    )
+    p.add_argument(
+        "--precisions",
+        "--precision",
+        dest="precisions",
+        help="comma list of fp32, bf16, fp16 (autocast; default: cpu fp32, cuda fp32,bf16)",
+    )
+    p.add_argument(
+        "--modes", help="comma list of eager, graphed, compiled (default: cpu eager, cuda both)"
+    )
+    p.add_argument("--compile", action="store_true", help="add the compiled mode")
+    for name, help_ in (
+        ("vocab", "vocabulary size"),
+        ("hidden", "hidden size"),
+        ("embedding", "embedding size (0 = hidden)"),
+        ("batch", "batch size B"),
+        ("bptt", "steps per window T"),
+    ):
+        p.add_argument(f"--{name}", type=int, help=f"{help_}: overrides every config")
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--order", type=int, default=3)
-    p.add_argument("--batch", type=int, default=20)
-    p.add_argument("--bptt", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
-    p.add_argument("--steps", type=int, default=6, help="timed steps per variant and round")
+    p.add_argument("--warmup", type=int, help="untimed steps per row (default cpu 2, cuda 5)")
+    p.add_argument(
+        "--steps", type=int, help="timed steps per row and round (default cpu 6, cuda 0 = auto)"
+    )
+    p.add_argument(
+        "--round-seconds", type=float, default=0.2, help="--steps 0: seconds per round (0.2)"
+    )
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; median reported")
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
     args = p.parse_args(argv)
-    for name in args.variants.split(","):
-        if name not in VARIANTS:
-            p.error(f"--variants: unknown {name!r}; choose from {', '.join(VARIANTS)}")
-    for prec in args.precision.split(","):
-        if prec not in PRECISIONS:
-            p.error(f"--precision: unknown {prec!r}; choose from {', '.join(PRECISIONS)}")
+    cuda = args.device.startswith("cuda")
+    args.variants = _choices(p, "--variants", args.variants, VARIANTS)
+    args.configs = _choices(
+        p, "--configs", args.configs or ("paper,big" if cuda else "paper"), CONFIGS
+    )
+    args.precisions = _choices(
+        p, "--precisions", args.precisions or ("fp32,bf16" if cuda else "fp32"), PRECISIONS
+    )
+    args.modes = _choices(p, "--modes", args.modes or ("eager,graphed" if cuda else "eager"), MODES)
+    if args.compile and "compiled" not in args.modes:
+        args.modes.append("compiled")
+    if args.warmup is None:
+        args.warmup = 5 if cuda else 2
+    if args.steps is None:
+        args.steps = 0 if cuda else 6
+    for flag, value in (("--warmup", args.warmup), ("--steps", args.steps)):
+        if value < 0:
+            p.error(f"{flag} must be >= 0, got {value}")
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
     return args
 
 
+def shape_of(config: str, args: argparse.Namespace) -> Shape:
+    """Return the sizes of a config with the command-line overrides applied."""
+    overrides = {
+        k: getattr(args, k)
+        for k in ("vocab", "hidden", "embedding", "batch", "bptt")
+        if getattr(args, k) is not None
+    }
+    return replace(CONFIGS[config], **overrides)
+
+
+def device_name(device: torch.device) -> str:
+    """Return a human name of the device: the GPU's, or the CPU's with its core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
-    """Run every variant at every precision, print the table, write the JSON; return the rows."""
+    """Run every variant × config × precision × mode, print the table, write the JSON."""
     args = parse_args(argv)
     device = torch.device(args.device)
-    variants = [
-        Variant(name, VARIANTS[name], prec)
-        for prec in args.precision.split(",")
-        for name in args.variants.split(",")
-    ]
+    command = shlex.join(
+        ["python", "benchmarks/throughput.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    meta = {
+        "command": command,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,  # cuBLAS: HORNN, decoder
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,  # cuDNN: the RNN/LSTM baselines
+        "threads": torch.get_num_threads(),
+        "lr": LR,
+        "momentum": MOMENTUM,
+        "clip": CLIP,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "configs": {c: asdict(shape_of(c, args)) for c in args.configs},
+        "variants": {v: asdict(VARIANTS[v]) for v in args.variants},
+    }
     print(
-        f"device={device} torch={torch.__version__} threads={torch.get_num_threads()} "
-        f"V={args.vocab} H={args.hidden} L={args.layers} N={args.order} B={args.batch} "
-        f"T={args.bptt} warmup={args.warmup} steps={args.steps} rounds={args.rounds}"
+        f"{meta['date']} {meta['device_name']} torch {meta['torch']} threads {meta['threads']}\n"
+        f"{command}",
+        flush=True,
     )
-    rows = measure(variants, args, device)
-    print_table(rows)
-    meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    meta.update(
-        torch=torch.__version__,
-        device_name=torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else platform.processor() or platform.machine(),
-        threads=torch.get_num_threads(),
-        variants={v.name: asdict(v.model) for v in variants},
-    )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"config": meta, "results": rows}, indent=2) + "\n")
+    rows: list[dict] = []
+    for config in args.configs:
+        shape = shape_of(config, args)
+        for precision in args.precisions:
+            print(
+                f"== {config}: V {shape.vocab}, H {shape.hidden}, B {shape.batch}, "
+                f"T {shape.bptt}, {precision}",
+                flush=True,
+            )
+            cases = [
+                Case(variant, config, precision, mode)
+                for variant in args.variants
+                for mode in args.modes
+            ]
+            group = measure_group(cases, shape, args, device)
+            print_table(group)
+            rows += group
+            write_json(args.json, meta, rows)  # after every group: a killed run keeps its rows
+    if len(args.configs) * len(args.precisions) > 1:
+        print("\n== all groups")
+        print_table(rows)
+    if len(args.modes) > 1:
+        print("\n== best mode of each variant (the ratio the speed issue asks for)")
+        print_best(rows)
     print(f"wrote {args.json}")
     return rows
+
+
+def write_json(path: Path, meta: dict, rows: list[dict]) -> None:
+    """Write the metadata and the rows so far to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
