@@ -12,17 +12,14 @@ import logging
 import os
 import sys
 
-from hornn_dist.data.config import DataConfig, load_data_config
+from hornn_dist.config import load_config
+from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import HornnError
 
 
 def load_data_section(path: str, overrides: list[str]) -> DataConfig:
-    """Return the `[data]` settings of a run config, through hornn_dist.config when it exists."""
+    """Return the `[data]` settings of a run config; overrides without a section go to `data`."""
     overrides = [o if "." in o.partition("=")[0] else f"data.{o}" for o in overrides]
-    try:
-        from hornn_dist.config import load_config  # the whole-run loader, when present
-    except ImportError:
-        return load_data_config(path, overrides)
     return load_config(path, overrides).data
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist.data.config import CORPORA_DIR, DataConfig, apply_preset, load_data_config
+from hornn_dist.data.config import CORPORA_DIR, DataConfig, apply_preset
 from hornn_dist.errors import ConfigError
+from hornn_dist.prepare import load_data_section
 
 
 def test_validate_messages_are_one_line() -> None:
@@ -51,11 +52,11 @@ def test_ptb_preset_local_and_hub(tmp_path: Path) -> None:
     assert Path(demo.train[0]).parent == CORPORA_DIR and Path(demo.train[0]).exists()
 
 
-def test_load_data_config_reads_data_section_and_overrides(tmp_path: Path) -> None:
+def test_load_data_section_reads_data_section_and_overrides(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text('[data]\npreset = "demo"\nmin_count = 3\n\n[model]\nhidden_size = 10\n')
-    cfg = load_data_config(
-        path, ["data.max_vocab=100", "lowercase=true", "train.bptt=5", "name=demo_x"]
+    cfg = load_data_section(
+        str(path), ["data.max_vocab=100", "lowercase=true", "train.bptt=5", "name=demo_x"]
     )
     assert (cfg.preset, cfg.min_count, cfg.max_vocab, cfg.lowercase, cfg.name) == (
         "demo",
@@ -65,8 +66,8 @@ def test_load_data_config_reads_data_section_and_overrides(tmp_path: Path) -> No
         "demo_x",
     )
     with pytest.raises(ConfigError, match="unknown key data.min_cont"):
-        load_data_config(path, ["data.min_cont=3"])
-    with pytest.raises(ConfigError, match="data.min_count must be int"):
-        load_data_config(path, ['data.min_count="3"'])
+        load_data_section(str(path), ["data.min_cont=3"])
+    with pytest.raises(ConfigError, match="data.min_count must be of type int"):
+        load_data_section(str(path), ['data.min_count="3"'])
     with pytest.raises(ConfigError, match="not found"):
-        load_data_config(tmp_path / "missing.toml")
+        load_data_section(str(tmp_path / "missing.toml"), [])

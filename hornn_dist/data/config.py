@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hornn_dist.errors import ConfigError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 SOURCES = ("files", "hub")
 PRESETS = ("", "ptb", "text8", "wikitext103", "demo")
@@ -167,61 +161,3 @@ def apply_preset(cfg: DataConfig) -> DataConfig:
     resolved = dataclasses.replace(cfg, **changes)
     resolved.validate()
     return resolved
-
-
-_TYPES = {f.name: f.type for f in dataclasses.fields(DataConfig)}
-
-
-def data_config_from_dict(table: dict[str, Any]) -> DataConfig:
-    """Return a validated DataConfig from a `[data]` TOML table, checking key names and types."""
-    kwargs: dict[str, Any] = {}
-    for key, value in table.items():
-        kind = _TYPES.get(key)
-        if kind is None:
-            raise ConfigError(f"unknown key data.{key}; valid keys: {', '.join(_TYPES)}")
-        if kind == "list[str]" and isinstance(value, str):
-            value = [value]
-        ok = {
-            "str": isinstance(value, str),
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "bool": isinstance(value, bool),
-            "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
-        }[kind]
-        if not ok:
-            raise ConfigError(f"data.{key} must be {kind}, got {value!r}")
-        kwargs[key] = value
-    cfg = DataConfig(**kwargs)
-    cfg.validate()
-    return cfg
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text  # a bare word: take it as a string
-
-
-def load_data_config(
-    path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()
-) -> DataConfig:
-    """Return the DataConfig of a run's TOML file (`[data]` table) with "data.key=value" overrides."""
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"config file {path} not found; HINT: pass the path of a run's TOML file"
-        ) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
-    table = dict(doc.get("data", {}))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"override {item!r} must look like data.key=value")
-        section, dot, name = key.strip().rpartition(".")
-        if dot and section != "data":
-            continue  # another section's key: not ours
-        table[name] = _parse_value(value.strip())
-    return data_config_from_dict(table)
