@@ -179,18 +179,38 @@ def prune_checkpoints(output_dir: str | Path, keep: int, best: str | None) -> li
     return doomed
 
 
-def load_rank_state(folder: Path, rank: int) -> dict[str, Any]:
-    """Return the per-rank state (stream position, hidden history) written by `rank`."""
-    path = folder / f"rank_{rank}.pt"
-    if not path.is_file():
+def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
+    """Return rank `rank` of `world_size`'s stream position and hidden history from a checkpoint.
+
+    The checkpoint may come from another number of processes: the saved per-rank histories are
+    joined along the batch dimension (streams in rank order) and this rank's streams sliced out,
+    which is exact because every process count sees the same global data order.
+    """
+    saved = read_trainer_state(folder).get("world_size", 1)
+    states = []
+    for saved_rank in range(saved):
+        path = folder / f"rank_{saved_rank}.pt"
+        if not path.is_file():
+            raise CheckpointError(
+                f"{path} is missing: the checkpoint is incomplete; resume from an older one"
+            )
+        states.append(torch.load(path, map_location="cpu", weights_only=True))
+    if saved == world_size:
+        return states[rank]
+    layers = zip(*(s["history"] for s in states), strict=True)
+    joined = [torch.cat(parts, dim=1) for parts in layers]  # each (..., B, H), batch at dim 1
+    batch = joined[0].shape[1] if joined else 0
+    if batch % world_size:
         raise CheckpointError(
-            f"{path} is missing: the checkpoint was written by fewer processes; "
-            "resume with the same number of processes or pass --no-resume"
+            f"the checkpoint holds {batch} streams, which {world_size} processes cannot share; "
+            f"resume with a number of processes that divides {batch}"
         )
-    return torch.load(path, map_location="cpu", weights_only=True)
+    width = batch // world_size
+    history = tuple(h[:, rank * width : (rank + 1) * width].clone() for h in joined)
+    return {"stream": states[0]["stream"], "history": history}
 
 
-def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str, world_size: int) -> None:
+def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> None:
     """Raise CheckpointError listing every difference that makes `folder` unusable for this run."""
     saved_cfg = read_config(folder)
     state = read_trainer_state(folder)
@@ -206,8 +226,6 @@ def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str, world_size: 
             diffs.append(
                 f"train.{key}: checkpoint {getattr(saved_cfg.train, key)} != config {getattr(cfg.train, key)}"
             )
-    if state.get("world_size") != world_size:
-        diffs.append(f"processes: checkpoint {state.get('world_size')} != now {world_size}")
     if diffs:
         raise CheckpointError(
             f"cannot resume from {folder}: "

@@ -155,7 +155,7 @@ class Trainer:
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator
-        ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash, acc.num_processes)
+        ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash)
         acc.load_state(str(folder))
         state = ckpt.read_trainer_state(folder)
         self.progress = Progress(
@@ -166,16 +166,20 @@ class Trainer:
         )
         self.schedule.load_state_dict(state["schedule"])
         self.schedule.apply(self.optimizer)
-        rank_state = ckpt.load_rank_state(folder, acc.process_index)
+        rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
         self.train_stream.load_state_dict(rank_state["stream"])
         self.history = tuple(h.to(acc.device) for h in rank_state["history"])
+        saved_world = state.get("world_size", 1)
         logger.info(
-            "resuming from %s (step %d, epoch %d, batch %d of %d)",
+            "resuming from %s (step %d, epoch %d, batch %d of %d)%s",
             folder,
             self.progress.step,
             self.train_stream.epoch,
             self.train_stream.step,
             self.train_stream.steps_per_epoch,
+            f"; written by {saved_world} processes, now {acc.num_processes}"
+            if saved_world != acc.num_processes
+            else "",
         )
 
     def _start_trackers(self, resumed: bool) -> None:

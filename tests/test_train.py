@@ -245,3 +245,18 @@ def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) 
     (aside,) = copy.glob("replaced-*")
     assert list_checkpoints(aside)[-1].name == f"step_{K_STEPS:08d}"  # nothing lost
     assert [c.name for c in list_checkpoints(copy)] == ["step_00000004"]
+
+
+@pytest.mark.parametrize(("first", "then"), [(1, 2), (2, 1)])
+def test_resume_on_another_number_of_processes(
+    workdir: Path, straight_1: Path, first: int, then: int
+) -> None:
+    name = f"elastic{first}{then}"
+    port = 29620 + 2 * first
+    check_ok(_train(workdir, name, "--set", f"train.max_steps={K_FIRST}", ranks=first, port=port))
+    second = _train(workdir, name, "--set", f"train.max_steps={K_STEPS}", ranks=then, port=port + 1)
+    check_ok(second)
+    assert f"written by {first} processes, now {then}" in second.stderr
+    resumed, straight = final_weights(_out(workdir, name)), final_weights(straight_1)
+    for key in straight:  # same data order for any process count: equal up to reduction order
+        torch.testing.assert_close(resumed[key], straight[key], rtol=1e-4, atol=1e-5)
