@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model, column_normalize_
@@ -172,23 +171,19 @@ def test_column_normalize_noop_when_disabled():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
-def test_ddp_wrapped_model(tmp_path):
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        model = small("hornn", "gated", init_std=1.0)
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
-        tokens = torch.randint(0, V, (6, 3))
-        logits, state = ddp(tokens[:-1], model.init_state(3, "cpu"))
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[1:].reshape(-1))
-        loss.backward()
-        assert all(p.grad is not None for p in model.parameters())
-        column_normalize_(ddp, 1.0)
-        for w, dim in model.max_norm_vectors():
-            assert torch.linalg.vector_norm(w, dim=dim).max().item() <= 1.0 + 1e-5
-    finally:
-        dist.destroy_process_group()
+def test_column_normalize_reaches_a_wrapped_model():
+    # A wrapper like DDP's `.module`; the real DDP path runs in the 2-rank trainer tests
+    # (tests/test_train.py, optim.max_col_norm = 3). An in-process gloo group here could hang
+    # in ProcessGroupGloo's destructor at teardown.
+    class Wrapper(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    model = small("hornn", "gated", init_std=1.0)
+    column_normalize_(Wrapper(model), 1.0)
+    for w, dim in model.max_norm_vectors():
+        assert torch.linalg.vector_norm(w, dim=dim).max().item() <= 1.0 + 1e-5
 
 
 @pytest.mark.parametrize("engine", ["fused", "loop"])
