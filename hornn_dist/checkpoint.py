@@ -31,6 +31,9 @@ from hornn_dist.errors import CheckpointError
 logger = logging.getLogger(__name__)
 
 DONE = "DONE"
+CHECKPOINT_ARG_HELP = (
+    "a checkpoint folder, a run directory (newest checkpoint), or <run>/checkpoints/latest|best"
+)
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.toml"
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")

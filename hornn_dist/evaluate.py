@@ -22,11 +22,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="hornn_dist.evaluate", description=__doc__.splitlines()[0]
     )
-    parser.add_argument(
-        "checkpoint",
-        help="a checkpoint folder, a run directory (newest checkpoint), "
-        "or <run>/checkpoints/latest|best",
-    )
+    parser.add_argument("checkpoint", help=ckpt.CHECKPOINT_ARG_HELP)
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
     parser.add_argument(
         "--batch-size",
