@@ -66,6 +66,7 @@ class TrainConfig:
     eval_batch_size: int = 10  # global number of evaluation streams
     eval_every: int = 0  # also validate every N steps (0 = only at the end of each epoch)
     mixed_precision: str = "no"  # no | bf16 | fp16 (CUDA only; CPU runs fp32)
+    cuda_graph: bool = True  # replay the step from a CUDA graph where it applies (train_step.py)
     seed: int = 1234
     output_dir: str = "runs/demo"
     checkpoint_every: int = 1000  # steps (0 = only at epoch ends and at the end)

@@ -55,7 +55,8 @@ class RunningLoss:
     def add(self, loss: torch.Tensor) -> None:
         """Accumulate one step's mean loss."""
         value = loss.detach().float()
-        self._sum = value if self._sum is None else self._sum + value
+        # clone: `loss` may be a buffer that the next step overwrites in place
+        self._sum = value.clone() if self._sum is None else self._sum + value
         self._count += 1
 
     def take(self) -> torch.Tensor:

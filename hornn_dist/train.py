@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -24,11 +23,12 @@ from hornn_dist.config import RunConfig, load_config
 from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.evaluation import EvalResult, evaluate_split
-from hornn_dist.metrics import RunningLoss, Throughput, perplexity, total_grad_norm
-from hornn_dist.models import build_model, column_normalize_
-from hornn_dist.optim import LrSchedule, build_optimizer, clip_gradients
+from hornn_dist.metrics import RunningLoss, Throughput, perplexity
+from hornn_dist.models import build_model
+from hornn_dist.optim import LrSchedule, build_optimizer
 from hornn_dist.runtime import StopFlag, build_accelerator, run_cli, setup_logging
 from hornn_dist.session import open_prepared_corpus
+from hornn_dist.train_step import TrainStep
 
 logger = logging.getLogger("hornn_dist.train")
 
@@ -102,7 +102,6 @@ class Trainer:
         optimizer = build_optimizer(model, cfg.optim)
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.core = acc.unwrap_model(self.model)
-        self.params = [p for p in self.core.parameters() if p.requires_grad]
         rank, world = acc.process_index, acc.num_processes
         # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
         self.train_stream = TBPTTStream(
@@ -111,8 +110,9 @@ class Trainer:
         self.valid_stream = self._eval_stream("valid")
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.progress = Progress()
-        self.history: tuple[torch.Tensor, ...] | None = None
-        self.bad_step = torch.zeros((), dtype=torch.int64, device=acc.device)
+        self.step = TrainStep(
+            cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
+        )
 
     # ------------------------------------------------------------------ set-up
 
@@ -168,7 +168,9 @@ class Trainer:
         self.schedule.apply(self.optimizer)
         rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
         self.train_stream.load_state_dict(rank_state["stream"])
-        self.history = tuple(h.to(acc.device) for h in rank_state["history"])
+        self.step.load_state(
+            tuple(h.to(acc.device) for h in rank_state["history"]), self.progress.step
+        )
         saved_world = state.get("world_size", 1)
         logger.info(
             "resuming from %s (step %d, epoch %d, batch %d of %d)%s",
@@ -195,7 +197,7 @@ class Trainer:
         sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
         logger.info(
             "%s/%s order %d, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
-            "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s",
+            "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
             cfg.model.arch,
             cfg.model.pooling,
             cfg.model.order,
@@ -212,6 +214,7 @@ class Trainer:
             sizes,
             acc.device,
             f"mixed precision {acc.mixed_precision}",
+            self.step.describe(),
         )
 
     # ------------------------------------------------------------------ loop
@@ -240,20 +243,18 @@ class Trainer:
         running, speed = RunningLoss(), Throughput()
         tokens_per_step = cfg.batch_size * cfg.bptt
         while stream.epoch < cfg.epochs and not self._reached_max_steps():
-            if stream.step == 0 or not self.history:  # a new epoch starts from a zero history
-                self.history = self.core.init_state(
-                    cfg.batch_size // self.accelerator.num_processes, self.accelerator.device
-                )
+            if stream.step == 0:  # a new epoch starts from a zero history
+                self.step.reset_state()
             for x, y in stream.epoch_batches():
                 log_now = (self.progress.step + 1) % self.cfg.log.every == 0
-                loss, norms = self._train_step(x, y, measure=log_now)
+                loss = self.step.run(x, y, measure=log_now)
                 self.progress.step += 1
                 running.add(loss)
                 speed.add(tokens_per_step)
                 bar.update(1)
                 if log_now:
                     loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
-                    self._log_train(loss_mean, speed.rate(), norms, bar)
+                    self._log_train(loss_mean, speed.rate(), self.step.grad_norms(), bar)
                 epoch_end = stream.step == stream.steps_per_epoch
                 if cfg.eval_every and self.progress.step % cfg.eval_every == 0 and not epoch_end:
                     self._validate_and_save()
@@ -286,48 +287,20 @@ class Trainer:
     def _reached_max_steps(self) -> bool:
         return bool(self.cfg.train.max_steps) and self.progress.step >= self.cfg.train.max_steps
 
-    def _train_step(
-        self, x: torch.Tensor, y: torch.Tensor, measure: bool
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """One TBPTT window: forward, backward, clip, SGD, column norm; return (loss, grad norms)."""
-        acc = self.accelerator
-        x, y = x.to(acc.device, non_blocking=True), y.to(acc.device, non_blocking=True)
-        logits, history = self.model(x, self.history)  # (T, b, V)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        acc.backward(loss)
-        self.history = self.core.detach_state(history)
-        # Remember the first non-finite step on the device; checked before anything is saved.
-        step_id = self.progress.step + 1
-        self.bad_step = torch.where(
-            (self.bad_step == 0) & ~torch.isfinite(loss.detach()), step_id, self.bad_step
-        )
-        if acc.mixed_precision == "fp16":
-            acc.unscale_gradients()
-        norms: dict[str, float] = {}
-        if measure:
-            norms = {"grad_norm/total": float(total_grad_norm(self.params))}
-            norms.update(
-                {f"grad_norm/{k}": float(v) for k, v in self.core.path_grad_norms().items()}
-            )
-        clip_gradients(self.params, self.cfg.optim)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        column_normalize_(self.core, self.cfg.optim.max_col_norm)
-        return loss.detach(), norms
-
     def _check_finite(self) -> None:
-        bad = int(self.accelerator.reduce(self.bad_step.clone(), reduction="sum"))
+        bad_step = self.step.bad_step
+        bad = int(self.accelerator.reduce(bad_step.clone(), reduction="sum"))
         if bad:
             raise NonFiniteLossError(
-                f"training loss became NaN/inf at step {int(self.bad_step) or bad}; nothing was saved "
+                f"training loss became NaN/inf at step {int(bad_step) or bad}; nothing was saved "
                 f'after it. Lower optim.lr, set optim.clip, or try train.mixed_precision="no"'
             )
 
     def _stop_requested(self) -> bool:
+        if self.accelerator.num_processes == 1:  # no device round trip: the step stays async
+            return self.stop.requested
         flag = torch.tensor(int(self.stop.requested), device=self.accelerator.device)
-        if self.accelerator.num_processes > 1:
-            flag = self.accelerator.reduce(flag, reduction="sum")
-        requested = bool(flag.item())
+        requested = bool(self.accelerator.reduce(flag, reduction="sum").item())
         if requested and not self.stop.signal_name:
             self.stop.signal_name = "stop signal (another rank)"
         return requested
@@ -422,10 +395,9 @@ class Trainer:
             "vocab_hash": self.corpus.vocab_hash,
             "world_size": acc.num_processes,
         }
-        history = self.history or ()
         rank_state = {
             "stream": self.train_stream.state_dict(),
-            "history": tuple(h.detach().cpu() for h in history),
+            "history": tuple(h.detach().cpu() for h in self.step.state),
         }
         folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
         if acc.is_main_process:

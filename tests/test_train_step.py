@@ -1,0 +1,180 @@
+"""TrainStep: the static-buffer training step (eager on CPU, CUDA graph on one GPU).
+
+The CPU tests run the same `_body` that a CUDA graph captures and check it against a plain
+step written out here; the CUDA tests (skipped without a GPU) check that replaying the graph
+gives what eager steps give, including after the lr changes (re-capture).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hornn_dist.config import config_from_dict
+from hornn_dist.metrics import total_grad_norm
+from hornn_dist.models import build_model, column_normalize_
+from hornn_dist.optim import build_optimizer, clip_gradients
+from hornn_dist.train_step import WARMUP_STEPS, TrainStep, graph_unavailable_reason
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+V, T, B = 50, 6, 4
+
+
+@pytest.fixture
+def make_accelerator():
+    """Return a factory of fresh Accelerators (the shared Accelerate state is reset each time)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    def make(cpu: bool = True, mixed_precision: str = "no"):
+        AcceleratorState._reset_state(True)
+        return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
+
+    yield make
+    AcceleratorState._reset_state(True)
+
+
+def run_config(pooling: str = "fofe", **train):
+    """Return a small validated run config."""
+    return config_from_dict(
+        {
+            "model": {"pooling": pooling, "order": 3, "hidden_size": 16, "embedding_size": 12},
+            "optim": {"lr": 0.3, "momentum": 0.5, "weight_decay": 1e-5, "max_col_norm": 2.0},
+            "train": {"batch_size": B, "bptt": T, **train},
+        }
+    )
+
+
+def batches(n: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Return n (x, y) batches of shape (T, B)."""
+    gen = torch.Generator().manual_seed(seed)
+    data = torch.randint(0, V, (n, T + 1, B), generator=gen)
+    return [(d[:-1], d[1:]) for d in data]
+
+
+def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
+    """Return a TrainStep over a fresh model (seeded init) prepared by the accelerator."""
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, V)
+    model, optimizer = accelerator.prepare(model, build_optimizer(model, cfg.optim))
+    core = accelerator.unwrap_model(model)
+    return TrainStep(cfg, accelerator, model, core, optimizer, B)
+
+
+@pytest.mark.parametrize("pooling", ["fofe", "gated"])
+def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
+    cfg = run_config(pooling)
+    step = make_step(cfg, make_accelerator())
+    ref = copy.deepcopy(step.core)
+    opt = build_optimizer(ref, cfg.optim)
+    state = ref.init_state(B, torch.device("cpu"))
+    for i, (x, y) in enumerate(batches(5)):
+        loss = step.run(x, y, measure=i == 4).clone()
+        logits, state = ref(x, state)
+        ref_loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        ref_loss.backward()
+        state = ref.detach_state(state)
+        params = [p for p in ref.parameters() if p.requires_grad]
+        if i == 4:
+            ref_norms = [total_grad_norm(params), *ref.path_grad_norms().values()]
+        clip_gradients(params, cfg.optim)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        column_normalize_(ref, cfg.optim.max_col_norm)
+        assert torch.equal(loss, ref_loss.detach())
+    for p, q in zip(step.core.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q)
+    for buf, s in zip(step.state, state, strict=True):
+        assert torch.equal(buf, s)
+    norms = step.grad_norms()
+    assert list(norms) == step.norm_names
+    assert norms["grad_norm/total"] > 0
+    assert any(k.startswith("grad_norm/layer0/path3") for k in norms)
+    assert [norms[k] for k in step.norm_names] == pytest.approx([float(n) for n in ref_norms])
+    assert int(step.step_id) == 5 and int(step.bad_step) == 0
+
+
+def test_norms_only_when_measured_and_state_reset(make_accelerator):
+    step = make_step(run_config(), make_accelerator())
+    (x, y), (x2, y2) = batches(2)
+    step.run(x, y, measure=False)
+    assert step.norms.abs().sum() == 0
+    assert any(buf.abs().sum() > 0 for buf in step.state)  # the history is carried
+    step.run(x2, y2, measure=True)
+    assert (step.norms > 0).all()
+    step.reset_state()
+    assert all(buf.abs().sum() == 0 for buf in step.state)
+
+
+def test_first_non_finite_step_is_recorded(make_accelerator):
+    step = make_step(run_config(), make_accelerator())
+    data = batches(4)
+    step.run(*data[0], measure=False)
+    with torch.no_grad():
+        step.core.decoder.weight.fill_(math.inf)
+    for x, y in data[1:]:
+        step.run(x, y, measure=False)
+    assert not torch.isfinite(step.loss)
+    assert int(step.bad_step) == 2  # the first bad one, not the last
+
+
+def test_load_state_copies_history_and_step(make_accelerator):
+    step = make_step(run_config(), make_accelerator())
+    buffers = [buf.data_ptr() for buf in step.state]
+    saved = tuple(torch.randn_like(buf) for buf in step.state)
+    step.load_state(saved, step=41)
+    assert [buf.data_ptr() for buf in step.state] == buffers  # copied in, not replaced
+    assert all(torch.equal(a, b) for a, b in zip(step.state, saved, strict=True))
+    assert int(step.step_id) == 41
+    with pytest.raises(ValueError, match="expected 1 state tensors"):
+        step.load_state(saved * 2, step=0)
+
+
+def test_graph_reason_names_what_rules_it_out(make_accelerator):
+    acc = make_accelerator()
+    assert graph_unavailable_reason(run_config(), acc) == "not on CUDA"
+    off = run_config(cuda_graph=False)
+    assert graph_unavailable_reason(off, acc) == "train.cuda_graph = false"
+    step = make_step(off, acc)
+    assert step.describe() == "eager (train.cuda_graph = false)"
+
+
+def _graph_vs_eager(make_accelerator, pooling: str, precision: str, rtol: float) -> None:
+    data = batches(12, seed=3)
+    results = []
+    for use_graph in (True, False):
+        acc = make_accelerator(cpu=False, mixed_precision=precision)
+        step = make_step(run_config(pooling, cuda_graph=use_graph), acc)
+        assert step.use_graph is use_graph
+        losses = []
+        for i, (x, y) in enumerate(data):
+            if i == 8:  # the schedule halves the lr: the graph must be captured again
+                for group in step.optimizer.param_groups:
+                    group["lr"] /= 2
+            losses.append(step.run(x, y, measure=True).clone())
+        torch.cuda.synchronize()
+        results.append((step, torch.stack(losses), step.norms.clone()))
+    (graphed, g_loss, g_norms), (eager, e_loss, e_norms) = results
+    assert graphed.captures == 2 and eager.captures == 0
+    assert graphed.eager_steps == WARMUP_STEPS
+    torch.testing.assert_close(g_loss, e_loss, rtol=rtol, atol=1e-6)
+    torch.testing.assert_close(g_norms, e_norms, rtol=rtol, atol=1e-6)
+    for p, q in zip(graphed.core.parameters(), eager.core.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=rtol, atol=1e-6)
+    for a, b in zip(graphed.state, eager.state, strict=True):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=1e-6)
+
+
+@cuda
+@pytest.mark.parametrize("pooling", ["sum", "max", "fofe", "gated"])
+def test_cuda_graph_replay_equals_eager_steps(make_accelerator, pooling):
+    _graph_vs_eager(make_accelerator, pooling, "no", rtol=1e-5)
+
+
+@cuda
+def test_cuda_graph_replay_equals_eager_steps_bf16(make_accelerator):
+    _graph_vs_eager(make_accelerator, "fofe", "bf16", rtol=1e-2)
