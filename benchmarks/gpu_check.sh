@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # One GPU check of the speed issue, run from the repo root on a machine with one CUDA GPU:
 #
-#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~4-5 min on an H100, hard stop at 8 min
+#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~5-6 min on an H200, hard stop at 7 min
 #
 # Writes logs and JSON only (no checkpoints) under $OUT, at most 7 files:
 #   summary.txt                  environment, then one line per step: exit code and seconds
-#   cuda_tests.log               (a) pytest -k cuda: model tests on CUDA, graphed == eager
+#   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
+#                                    benchmark step == eager, trainer's graphed step == eager
 #   throughput.log / .json       (b) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed
-#   train.log                    (c) demo training in bf16 and fp16, 300 steps, then resumed to 600
-#   throughput_compiled.log      (d) optional, if time is left: torch.compile rows (paper, bf16)
+#   train.log                    (c) demo training in bf16 (CUDA graph) and fp16 (eager),
+#                                    300 steps, then resumed to 600
+#   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
+#                                    T 30, bf16) on the demo corpus: HORNN-3 and LSTM, graph/eager
+#   throughput_compiled.log      (e) optional, if time is left: torch.compile rows (paper, bf16)
 # A failing step does not stop the others. Needs torch, accelerate, tokenizers, tensorboard,
 # pytest; not `datasets` (the demo corpus is bundled, and preparing it does not import it).
 set +e
@@ -18,7 +22,7 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-DEADLINE=${GPU_CHECK_SECONDS:-480} # whole script; each step's timeout is cut to what is left
+DEADLINE=${GPU_CHECK_SECONDS:-420} # whole script; each step's timeout is cut to what is left
 WORK=/tmp/hornn_gpu_check          # run dirs and checkpoints: not under $OUT
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY="$OUT/summary.txt"
@@ -55,7 +59,9 @@ step() {
 
 # (a) CUDA tests: the model's CUDA-vs-CPU checks and the benchmark's graphed-vs-eager checks.
 step cuda_tests 120 "$OUT/cuda_tests.log" \
-  "$PY" -m pytest tests/test_models_*.py tests/test_benchmarks.py -q -k cuda -p no:cacheprovider
+  "$PY" -m pytest tests/test_models_*.py tests/test_benchmarks.py tests/test_train_step.py -q \
+  -k cuda -p no:cacheprovider -rf
+tail -n 3 "$OUT/cuda_tests.log" >>"$SUMMARY"
 
 # (b) The throughput table: every variant, both configs, fp32 and bf16, eager and graphed.
 step throughput 270 "$OUT/throughput.log" \
@@ -77,11 +83,34 @@ for prec in bf16 fp16; do
     >>"$SUMMARY"
 done
 
-# (d) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.
+# (d) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k):
+#     the rate logged at step 400 covers steps 301-400, after the warm-up and the capture.
+for run in "hornn-fofe graph" "hornn-fofe eager" "hornn-max graph" "hornn-gated graph" \
+  "lstm graph" "lstm eager"; do
+  set -- $run
+  variant=$1 mode=$2
+  arch=${variant%%-*}
+  pooling=${variant#*-}
+  [ "$arch" = lstm ] && pooling=fofe
+  step "speed_${variant}_${mode}" 45 "$OUT/train_speed.log" \
+    "$PY" -m hornn_dist.train configs/demo.toml --no-resume \
+    --set model.arch=$arch --set model.pooling=$pooling --set model.hidden_size=400 \
+    --set model.embedding_size=400 --set train.mixed_precision=bf16 \
+    --set train.cuda_graph=$([ "$mode" = graph ] && echo true || echo false) \
+    --set train.max_steps=400 --set train.output_dir="$WORK/speed_${variant}_$mode" \
+    --set data.cache_dir="$WORK/data_cache" --set train.checkpoint_every=0 \
+    --set log.every=100 --set log.progress=false --set log.tensorboard=false
+  rate=$(grep -o "step 400: .*tokens/s" "$OUT/train_speed.log" | tail -n 1 | grep -o "[0-9]* tokens/s")
+  echo "trainer ${variant} ${mode}: ${rate:-no rate}" >>"$SUMMARY"
+  sed -i "s/step 400: /step 400 ($variant $mode): /" "$OUT/train_speed.log"
+done
+
+# (e) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.
 if ((DEADLINE - SECONDS >= 100)); then
   step throughput_compiled 90 "$OUT/throughput_compiled.log" \
     "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 \
-    --modes eager,compiled --variants hornn-fofe,hornn-gated,lstm --json "$WORK/compiled.json"
+    --modes eager,graphed,compiled --variants hornn-fofe,hornn-gated,lstm \
+    --json "$WORK/compiled.json"
 else
   echo "throughput_compiled: skipped (under 100 s left)" >>"$SUMMARY"
 fi

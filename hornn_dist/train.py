@@ -196,11 +196,11 @@ class Trainer:
         world = acc.num_processes
         sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
         logger.info(
-            "%s/%s order %d, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
+            "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
             "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
-            cfg.model.arch,
-            cfg.model.pooling,
-            cfg.model.order,
+            f"hornn/{cfg.model.pooling} order {cfg.model.order}"
+            if cfg.model.arch == "hornn"
+            else cfg.model.arch,
             f"{self.core.num_parameters():,}",
             corpus.vocab_size,
             cfg.train.batch_size * cfg.train.bptt,
