@@ -3,7 +3,7 @@
 #
 #   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~5-6 min on an H200, hard stop at 7 min
 #
-# Writes logs and JSON only (no checkpoints) under $OUT, at most 7 files:
+# Writes logs and JSON only (no checkpoints) under $OUT, 8 files at most:
 #   summary.txt                  environment, then one line per step: exit code and seconds
 #   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
 #                                    benchmark step == eager, trainer's graphed step == eager
@@ -12,7 +12,8 @@
 #                                    300 steps, then resumed to 600
 #   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
 #                                    T 30, bf16) on the demo corpus: HORNN-3 and LSTM, graph/eager
-#   throughput_compiled.log      (e) optional, if time is left: torch.compile rows (paper, bf16)
+#   throughput_profile.log       (e) kernels per step and their GPU time (paper, bf16)
+#   throughput_compiled.log      (f) optional, if time is left: torch.compile rows (paper, bf16)
 # A failing step does not stop the others. Needs torch, accelerate, tokenizers, tensorboard,
 # pytest; not `datasets` (the demo corpus is bundled, and preparing it does not import it).
 set +e
@@ -105,12 +106,16 @@ for run in "hornn-fofe graph" "hornn-fofe eager" "hornn-max graph" "hornn-gated 
   sed -i "s/step 400: /step 400 ($variant $mode): /" "$OUT/train_speed.log"
 done
 
-# (e) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.
+# (e) Kernels launched per step and their GPU time (paper, bf16): how launch-bound each is.
+step throughput_profile 60 "$OUT/throughput_profile.log" \
+  "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 --profile \
+  --json "$WORK/profile.json"
+
+# (f) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.
 if ((DEADLINE - SECONDS >= 100)); then
   step throughput_compiled 90 "$OUT/throughput_compiled.log" \
     "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 \
-    --modes eager,graphed,compiled --variants hornn-fofe,hornn-gated,lstm \
-    --json "$WORK/compiled.json"
+    --modes eager,graphed,compiled --variants hornn-fofe,lstm --json "$WORK/compiled.json"
 else
   echo "throughput_compiled: skipped (under 100 s left)" >>"$SUMMARY"
 fi

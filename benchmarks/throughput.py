@@ -277,6 +277,9 @@ def measure_group(
             except Exception as exc:
                 rows[case]["error"] = error_line(exc)
                 runners.pop(case)
+    if args.profile:
+        for case, runner in runners.items():
+            rows[case].update(profile_kernels(runner))
     for case in runners:
         tokens = steps[case] * shape.bptt * shape.batch
         med = statistics.median(times[case])
@@ -297,6 +300,31 @@ def measure_group(
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return [rows[case] for case in cases]
+
+
+def profile_kernels(runner: Runner, steps: int = 3) -> dict[str, float]:
+    """Return kernels (CUDA) or operators (CPU) launched per step and their time per step (ms).
+
+    On CUDA this counts every kernel, memcpy and memset the profiler sees, graph replays
+    included; it is how launch-bound a step is.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = runner.device.type == "cuda"
+    activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
+    sync(runner.device)
+    with profile(activities=[activity]) as prof:
+        for _ in range(steps):
+            runner.step()
+        sync(runner.device)
+    if cuda:
+        events = prof.key_averages()
+        count = sum(e.count for e in events)
+        micros = sum(e.device_time_total for e in events)
+    else:  # top-level operators only: nested aten calls would be counted twice
+        top = [e for e in prof.events() if e.cpu_parent is None]
+        count, micros = len(top), sum(e.cpu_time_total for e in top)
+    return {"kernels_per_step": count / steps, "kernel_ms_per_step": micros / steps / 1000}
 
 
 def auto_steps(runner: Runner, round_seconds: float) -> int:
@@ -327,7 +355,7 @@ def print_table(rows: list[dict]) -> None:
     """Print tokens/s, the ratio to the group's best LSTM and the peak memory of each row."""
     print(
         f"{'variant':<16}{'config':<7}{'prec':<6}{'mode':<10}{'params':>8}{'tokens/s':>11}"
-        f"{'vs LSTM':>9}{'peak MiB':>10}"
+        f"{'vs LSTM':>9}{'peak MiB':>10}{'kernels':>9}{'kern ms':>9}"
     )
     for r in rows:
         head = f"{r['variant']:<16}{r['config']:<7}{r['precision']:<6}{r['mode']:<10}"
@@ -336,8 +364,11 @@ def print_table(rows: list[dict]) -> None:
             continue
         ratio = f"{r['ratio_to_best_lstm']:.2f}x" if "ratio_to_best_lstm" in r else "-"
         mem = f"{r['peak_mem_mib']:.0f}" if r["peak_mem_mib"] is not None else "-"
+        kernels = f"{r['kernels_per_step']:.0f}" if "kernels_per_step" in r else "-"
+        kern_ms = f"{r['kernel_ms_per_step']:.3f}" if "kernel_ms_per_step" in r else "-"
         print(
-            f"{head}{r['params'] / 1e6:>7.2f}M{r['tokens_per_s']:>11.0f}{ratio:>9}{mem:>10}",
+            f"{head}{r['params'] / 1e6:>7.2f}M{r['tokens_per_s']:>11.0f}{ratio:>9}{mem:>10}"
+            f"{kernels:>9}{kern_ms:>9}",
             flush=True,
         )
 
@@ -407,6 +438,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--round-seconds", type=float, default=0.2, help="--steps 0: seconds per round (0.2)"
     )
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; median reported")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="add kernels per step and their time (CUDA; CPU: top-level operators)",
+    )
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
     args = p.parse_args(argv)
     cuda = args.device.startswith("cuda")

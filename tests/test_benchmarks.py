@@ -149,3 +149,11 @@ def test_cuda_main_graphs_every_variant_and_reports_memory(tmp_path):
     for r in rows:
         assert "error" not in r, r
         assert r["tokens_per_s"] > 0 and r["peak_mem_mib"] > 0
+
+
+def test_profile_adds_launches_and_time_per_step(tmp_path):
+    argv = [*FAST, "--variants", "hornn-fofe,lstm", "--profile", "--json", str(tmp_path / "p.json")]
+    rows = tp.main(argv)
+    assert all(r["kernels_per_step"] > 0 and r["kernel_ms_per_step"] > 0 for r in rows)
+    saved = json.loads((tmp_path / "p.json").read_text())["results"]
+    assert [r["kernels_per_step"] for r in saved] == [r["kernels_per_step"] for r in rows]
