@@ -7,30 +7,54 @@ that must go step by step.
 The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The model"):
 
 * Every term that touches h_{t-n} is a linear map of h_{t-n} alone, so when h_t is born we
-  compute U_t = h_t @ W once, W = [W_h1 | ... | W_hN (| W2_1 | ... | W2_N)]^T: ONE GEMM per
-  step however large N is. U of the carried history is one GEMM at the start.
-* Step t gathers block n of U_{t-n} for n = 1..N, pools, adds the input term and applies f.
-  Internally W's path blocks are stored in reverse order (block i holds path n = N - i), so
-  that the N terms step t needs (row t+i, block i of the buffer U_all) form ONE strided view
-  with positive strides: pooling is a reduction over a view, no gather copies.
+  compute U_t = h_t @ W once, W = [W_h1 | ... | W_hN] (gated: [W2_1 .. W2_N | W_h1 .. W_hN]):
+  ONE GEMM per step however large N is. U of the carried history is one GEMM at the start.
+* The buffer U_all is (N+T, B, (K+1)·H), K = N (2N gated): row N+s holds U of h_s, s = -N..T-1,
+  in its first K blocks (the GEMM writes a strided slice, no copy) and, in its last block X,
+  the input term of step s (xin_s = W_in x_s + b, copied for all steps before the loop).
+* Step t needs block n of U_{t-n}. Internally W's path blocks are stored in reverse order
+  (block p0+i holds path n = N - i; p0 = 0, or N for gated where the gate blocks come first),
+  so that entry i = row t+i, block p0+i: ONE strided view with positive strides, and entry
+  i = N continues the pattern onto row t+N, block p0+N = X, the input term of step t.
+  So pooling plus input is one reduction over a view, no gather copies.
 * FOFE (eq. 5) folds α^n into the internal copy of W_hn, so it costs exactly what sum costs;
   the gradient is scaled back by α^n so ``weight_hh.grad`` is the true dL/dW_hn.
-* Backward walks time backwards accumulating dL/dU_t (again one GEMM per step, for dL/dh_t),
-  then dW = H_all^T @ dU_all in ONE GEMM and dL/dhistory = dU_hist @ W^T in one more.
+* Gated (eq. 6-7): xg_t = W1n x_t + c_n is pre-added into the gate blocks U's GEMMs
+  accumulate into (each location of U_all is read by exactly one step), so a step takes
+  σ of one view, multiplies the path view by r in place, then sums like sum pooling.
+* Backward walks time backwards accumulating dL/dU_t in a buffer dU of the same layout (again
+  one GEMM per step: dL/dh_t += dU_t @ W^T in place in a copy of grad_out, so cuBLAS copies
+  nothing first). dL/dh_t times a precomputed per-step factor (N+1, B, H)
+  (f'(z_t) for sum/fofe, f'·one-hot(winner) for max, f'·r for gated, and f' for the X slot)
+  is written straight into the N path slots and the X slot with one ``mul(out=)``: the
+  gradient w.r.t. xp is then the X view of dU. After the loop dW = H_all^T @ dU_all[..., :K·H]
+  in ONE GEMM and dL/dhistory = dU_hist @ W^T in one more.
+* Ops per time step, forward + backward: sum / fofe 3 + 2 (sum over the view, f, GEMM;
+  addmm, mul); max 4 + 2 (amax, add xin, f, GEMM; the winner of every step is found after the
+  loop, vectorised); gated 5 + 3 (σ, r·P, sum, f, GEMM; addmm, mul, mul into the gate view).
+  On CUDA cuBLAS may add a split-K reduce to a small GEMM (H200, B=20, H=400, N=3: 7, 8 and
+  10 kernels a step).
 * Saved for backward: the outputs h (f' is computed from h), the winning path index for max,
-  the gate values r for gated. Gated recomputes U_all with one GEMM in backward instead of
-  keeping it (it is 2N times the size of the outputs).
+  the gate values r for gated. Gated recomputes the path terms with one GEMM in backward
+  instead of keeping them (forward overwrote them with r·P).
 
-Max pooling (eq. 4) sends the gradient to the winning path only. Ties go to the lowest n:
-the comparison runs n = 1..N with strict ``>``, the same on CPU and CUDA.
+Max pooling (eq. 4) sends the gradient to the winning path only. Ties go to the lowest n (the
+same as a walk over n = 1..N with strict ``>``): the winner is the lowest n whose term equals
+the maximum exactly, the same on CPU and CUDA.
 
 The recurrence always runs in float32 (float64 when the inputs are float64), with autocast
 turned off inside, whatever dtype autocast used for the input projection; it returns that dtype.
+Under CUDA autocast (bf16 or fp16) its recurrent GEMMs (the per-step GEMMs and those of the
+backward) run with TF32 allowed (``float32_matmul_precision`` "high" for the duration of the
+call, restored after): the state and all element-wise math stay float32, only the GEMM
+inputs are rounded to TF32 (10-bit mantissa, finer than bf16's 7), which is what cuDNN's
+fp32 RNNs do by default. On CPU, and without autocast, the GEMMs stay strict float32/float64.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -63,6 +87,33 @@ def _activation_grad(name: str, h: Tensor) -> Tensor:
     return (h > 0).to(h.dtype)  # relu; f'(0) = 0 as in torch.relu
 
 
+@contextmanager
+def _tf32_matmuls(enabled: bool) -> Iterator[None]:
+    """Allow TF32 in float32 GEMMs inside the block when `enabled`; restore the setting after."""
+    if not enabled:
+        yield
+        return
+    try:
+        prev = torch.get_float32_matmul_precision()
+    except RuntimeError:  # set through the per-backend API (torch >= 2.9): use that one
+        matmul = torch.backends.cuda.matmul
+        prev_backend = matmul.fp32_precision
+        matmul.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = prev_backend
+        return
+    if prev != "highest":  # TF32 (or coarser) is already allowed
+        yield
+        return
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(prev)
+
+
 def _path_coefs(pooling: str, order: int, alpha: float, ref: Tensor) -> Tensor | None:
     """Return the FOFE factors α^n in internal (reversed) block order, shape (N,), or None."""
     if pooling != "fofe":
@@ -72,9 +123,12 @@ def _path_coefs(pooling: str, order: int, alpha: float, ref: Tensor) -> Tensor |
 
 
 def _to_internal(weight_hh: Tensor, order: int, coefs: Tensor | None) -> Tensor:
-    """Return W with its path blocks reversed (block i = path N - i) and FOFE-scaled, (H, K·H)."""
+    """Return W with its path blocks reversed (block i = path N - i) and FOFE-scaled, (H, K·H).
+
+    Gated: the two groups swap too, internal W = [W2 reversed | W_h reversed].
+    """
     H = weight_hh.shape[0]
-    w = weight_hh.reshape(H, -1, order, H).flip(2)  # (H, G, N, H), G = 2 for gated else 1
+    w = weight_hh.reshape(H, -1, order, H).flip(1, 2)  # (H, G, N, H), G = 2 gated else 1
     if coefs is not None:
         w = w * coefs.view(1, 1, order, 1)
     return w.reshape(H, -1).contiguous()
@@ -86,38 +140,35 @@ def _from_internal(grad_int: Tensor, order: int, coefs: Tensor | None) -> Tensor
     g = grad_int.reshape(H, -1, order, H)
     if coefs is not None:
         g = g * coefs.view(1, 1, order, 1)
-    return g.flip(2).reshape(H, -1)
+    return g.flip(1, 2).reshape(H, -1)
 
 
 class _Paths:
-    """Strided views into U_all: for step t, entry i is row t+i, block i (path n = N - i)."""
+    """Strided views into a buffer shaped like U_all (rows, B, blocks of H).
 
-    def __init__(self, U: Tensor, order: int, hidden: int) -> None:
+    Entry i of step t is row t+i, block first+i; for step t every entry is one location
+    that no other step reads, and all steps together form one (T, count, B, H) view.
+    """
+
+    def __init__(self, U: Tensor, hidden: int) -> None:
         self.U = U
-        _, B, KH = U.shape
-        self.size = (order, B, hidden)
-        self.stride = (B * KH + hidden, KH, 1)
-        self.row = B * KH
+        _, self.B, width = U.shape
         self.hidden = hidden
+        self.row = self.B * width
+        self.stride = (self.row + hidden, width, 1)
         self.base = U.storage_offset()
-        self.order = order
 
-    def at(self, t: int, gate: bool = False) -> Tensor:
-        """Return the (N, B, H) path terms of step t (gate=True: the W2n h_{t-n} terms)."""
-        offset = self.base + t * self.row + (self.order * self.hidden if gate else 0)
-        return self.U.as_strided(self.size, self.stride, offset)
+    def at(self, t: int, first: int, count: int) -> Tensor:
+        """Return the (count, B, H) view of step t, starting at block `first`."""
+        size = (count, self.B, self.hidden)
+        offset = self.base + t * self.row + first * self.hidden
+        return self.U.as_strided(size, self.stride, offset)
 
-
-def _max_pool(P: Tensor) -> tuple[Tensor, Tensor]:
-    """Return (max over paths, winning internal index) of P (N, B, H); ties go to the lowest n."""
-    N = P.shape[0]
-    best = P[N - 1]  # i = N-1 is path n = 1
-    idx = torch.full(best.shape, N - 1, dtype=torch.int64, device=P.device)
-    for i in range(N - 2, -1, -1):  # n = 2..N, strict > keeps the lower n on ties
-        better = P[i] > best
-        best = torch.where(better, P[i], best)
-        idx = torch.where(better, i, idx)
-    return best, idx
+    def every(self, T: int, first: int, count: int) -> Tensor:
+        """Return the (T, count, B, H) view of steps 0..T-1: `at(t, first, count)` for each t."""
+        size = (T, count, self.B, self.hidden)
+        offset = self.base + first * self.hidden
+        return self.U.as_strided(size, (self.row, *self.stride), offset)
 
 
 class HornnScan(torch.autograd.Function):
@@ -134,41 +185,59 @@ class HornnScan(torch.autograd.Function):
         activation: str,
     ) -> Tensor:
         """Run the recurrence; see the module docstring for the layout of xp and weight_hh."""
-        with torch.autocast(device_type=xp.device.type, enabled=False):
+        device = xp.device.type
+        tf32 = device == "cuda" and torch.is_autocast_enabled(device)  # read before turning off
+        with torch.autocast(device_type=device, enabled=False), _tf32_matmuls(tf32):
             T, B, _ = xp.shape
             N, _, H = history.shape
             gated = pooling == "gated"
             KH = weight_hh.shape[1]
+            p0 = KH // H - N  # first path block: gate blocks come first for gated
             coefs = _path_coefs(pooling, N, alpha, weight_hh)
             W = _to_internal(weight_hh, N, coefs)  # (H, K·H)
-            U = xp.new_empty(N + T, B, KH)  # U_all: row N+s holds U of h_s, s = -N..T-1
-            torch.mm(history.reshape(N * B, H), W, out=U[:N].view(N * B, KH))
-            paths = _Paths(U, N, H)
+            # U_all (N+T, B, (K+1)·H): row N+s = [U of h_s | xin_s], s = -N..T-1.
+            # Gated accumulates its GEMMs onto the pre-added gate inputs, so zeros first.
+            U = (xp.new_zeros if gated else xp.new_empty)(N + T, B, KH + H)
+            paths = _Paths(U, H)
             xin = xp[..., :H]  # (T, B, H) W_in x_t + b
-            if gated:  # W1n x_t + gate bias, in internal path order i: (T, N, B, H)
-                xg = xp[..., H:].reshape(T, B, N, H).flip(2).permute(0, 2, 1, 3).contiguous()
+            if pooling != "max":
+                U[N:, :, KH:].copy_(xin)  # entry N of each step's path view
+            if gated:  # W1n x_t + c_n, internal order i, into the gate terms step t reads
+                xg = xp[..., H:].reshape(T, B, N, H).flip(2).transpose(1, 2)
+                paths.every(T, 0, N).copy_(xg)
                 R = xp.new_empty(T, N, B, H)  # gate values r_n (eq. 7)
-            if pooling == "max":
-                idx_dtype = torch.uint8 if N <= 256 else torch.int64  # winner i, 0..N-1
-                idx_all = torch.empty(T, B, H, dtype=idx_dtype, device=xp.device)
+            hist_rows = U[:N].view(N * B, KH + H)[:, :KH]
+            if gated:
+                hist_rows.addmm_(history.reshape(N * B, H), W)
+            else:
+                torch.mm(history.reshape(N * B, H), W, out=hist_rows)
             f_ = _activation_(activation)
             out = xp.new_empty(T, B, H)  # (T, B, H)
             for t in range(T):
-                P = paths.at(t)  # (N, B, H): W_hn h_{t-n} (α^n-scaled for fofe)
+                h = out[t]
                 if pooling == "max":  # eq. 4
-                    pooled, idx = _max_pool(P)
-                    idx_all[t].copy_(idx)
-                elif gated:  # eq. 6-7
-                    r = torch.add(xg[t], paths.at(t, gate=True), out=R[t]).sigmoid_()
-                    pooled = (r * P).sum(0)
-                else:  # eq. 3 (sum), eq. 5 (fofe: α^n folded into W)
-                    pooled = P.sum(0)
-                f_(torch.add(pooled, xin[t], out=out[t]))  # h_t = f(W_in x_t + b + pooled)
+                    torch.amax(paths.at(t, p0, N), 0, out=h).add_(xin[t])
+                else:  # eq. 3 (sum), 5 (fofe: α^n folded into W), 6-7 (gated)
+                    if gated:  # P <- r ⊙ P in place: U's path terms are not read again
+                        P = paths.at(t, p0, N)  # (N, B, H): W_hn h_{t-n}
+                        torch.mul(torch.sigmoid(paths.at(t, 0, N), out=R[t]), P, out=P)
+                    torch.sum(paths.at(t, p0, N + 1), 0, out=h)  # pooled + W_in x_t + b
+                f_(h)
                 if t < T - 1:  # U of the last output is not needed inside this call
-                    torch.mm(out[t], W, out=U[N + t])
-            ctx.pooling, ctx.alpha, ctx.activation = pooling, alpha, activation
+                    row = U[N + t, :, :KH]
+                    if gated:
+                        row.addmm_(h, W)
+                    else:
+                        torch.mm(h, W, out=row)
+            if pooling == "max":  # winner i of every step; ties to the highest i = lowest n
+                P_all = paths.every(T, p0, N)  # (T, N, B, H)
+                idx_dtype = torch.uint8 if N <= 256 else torch.int64
+                i = torch.arange(N, dtype=idx_dtype, device=xp.device).view(1, N, 1, 1)
+                ctx.idx_all = torch.where(P_all == P_all.amax(1, keepdim=True), i, 0).amax(1)
+            else:
+                ctx.idx_all = None
+            ctx.pooling, ctx.alpha, ctx.activation, ctx.tf32 = pooling, alpha, activation, tf32
             ctx.save_for_backward(history, weight_hh, out)
-            ctx.idx_all = idx_all if pooling == "max" else None
             ctx.R = R if gated else None
         return out
 
@@ -180,52 +249,54 @@ class HornnScan(torch.autograd.Function):
         """Backpropagate through time: one GEMM per step, weight gradient in one GEMM after."""
         history, weight_hh, out = ctx.saved_tensors
         pooling, activation = ctx.pooling, ctx.activation
-        with torch.autocast(device_type=out.device.type, enabled=False):
+        with torch.autocast(device_type=out.device.type, enabled=False), _tf32_matmuls(ctx.tf32):
             T, B, H = out.shape
             N = history.shape[0]
             KH = weight_hh.shape[1]
+            p0 = KH // H - N
             gated = pooling == "gated"
-            grad_out = grad_out.to(out.dtype).contiguous()
             coefs = _path_coefs(pooling, N, ctx.alpha, weight_hh)
             W = _to_internal(weight_hh, N, coefs)  # (H, K·H)
             Wt = W.t()  # (K·H, H)
             H_all = torch.cat([history, out], 0)  # (N+T, B, H)
-            dU = out.new_zeros(N + T, B, KH)  # dL/dU_all
-            dpaths = _Paths(dU, N, H)
-            if gated:
-                U = (H_all.view(-1, H) @ W).view(N + T, B, KH)  # recomputed, one GEMM
-                paths = _Paths(U, N, H)
-                dxg = out.new_empty(T, N, B, H)
+            dU = out.new_zeros(N + T, B, KH + H)  # dL/dU_all, X block: dL/dxin
+            dpaths = _Paths(dU, H)
             fprime = _activation_grad(activation, out)  # (T, B, H)
-            dz_all = out.new_empty(T, B, H)  # dL/d(pre-activation) = dL/d(W_in x_t + b)
+            # S[t] (N+1, B, H): d(path terms, xin of step t) = dL/dh_t * S[t]
+            if pooling in ("sum", "fofe"):
+                S = fprime.unsqueeze(1).expand(T, N + 1, B, H)
+            else:
+                S = out.new_empty(T, N + 1, B, H)
+                S[:, N] = fprime
+                if gated:  # r ⊙ f'; the gate terms get f' ⊙ P ⊙ r(1-r)
+                    torch.mul(ctx.R, fprime.unsqueeze(1), out=S[:, :N])
+                    P_rows = H_all[: N + T - 1].reshape(-1, H) @ W[:, KH - N * H :]
+                    P_all = _Paths(P_rows.view(N + T - 1, B, N * H), H).every(T, 0, N)
+                    SG = (1.0 - ctx.R).mul_(P_all).mul_(S[:, :N])  # (T, N, B, H)
+                else:  # max: f' at the winner only
+                    i = torch.arange(N, dtype=ctx.idx_all.dtype, device=out.device)
+                    winner = ctx.idx_all.unsqueeze(1) == i.view(1, N, 1, 1)
+                    torch.mul(winner, fprime.unsqueeze(1), out=S[:, :N])
+            dH = out.new_empty(T, B, H).copy_(grad_out)  # dL/dh_t, completed in place
             for t in range(T - 1, -1, -1):
-                if t < T - 1:  # dL/dh_t: from the loss and from the N steps that read U_t
-                    dh = torch.addmm(grad_out[t], dU[N + t], Wt)
-                else:
-                    dh = grad_out[t]
-                dz = torch.mul(dh, fprime[t], out=dz_all[t])  # (B, H)
-                dP = dpaths.at(t)  # (N, B, H) view: each location is written by one step only
-                if pooling == "max":
-                    idx = ctx.idx_all[t].long().unsqueeze(0)  # (1, B, H)
-                    dP.scatter_(0, idx, dz.unsqueeze(0))  # winner only; the rest stay zero
-                elif gated:
-                    r = ctx.R[t]  # (N, B, H)
-                    dP.copy_(r * dz)
-                    dg = torch.mul(dz * paths.at(t), r * (1.0 - r), out=dxg[t])
-                    dpaths.at(t, gate=True).copy_(dg)
-                else:
-                    dP.copy_(dz.expand(N, B, H))
+                dh = dH[t]
+                if t < T - 1:  # + the N steps that read U_t (in place: no copy of grad_out[t])
+                    dh.addmm_(dU[N + t, :, :KH], Wt)
+                # each location is written by this step only; the rest of dU stays zero
+                torch.mul(dh.expand(N + 1, B, H), S[t], out=dpaths.at(t, p0, N + 1))
+                if gated:
+                    torch.mul(dh.expand(N, B, H), SG[t], out=dpaths.at(t, 0, N))
             g_xp = g_hist = g_w = None
             if ctx.needs_input_grad[0]:
+                g_xp = dU[N:, :, KH:]  # (T, B, H) dL/d(W_in x_t + b)
                 if gated:  # back to the parameter layout: blocks [W_in | W1_1..W1_N]
-                    dxg_nat = dxg.permute(0, 2, 1, 3).flip(2).reshape(T, B, N * H)
-                    g_xp = torch.cat([dz_all, dxg_nat], 2)
-                else:
-                    g_xp = dz_all
+                    dxg = dpaths.every(T, 0, N).transpose(1, 2).flip(2).reshape(T, B, N * H)
+                    g_xp = torch.cat([g_xp, dxg], 2)
             if ctx.needs_input_grad[1]:
-                g_hist = (dU[:N].view(N * B, KH) @ Wt).view(N, B, H)
+                g_hist = (dU[:N].view(N * B, KH + H)[:, :KH] @ Wt).view(N, B, H)
             if ctx.needs_input_grad[2]:
-                g_w = _from_internal(H_all.view(-1, H).t() @ dU.view(-1, KH), N, coefs)
+                dU_2d = dU.view(-1, KH + H)[:, :KH]
+                g_w = _from_internal(H_all.view(-1, H).t() @ dU_2d, N, coefs)
         return g_xp, g_hist, g_w, None, None, None
 
 
