@@ -72,8 +72,10 @@ CONFIGS: dict[str, Shape] = {
 }
 
 
-def _hornn(pooling: str, engine: str = "fused") -> ModelConfig:
-    return ModelConfig(arch="hornn", pooling=pooling, order=3, engine=engine)
+def _hornn(pooling: str, engine: str = "fused", precision: str = "fp32") -> ModelConfig:
+    return ModelConfig(
+        arch="hornn", pooling=pooling, order=3, engine=engine, recurrence_precision=precision
+    )
 
 
 VARIANTS: dict[str, ModelConfig] = {
@@ -85,6 +87,12 @@ VARIANTS: dict[str, ModelConfig] = {
     "lstm": ModelConfig(arch="lstm"),
     "gru": ModelConfig(arch="gru"),
     "hornn-fofe-loop": _hornn("fofe", engine="loop"),
+    # the recurrence in autocast's dtype (model.recurrence_precision = "autocast"); under fp32
+    # these equal the rows above
+    "hornn-sum-amp": _hornn("sum", precision="autocast"),
+    "hornn-max-amp": _hornn("max", precision="autocast"),
+    "hornn-fofe-amp": _hornn("fofe", precision="autocast"),
+    "hornn-gated-amp": _hornn("gated", precision="autocast"),
 }
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype

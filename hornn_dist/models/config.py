@@ -10,6 +10,7 @@ ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
 ENGINES = ("fused", "loop")
+RECURRENCE_PRECISIONS = ("fp32", "autocast")
 
 
 @dataclass
@@ -26,6 +27,9 @@ class ModelConfig:
     activation: str = "tanh"  # tanh | sigmoid | relu (hornn and rnn)
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
     engine: str = "fused"  # fused (one GEMM per step) | loop (plain autograd, slow reference)
+    # under mixed precision, the fused recurrence runs in fp32 (TF32 GEMMs on CUDA) or in the
+    # autocast dtype like cuDNN's RNNs (GEMMs and sums accumulate in fp32): fp32 | autocast
+    recurrence_precision: str = "fp32"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -33,6 +37,7 @@ class ModelConfig:
         _choice("model.pooling", self.pooling, POOLINGS)
         _choice("model.activation", self.activation, ACTIVATIONS)
         _choice("model.engine", self.engine, ENGINES)
+        _choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)
         if self.order < 1:
             raise ConfigError(f"model.order must be >= 1, got {self.order}")
         if not 0.0 < self.alpha < 1.0:

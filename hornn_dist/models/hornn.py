@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from hornn_dist.models.recurrence import (
     ACTIVATIONS,
     POOLINGS,
+    PRECISIONS,
     fused_scan,
     loop_scan,
     recurrence_dtype,
@@ -67,6 +68,7 @@ def hornn_forward(
     alpha: float,
     activation: str,
     engine: str = "fused",
+    precision: str = "fp32",
 ) -> tuple[Tensor, Tensor]:
     """Return (outputs (T, B, H), new history (N, B, H)) of one HORNN layer (eq. 3-7)."""
     N, _, H = history.shape
@@ -77,8 +79,10 @@ def hornn_forward(
     xp = (x.reshape(T * B, x.shape[2]) @ weight_ih).view(T, B, weight_ih.shape[1])  # (T, B, ·)
     biases = bias if gate_bias is None else torch.cat([bias, gate_bias])
     xp = xp.to(dtype) + biases.to(dtype)  # bias b inside f, gate biases inside σ
-    scan = fused_scan if engine == "fused" else loop_scan
-    out = scan(xp, history, weight_hh, pooling, alpha, activation)  # (T, B, H)
+    if engine == "fused":
+        out = fused_scan(xp, history, weight_hh, pooling, alpha, activation, precision)
+    else:  # the plain reference: always the recurrence dtype
+        out = loop_scan(xp, history, weight_hh, pooling, alpha, activation)  # (T, B, H)
     new_history = torch.cat([history.to(out.dtype), out], 0)[-N:]  # (N, B, H)
     return out, new_history
 
@@ -96,9 +100,13 @@ class HornnLayer(nn.Module):
         activation: str = "tanh",
         engine: str = "fused",
         init_std: float = 0.1,
+        precision: str = "fp32",
     ) -> None:
         super().__init__()
         check_hornn_args(order, pooling, alpha, activation, engine)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+        self.precision = precision
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value!r}")
@@ -165,11 +173,13 @@ class HornnLayer(nn.Module):
             alpha=self.alpha,
             activation=self.activation,
             engine=self.engine,
+            precision=self.precision,
         )
 
     def extra_repr(self) -> str:
         """Return the layer's settings for print(model)."""
         return (
             f"{self.input_size}, {self.hidden_size}, order={self.order}, pooling={self.pooling}, "
-            f"alpha={self.alpha}, activation={self.activation}, engine={self.engine}"
+            f"alpha={self.alpha}, activation={self.activation}, engine={self.engine}, "
+            f"precision={self.precision}"
         )

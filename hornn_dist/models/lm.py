@@ -56,6 +56,7 @@ class RecurrentLM(nn.Module):
                         activation=cfg.activation,
                         engine=cfg.engine,
                         init_std=cfg.init_std,
+                        precision=cfg.recurrence_precision,
                     )
                 )
         elif cfg.arch == "rnn":

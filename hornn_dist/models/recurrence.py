@@ -62,6 +62,7 @@ from torch.autograd.function import once_differentiable
 
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
+PRECISIONS = ("fp32", "autocast")  # what the fused recurrence runs in under autocast
 
 
 def recurrence_dtype(*tensors: Tensor) -> torch.dtype:
@@ -183,10 +184,15 @@ class HornnScan(torch.autograd.Function):
         pooling: str,
         alpha: float,
         activation: str,
+        low: torch.dtype | None = None,
     ) -> Tensor:
-        """Run the recurrence; see the module docstring for the layout of xp and weight_hh."""
+        """Run the recurrence; see the module docstring for the layout of xp and weight_hh.
+
+        low: run the buffers, the per-step math and the GEMMs in this dtype (bf16/fp16; the
+        GEMMs and reductions accumulate in fp32); None = in xp's dtype.
+        """
         device = xp.device.type
-        tf32 = device == "cuda" and torch.is_autocast_enabled(device)  # read before turning off
+        tf32 = low is None and device == "cuda" and torch.is_autocast_enabled(device)
         with torch.autocast(device_type=device, enabled=False), _tf32_matmuls(tf32):
             T, B, _ = xp.shape
             N, _, H = history.shape
@@ -195,6 +201,9 @@ class HornnScan(torch.autograd.Function):
             p0 = KH // H - N  # first path block: gate blocks come first for gated
             coefs = _path_coefs(pooling, N, alpha, weight_hh)
             W = _to_internal(weight_hh, N, coefs)  # (H, K·H)
+            result_dtype = xp.dtype
+            if low is not None:
+                W, history, xp = W.to(low), history.to(low), xp.to(low)
             # U_all (N+T, B, (K+1)·H): row N+s = [U of h_s | xin_s], s = -N..T-1.
             # Gated accumulates its GEMMs onto the pre-added gate inputs, so zeros first.
             U = (xp.new_zeros if gated else xp.new_empty)(N + T, B, KH + H)
@@ -237,9 +246,10 @@ class HornnScan(torch.autograd.Function):
             else:
                 ctx.idx_all = None
             ctx.pooling, ctx.alpha, ctx.activation, ctx.tf32 = pooling, alpha, activation, tf32
+            ctx.low = low
             ctx.save_for_backward(history, weight_hh, out)
             ctx.R = R if gated else None
-        return out
+        return out.to(result_dtype)  # one cast after the loop when `low` is set
 
     @staticmethod
     @once_differentiable
@@ -256,17 +266,20 @@ class HornnScan(torch.autograd.Function):
             p0 = KH // H - N
             gated = pooling == "gated"
             coefs = _path_coefs(pooling, N, ctx.alpha, weight_hh)
-            W = _to_internal(weight_hh, N, coefs)  # (H, K·H)
+            W = _to_internal(weight_hh, N, coefs).to(out.dtype)  # (H, K·H)
             Wt = W.t()  # (K·H, H)
             H_all = torch.cat([history, out], 0)  # (N+T, B, H)
             dU = out.new_zeros(N + T, B, KH + H)  # dL/dU_all, X block: dL/dxin
             dpaths = _Paths(dU, H)
-            fprime = _activation_grad(activation, out)  # (T, B, H)
+            # f' in float32 at least (out may be bf16/fp16 with `low`), float64 stays float64
+            fprime = _activation_grad(
+                activation, out.to(torch.promote_types(out.dtype, torch.float32))
+            )
             # S[t] (N+1, B, H): d(path terms, xin of step t) = dL/dh_t * S[t]
             if pooling in ("sum", "fofe"):
                 S = fprime.unsqueeze(1).expand(T, N + 1, B, H)
             else:
-                S = out.new_empty(T, N + 1, B, H)
+                S = fprime.new_empty(T, N + 1, B, H)
                 S[:, N] = fprime
                 if gated:  # r ⊙ f'; the gate terms get f' ⊙ P ⊙ r(1-r)
                     torch.mul(ctx.R, fprime.unsqueeze(1), out=S[:, :N])
@@ -277,7 +290,7 @@ class HornnScan(torch.autograd.Function):
                     i = torch.arange(N, dtype=ctx.idx_all.dtype, device=out.device)
                     winner = ctx.idx_all.unsqueeze(1) == i.view(1, N, 1, 1)
                     torch.mul(winner, fprime.unsqueeze(1), out=S[:, :N])
-            dH = out.new_empty(T, B, H).copy_(grad_out)  # dL/dh_t, completed in place
+            dH = out.new_empty(T, B, H).copy_(grad_out)  # dL/dh_t (out's dtype), in place
             for t in range(T - 1, -1, -1):
                 dh = dH[t]
                 if t < T - 1:  # + the N steps that read U_t (in place: no copy of grad_out[t])
@@ -287,26 +300,42 @@ class HornnScan(torch.autograd.Function):
                 if gated:
                     torch.mul(dh.expand(N, B, H), SG[t], out=dpaths.at(t, 0, N))
             g_xp = g_hist = g_w = None
+            dtype = grad_out.dtype  # the gradients are returned in the inputs' dtype
             if ctx.needs_input_grad[0]:
                 g_xp = dU[N:, :, KH:]  # (T, B, H) dL/d(W_in x_t + b)
                 if gated:  # back to the parameter layout: blocks [W_in | W1_1..W1_N]
                     dxg = dpaths.every(T, 0, N).transpose(1, 2).flip(2).reshape(T, B, N * H)
                     g_xp = torch.cat([g_xp, dxg], 2)
+                g_xp = g_xp.to(dtype)
             if ctx.needs_input_grad[1]:
-                g_hist = (dU[:N].view(N * B, KH + H)[:, :KH] @ Wt).view(N, B, H)
+                g_hist = (dU[:N].view(N * B, KH + H)[:, :KH] @ Wt).view(N, B, H).to(dtype)
             if ctx.needs_input_grad[2]:
                 dU_2d = dU.view(-1, KH + H)[:, :KH]
-                g_w = _from_internal(H_all.view(-1, H).t() @ dU_2d, N, coefs)
-        return g_xp, g_hist, g_w, None, None, None
+                g_w = _from_internal((H_all.view(-1, H).t() @ dU_2d).to(dtype), N, coefs)
+        return g_xp, g_hist, g_w, None, None, None, None
 
 
 def fused_scan(
-    xp: Tensor, history: Tensor, weight_hh: Tensor, pooling: str, alpha: float, activation: str
+    xp: Tensor,
+    history: Tensor,
+    weight_hh: Tensor,
+    pooling: str,
+    alpha: float,
+    activation: str,
+    precision: str = "fp32",
 ) -> Tensor:
-    """Return outputs (T, B, H) of the fused recurrence; casts to the recurrence dtype first."""
+    """Return outputs (T, B, H) of the fused recurrence; casts to the recurrence dtype first.
+
+    precision "autocast": under autocast, run the recurrence in autocast's dtype (see the
+    module docstring); "fp32" (or no autocast, or float64 inputs): in the recurrence dtype.
+    """
     dtype = recurrence_dtype(xp, history, weight_hh)
+    low = None
+    device = xp.device.type
+    if precision == "autocast" and dtype == torch.float32 and torch.is_autocast_enabled(device):
+        low = torch.get_autocast_dtype(device)
     return HornnScan.apply(
-        xp.to(dtype), history.to(dtype), weight_hh.to(dtype), pooling, alpha, activation
+        xp.to(dtype), history.to(dtype), weight_hh.to(dtype), pooling, alpha, activation, low
     )
 
 
