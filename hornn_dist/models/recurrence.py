@@ -42,13 +42,21 @@ Max pooling (eq. 4) sends the gradient to the winning path only. Ties go to the 
 same as a walk over n = 1..N with strict ``>``): the winner is the lowest n whose term equals
 the maximum exactly, the same on CPU and CUDA.
 
-The recurrence always runs in float32 (float64 when the inputs are float64), with autocast
-turned off inside, whatever dtype autocast used for the input projection; it returns that dtype.
-Under CUDA autocast (bf16 or fp16) its recurrent GEMMs (the per-step GEMMs and those of the
-backward) run with TF32 allowed (``float32_matmul_precision`` "high" for the duration of the
-call, restored after): the state and all element-wise math stay float32, only the GEMM
-inputs are rounded to TF32 (10-bit mantissa, finer than bf16's 7), which is what cuDNN's
-fp32 RNNs do by default. On CPU, and without autocast, the GEMMs stay strict float32/float64.
+Precision (``precision`` of `fused_scan`, ``model.recurrence_precision``):
+
+* "fp32" (default): the recurrence runs in float32 (float64 when the inputs are float64), with
+  autocast turned off inside, whatever dtype autocast used for the input projection; it
+  returns that dtype. Under CUDA autocast (bf16 or fp16) its recurrent GEMMs (the per-step
+  GEMMs and those of the backward) run with TF32 allowed (``float32_matmul_precision`` "high"
+  for the duration of the call, restored after): the state and all element-wise math stay
+  float32, only the GEMM inputs are rounded to TF32 (10-bit mantissa, finer than bf16's 7),
+  which is what cuDNN's fp32 RNNs do by default. On CPU, and without autocast, the GEMMs
+  stay strict float32/float64.
+* "autocast": under autocast (CPU or CUDA) the buffers, per-step math and GEMMs use autocast's
+  dtype (bf16/fp16; GEMMs and the pooled sums accumulate in float32, f' and the per-step
+  backward factors stay float32), as cuDNN's RNNs do under autocast; outputs and gradients
+  are returned in float32. Fewer and faster kernels, about 1.4x the rounding error of "fp32"
+  (tests/test_models_hornn.py). Without autocast it is exactly "fp32".
 """
 
 from __future__ import annotations
