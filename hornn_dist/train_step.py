@@ -85,8 +85,10 @@ class TrainStep:
         self.graph_lr: float | None = None
         self.eager_steps = 0  # eager steps since the set-up (warm-up before capture)
         self.captures = 0
+        self._pinned = device.type == "cuda"  # graph or not: uploads never wait for the GPU
         if self.use_graph:
             self._side = torch.cuda.Stream(device)
+        if self._pinned:
             # Two pinned staging buffers: the upload of one batch overlaps the step before it.
             self._staging = [torch.empty(2, T, batch_size, dtype=torch.int64).pin_memory()]
             self._staging.append(torch.empty_like(self._staging[0]).pin_memory())
@@ -153,7 +155,7 @@ class TrainStep:
         return self.loss
 
     def _upload(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        if not self.use_graph:
+        if not self._pinned:
             self.xy[0].copy_(x)
             self.xy[1].copy_(y)
             return
