@@ -35,8 +35,8 @@ The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The mode
   On CUDA cuBLAS may add a split-K reduce to a small GEMM (H200, B=20, H=400, N=3: 7, 8 and
   10 kernels a step).
 * Saved for backward: the outputs h (f' is computed from h), the winning path index for max,
-  the gate values r for gated. Gated recomputes the path terms with one GEMM in backward
-  instead of keeping them (forward overwrote them with r·P).
+  and for gated the gate values r and U_all, whose path slots the forward left holding r·P:
+  the gate gradient f'·P·r(1-r) is f'·(r·P)·(1-r), so nothing is recomputed.
 
 Max pooling (eq. 4) sends the gradient to the winning path only. Ties go to the lowest n (the
 same as a walk over n = 1..N with strict ``>``): the winner is the lowest n whose term equals
@@ -257,6 +257,7 @@ class HornnScan(torch.autograd.Function):
             ctx.low = low
             ctx.save_for_backward(history, weight_hh, out)
             ctx.R = R if gated else None
+            ctx.U = U if gated else None  # its path slots hold r ⊙ P, all the gate gradient needs
         return out.to(result_dtype)  # one cast after the loop when `low` is set
 
     @staticmethod
@@ -289,11 +290,10 @@ class HornnScan(torch.autograd.Function):
             else:
                 S = fprime.new_empty(T, N + 1, B, H)
                 S[:, N] = fprime
-                if gated:  # r ⊙ f'; the gate terms get f' ⊙ P ⊙ r(1-r)
+                if gated:  # r ⊙ f'; the gate terms get f' ⊙ P ⊙ r(1-r) = f' ⊙ (r ⊙ P) ⊙ (1-r)
                     torch.mul(ctx.R, fprime.unsqueeze(1), out=S[:, :N])
-                    P_rows = H_all[: N + T - 1].reshape(-1, H) @ W[:, KH - N * H :]
-                    P_all = _Paths(P_rows.view(N + T - 1, B, N * H), H).every(T, 0, N)
-                    SG = (1.0 - ctx.R).mul_(P_all).mul_(S[:, :N])  # (T, N, B, H)
+                    rP_all = _Paths(ctx.U, H).every(T, p0, N)  # forward left r ⊙ P in U
+                    SG = (1.0 - ctx.R).mul_(rP_all).mul_(fprime.unsqueeze(1))  # (T, N, B, H)
                 else:  # max: f' at the winner only
                     i = torch.arange(N, dtype=ctx.idx_all.dtype, device=out.device)
                     winner = ctx.idx_all.unsqueeze(1) == i.view(1, N, 1, 1)
