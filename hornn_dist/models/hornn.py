@@ -42,7 +42,9 @@ from hornn_dist.models.recurrence import (
 ENGINES = ("fused", "loop")
 
 
-def check_hornn_args(order: int, pooling: str, alpha: float, activation: str, engine: str) -> None:
+def check_hornn_args(
+    order: int, pooling: str, alpha: float, activation: str, engine: str, precision: str = "fp32"
+) -> None:
     """Raise a one-line ValueError naming the first bad argument and the allowed values."""
     if isinstance(order, bool) or not isinstance(order, int) or order < 1:
         raise ValueError(f"order must be an integer >= 1, got {order!r}")
@@ -54,6 +56,8 @@ def check_hornn_args(order: int, pooling: str, alpha: float, activation: str, en
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation!r}")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
 
 
 def hornn_forward(
@@ -103,9 +107,7 @@ class HornnLayer(nn.Module):
         precision: str = "fp32",
     ) -> None:
         super().__init__()
-        check_hornn_args(order, pooling, alpha, activation, engine)
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+        check_hornn_args(order, pooling, alpha, activation, engine, precision)
         self.precision = precision
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
             if value < 1:
