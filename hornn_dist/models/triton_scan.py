@@ -1,0 +1,380 @@
+"""The HORNN recurrence (eq. 3-5) as Triton kernels: ONE kernel launch per time step each way.
+
+The "triton" engine (``model.engine = "triton"``, pooling sum, max or fofe). Where the fused
+engine (`recurrence.py`) runs 3-4 kernels a step forward and 2 backward around a cuBLAS GEMM,
+here the GEMM, the pooling, the input term and f (and backward f', the winner mask of max and
+the sum over paths) live in one kernel, so a step is one launch: what bounds a small-batch step
+on the GPU is the number of dependent launches, not FLOPs (benchmarks/README.md).
+
+Forward, step t (``_forward_step``), "pull" form: each program owns a (batch, hidden) tile of
+h_t and runs the N GEMMs of the window itself,
+
+    part_n = h_{t-n} @ W_hn                       (K = H each, read from the state buffer)
+    h_t    = f( xin_t + pool_n(part_n) )          sum: Σ part_n, fofe: Σ α^n part_n,
+                                                  max: element-wise max, ties to the lowest n
+
+so nothing is recomputed and no intermediate is written: the state buffer holds
+[history | h_0 .. h_{T-1}] (N+T, B, H) and step t reads rows t..t+N-1 and writes row N+t.
+Max also stores the winning path n-1 (uint8) of every unit.
+
+Backward, step t = T-1 .. 0, then -1 .. -N for the history (``_backward_step``), same form:
+
+    dh_t = dL/dh_t (from above) + Σ_n (dz_{t+n} ⊙ m_n(t+n)) @ W_hn^T ,   dz_t = f'(z_t) ⊙ dh_t
+
+with m_n = 1 for sum, α^n for fofe and the winner mask of path n for max (eq. 4's gradient
+goes to the winner only). dz is written into a buffer with N zero rows after step T-1, so
+every step reads the same shapes. dL/dxin = dz, the history gradient is dh of steps -N..-1,
+and after the loop dW_hn = Σ_t h_{t-n}^T (m_n ⊙ dz_t): N GEMMs, one per path.
+
+Precision: the state, the accumulators and all element-wise math are float32 (float64 for
+float64 inputs). The GEMMs use TF32 under CUDA autocast (as the fused engine and cuDNN do) and
+strict IEEE float32 otherwise; precision "autocast" also stores the weight in autocast's dtype
+and casts h to it at the GEMM input (accumulation stays float32).
+
+On CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` set before this
+module is first imported), which the tests use to check the kernels against the plain loop in
+float64 without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError as err:  # the engine is optional; `check_available` explains how to get it
+    triton = None
+    _IMPORT_ERROR: str | None = str(err)
+else:
+    _IMPORT_ERROR = None
+
+POOLINGS = ("sum", "max", "fofe")  # gated runs on the fused engine
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton.jit at import
+_POOL_CODE = {"sum": 0, "fofe": 1, "max": 2}
+_ACT_CODE = {"tanh": 0, "sigmoid": 1, "relu": 2}
+
+
+def unavailable_reason(device: torch.device | str | None = None) -> str | None:
+    """Return why the triton engine cannot run (on `device`, if given), or None if it can."""
+    if _IMPORT_ERROR is not None:
+        return (
+            "model.engine = 'triton' needs the triton package (pip install triton, or a "
+            "CUDA build of torch, which ships it); use model.engine = 'fused'"
+        )
+    if device is not None and torch.device(device).type != "cuda" and not INTERPRETED:
+        return (
+            f"model.engine = 'triton' runs on CUDA devices, not {torch.device(device).type} "
+            "(TRITON_INTERPRET=1 runs it slowly on CPU, for tests); use model.engine = 'fused'"
+        )
+    return None
+
+
+def check_available(device: torch.device | str | None = None) -> None:
+    """Raise a one-line RuntimeError if the triton engine cannot run (on `device`)."""
+    reason = unavailable_reason(device)
+    if reason is not None:
+        raise RuntimeError(reason)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _activate(z, ACT: tl.constexpr):
+        """f(z): tanh, sigmoid or relu (eq. 1)."""
+        if ACT == 0:
+            return 2.0 * tl.sigmoid(2.0 * z) - 1.0
+        elif ACT == 1:
+            return tl.sigmoid(z)
+        else:
+            return tl.maximum(z, 0.0)
+
+    @triton.jit
+    def _activation_grad(h, ACT: tl.constexpr):
+        """f'(z) from h = f(z)."""
+        if ACT == 0:
+            return 1.0 - h * h
+        elif ACT == 1:
+            return h * (1.0 - h)
+        else:
+            return tl.where(h > 0.0, 1.0, 0.0)
+
+    @triton.jit
+    def _forward_step(
+        state_ptr,  # (N+T, B, H) contiguous: rows 0..N-1 the history, row N+t = h_t
+        w_ptr,  # (H, N·H) weight_hh, row stride w_stride; block n-1 = W_hn^T
+        xin_ptr,  # (T, B, ·) W_in x_t + b in columns 0..H-1
+        win_ptr,  # (T, B, H) uint8: winning path n-1 (max only)
+        t,
+        B,
+        H,
+        w_stride,
+        xin_stride_t,
+        xin_stride_b,
+        coef_ptr,  # (N,) α^n (fofe only)
+        N: tl.constexpr,
+        POOL: tl.constexpr,  # 0 sum, 1 fofe, 2 max
+        ACT: tl.constexpr,
+        PRECISION: tl.constexpr,  # "ieee" | "tf32"
+        ACC: tl.constexpr,  # tl.float32 | tl.float64
+        BLOCK_B: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
+        """h_t = f(xin_t + pool_n(h_{t-n} @ W_hn)) for one (batch, hidden) tile (eq. 3-5)."""
+        rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+        rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+        rk = tl.arange(0, BLOCK_K)
+        b_ok = rb < B
+        h_ok = rh < H
+        pooled = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+        winner = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.int32)
+        for n in tl.static_range(1, N + 1):
+            row = state_ptr + (N + t - n) * B * H  # h_{t-n}
+            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+            for k0 in range(0, H, BLOCK_K):
+                kk = k0 + rk
+                k_ok = kk < H
+                a = tl.load(row + rb[:, None] * H + kk[None, :], b_ok[:, None] & k_ok[None, :], 0.0)
+                w = tl.load(
+                    w_ptr + kk[:, None] * w_stride + (n - 1) * H + rh[None, :],
+                    k_ok[:, None] & h_ok[None, :],
+                    0.0,
+                )
+                part += tl.dot(a.to(w.dtype), w, input_precision=PRECISION, out_dtype=ACC)
+            if POOL == 2:  # eq. 4: strict > keeps the lowest n on ties
+                if n == 1:
+                    pooled = part
+                else:
+                    winner = tl.where(part > pooled, n - 1, winner)
+                    pooled = tl.where(part > pooled, part, pooled)
+            elif POOL == 1:  # eq. 5
+                pooled += tl.load(coef_ptr + n - 1) * part
+            else:  # eq. 3
+                pooled += part
+        ok = b_ok[:, None] & h_ok[None, :]
+        xin = tl.load(xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :], ok, 0.0)
+        h = _activate(pooled + xin, ACT)
+        tl.store(state_ptr + (N + t) * B * H + rb[:, None] * H + rh[None, :], h, ok)
+        if POOL == 2:
+            tl.store(win_ptr + t * B * H + rb[:, None] * H + rh[None, :], winner.to(tl.uint8), ok)
+
+    @triton.jit
+    def _backward_step(
+        dz_ptr,  # row t of (T, B, H) dL/dz_t in a buffer with N zero rows either side
+        win_ptr,  # the same for the uint8 winners (max only)
+        state_ptr,  # (N+T, B, H) [history | outputs]
+        w_ptr,  # (H, N·H) weight_hh
+        grad_ptr,  # (T, B, H) dL/dh_t from above (contiguous); history steps: dL/dhistory out
+        t,
+        B,
+        H,
+        w_stride,
+        coef_ptr,
+        N: tl.constexpr,
+        POOL: tl.constexpr,
+        ACT: tl.constexpr,
+        HISTORY: tl.constexpr,  # t < 0: write dh of history row N+t into grad_ptr, no f'
+        PRECISION: tl.constexpr,
+        ACC: tl.constexpr,
+        BLOCK_B: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
+        """dh_t = dL/dh_t + Σ_n (m_n ⊙ dz_{t+n}) @ W_hn^T, then dz_t = f'(z_t) ⊙ dh_t."""
+        rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+        rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # units of h_t
+        rk = tl.arange(0, BLOCK_K)  # units of z_{t+n}
+        b_ok = rb < B
+        h_ok = rh < H
+        dh = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+        for n in tl.static_range(1, N + 1):
+            row = (t + n) * B * H
+            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+            for k0 in range(0, H, BLOCK_K):
+                kk = k0 + rk
+                k_ok = kk < H
+                a_ok = b_ok[:, None] & k_ok[None, :]
+                a_at = row + rb[:, None] * H + kk[None, :]
+                a = tl.load(dz_ptr + a_at, a_ok, 0.0)
+                if POOL == 2:  # the gradient of max goes to the winning path only
+                    won = tl.load(win_ptr + a_at, a_ok, 0)
+                    a = tl.where(won == n - 1, a, 0.0)
+                w_t = tl.load(  # (BLOCK_K, BLOCK_H) tile of W_hn^T
+                    w_ptr + rh[None, :] * w_stride + (n - 1) * H + kk[:, None],
+                    k_ok[:, None] & h_ok[None, :],
+                    0.0,
+                )
+                part += tl.dot(a.to(w_t.dtype), w_t, input_precision=PRECISION, out_dtype=ACC)
+            if POOL == 1:
+                dh += tl.load(coef_ptr + n - 1) * part
+            else:
+                dh += part
+        ok = b_ok[:, None] & h_ok[None, :]
+        at = rb[:, None] * H + rh[None, :]
+        if HISTORY:
+            tl.store(grad_ptr + (N + t) * B * H + at, dh, ok)
+        else:
+            dh += tl.load(grad_ptr + t * B * H + at, ok, 0.0)
+            h = tl.load(state_ptr + (N + t) * B * H + at, ok, 0.0)
+            tl.store(dz_ptr + t * B * H + at, _activation_grad(h, ACT) * dh, ok)
+
+
+def _blocks(batch: int, hidden: int) -> tuple[int, int, int]:
+    """Return (BLOCK_B, BLOCK_H, BLOCK_K): tiles >= 16 (tl.dot's minimum), the batch in one tile
+    up to 64, and narrow hidden tiles so a small batch still spreads over many programs."""
+    block_b = min(64, max(16, triton.next_power_of_2(batch)))
+    block_h = 16 if hidden <= 512 else 32
+    return block_b, block_h, 32
+
+
+class TritonScan(torch.autograd.Function):
+    """HORNN recurrence (eq. 3-5) in Triton: (xp, history, weight_hh) -> outputs (T, B, H)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        xp: Tensor,
+        history: Tensor,
+        weight_hh: Tensor,
+        pooling: str,
+        alpha: float,
+        activation: str,
+        low: torch.dtype | None,
+        tf32: bool,
+    ) -> Tensor:
+        """Run T forward kernels; low: the GEMM input dtype (bf16/fp16), None = xp's dtype;
+        tf32: let float32 GEMMs round their inputs to TF32."""
+        T, B, _ = xp.shape
+        N, _, H = history.shape
+        state = xp.new_empty(N + T, B, H)  # [history | h_0 .. h_{T-1}]
+        state[:N].copy_(history)
+        weight = weight_hh.detach()
+        weight = (weight if low is None else weight.to(low)).contiguous()
+        coefs = alpha ** torch.arange(1, N + 1, device=xp.device, dtype=xp.dtype)  # fofe α^n
+        # winners of steps 0..T-1 (max), padded like dz in backward: N zero rows either side
+        winners = xp.new_zeros(N + T + N, B, H, dtype=torch.uint8) if pooling == "max" else None
+        meta = _meta(pooling, activation, N, xp.dtype, tf32, B, H)
+        grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
+        for t in range(T):
+            _forward_step[grid](
+                state,
+                weight,
+                xp,
+                state if winners is None else winners[N:],
+                t,
+                B,
+                H,
+                weight.stride(0),
+                xp.stride(0),
+                xp.stride(1),
+                coefs,
+                **meta,
+            )
+        ctx.pooling, ctx.activation, ctx.tf32 = pooling, activation, tf32
+        ctx.save_for_backward(state, weight_hh, weight, coefs)
+        ctx.winners = winners
+        return state[N:]
+
+    @staticmethod
+    @once_differentiable
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor
+    ) -> tuple[Tensor | None, ...]:
+        """Backpropagate through time: T + N kernels, then one GEMM per path for dW_hn."""
+        state, weight_hh, weight, coefs = ctx.saved_tensors
+        N = weight_hh.shape[1] // weight_hh.shape[0]
+        T = state.shape[0] - N
+        _, B, H = state.shape
+        grad = grad_out.to(state.dtype).contiguous()
+        # dz_t at row N+t: the N zero rows either side are the steps before 0 (history has no
+        # z) and after T-1, so every step reads N rows of the same shape
+        dz_all = state.new_zeros(N + T + N, B, H)
+        dz = dz_all[N : N + T]
+        g_hist = state.new_empty(N, B, H)
+        meta = _meta(ctx.pooling, ctx.activation, N, state.dtype, ctx.tf32, B, H)
+        grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
+        winners = ctx.winners
+        for t in range(T - 1, -N - 1, -1):  # steps T-1..0, then the history rows -1..-N
+            _backward_step[grid](
+                dz,
+                dz if winners is None else winners[N:],
+                state,
+                weight,
+                grad if t >= 0 else g_hist,
+                t,
+                B,
+                H,
+                weight.stride(0),
+                coefs,
+                HISTORY=t < 0,
+                **meta,
+            )
+        g_w = None
+        if ctx.needs_input_grad[2]:
+            g_w = torch.empty_like(weight_hh)
+            for n in range(1, N + 1):  # dW_hn = Σ_t h_{t-n}^T (m_n ⊙ dz_t)
+                dz_n = dz
+                if ctx.pooling == "max":
+                    dz_n = dz * (winners[N : N + T] == n - 1)
+                block = g_w[:, (n - 1) * H : n * H]
+                h_n = state[N - n : N - n + T].reshape(T * B, H)
+                torch.mm(h_n.t(), dz_n.reshape(T * B, H), out=block)
+                if ctx.pooling == "fofe":
+                    block.mul_(coefs[n - 1])
+        return dz, g_hist, g_w, None, None, None, None, None
+
+
+def _meta(
+    pooling: str, activation: str, order: int, dtype: torch.dtype, tf32: bool, batch: int, hidden: int
+) -> dict:
+    """Return the compile-time arguments shared by the forward and backward kernels."""
+    block_b, block_h, block_k = _blocks(batch, hidden)
+    return {
+        "N": order,
+        "POOL": _POOL_CODE[pooling],
+        "ACT": _ACT_CODE[activation],
+        "PRECISION": "tf32" if tf32 else "ieee",
+        "ACC": tl.float64 if dtype == torch.float64 else tl.float32,
+        "BLOCK_B": block_b,
+        "BLOCK_H": block_h,
+        "BLOCK_K": block_k,
+    }
+
+
+def triton_scan(
+    xp: Tensor,
+    history: Tensor,
+    weight_hh: Tensor,
+    pooling: str,
+    alpha: float,
+    activation: str,
+    precision: str = "fp32",
+) -> Tensor:
+    """Return outputs (T, B, H) of the recurrence run by the Triton kernels (module docstring).
+
+    xp: (T, B, ≥H), columns 0..H-1 = W_in x_t + b; precision "autocast": under autocast, the
+    GEMM inputs use autocast's dtype, the state stays float32.
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(
+            f"the triton engine runs pooling {', '.join(POOLINGS)}, not {pooling!r}; "
+            "use engine 'fused' for it"
+        )
+    check_available(xp.device)
+    dtype = torch.float64 if torch.float64 in (xp.dtype, history.dtype, weight_hh.dtype) else torch.float32
+    device = xp.device.type
+    autocast = torch.is_autocast_enabled(device)
+    low = None
+    if precision == "autocast" and dtype == torch.float32 and autocast:
+        low = torch.get_autocast_dtype(device)
+    tf32 = autocast and device == "cuda"
+    with torch.autocast(device_type=device, enabled=False):
+        xp = xp.to(dtype).contiguous()
+        return TritonScan.apply(
+            xp, history.to(dtype), weight_hh.to(dtype), pooling, alpha, activation, low, tf32
+        )
