@@ -53,9 +53,9 @@ except ImportError as err:  # the engine is optional; `check_available` explains
 else:
     _IMPORT_ERROR = None
 
-POOLINGS = ("sum", "max", "fofe")  # gated runs on the fused engine
+POOLINGS = ("sum", "max", "fofe", "gated")
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton.jit at import
-_POOL_CODE = {"sum": 0, "fofe": 1, "max": 2}
+_POOL_CODE = {"sum": 0, "fofe": 1, "max": 2, "gated": 3}
 _ACT_CODE = {"tanh": 0, "sigmoid": 1, "relu": 2}
 
 
@@ -109,6 +109,8 @@ if triton is not None:
         w_ptr,  # (H, N·H) weight_hh, row stride w_stride; block n-1 = W_hn^T
         xin_ptr,  # (T, B, ·) W_in x_t + b in columns 0..H-1
         win_ptr,  # (T, B, H) uint8: winning path n-1 (max only)
+        gate_ptr,  # (T, N, B, H) gated: r_n of step t (eq. 7)
+        path_ptr,  # (T, N, B, H) gated: W_hn h_{t-n}
         t,
         B,
         H,
@@ -117,7 +119,7 @@ if triton is not None:
         xin_stride_b,
         coef_ptr,  # (N,) α^n (fofe only)
         N: tl.constexpr,
-        POOL: tl.constexpr,  # 0 sum, 1 fofe, 2 max
+        POOL: tl.constexpr,  # 0 sum, 1 fofe, 2 max, 3 gated
         ACT: tl.constexpr,
         PRECISION: tl.constexpr,  # "ieee" | "tf32"
         ACC: tl.constexpr,  # tl.float32 | tl.float64
@@ -125,7 +127,7 @@ if triton is not None:
         BLOCK_H: tl.constexpr,
         BLOCK_K: tl.constexpr,
     ):
-        """h_t = f(xin_t + pool_n(h_{t-n} @ W_hn)) for one (batch, hidden) tile (eq. 3-5)."""
+        """h_t = f(xin_t + pool_n(h_{t-n} @ W_hn)) for one (batch, hidden) tile (eq. 3-7)."""
         rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
         rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         rk = tl.arange(0, BLOCK_K)
@@ -136,17 +138,28 @@ if triton is not None:
         for n in tl.static_range(1, N + 1):
             row = state_ptr + (N + t - n) * B * H  # h_{t-n}
             part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+            gate = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)  # W2n h_{t-n} (gated)
             for k0 in range(0, H, BLOCK_K):
                 kk = k0 + rk
                 k_ok = kk < H
                 a = tl.load(row + rb[:, None] * H + kk[None, :], b_ok[:, None] & k_ok[None, :], 0.0)
-                w = tl.load(
-                    w_ptr + kk[:, None] * w_stride + (n - 1) * H + rh[None, :],
-                    k_ok[:, None] & h_ok[None, :],
-                    0.0,
-                )
-                part += tl.dot(a.to(w.dtype), w, input_precision=PRECISION, out_dtype=ACC)
-            if POOL == 2:  # eq. 4: strict > keeps the lowest n on ties
+                w_at = w_ptr + kk[:, None] * w_stride + rh[None, :]
+                w_ok = k_ok[:, None] & h_ok[None, :]
+                w = tl.load(w_at + (n - 1) * H, w_ok, 0.0)
+                a = a.to(w.dtype)
+                part += tl.dot(a, w, input_precision=PRECISION, out_dtype=ACC)
+                if POOL == 3:
+                    w2 = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
+                    gate += tl.dot(a, w2, input_precision=PRECISION, out_dtype=ACC)
+            if POOL == 3:  # eq. 6-7: r_n = σ(W1n x_t + c_n + W2n h_{t-n})
+                ok = b_ok[:, None] & h_ok[None, :]
+                x_at = xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :]
+                r = tl.sigmoid(gate + tl.load(x_at + n * H, ok, 0.0))
+                at_n = (t * N + n - 1) * B * H + rb[:, None] * H + rh[None, :]
+                tl.store(gate_ptr + at_n, r, ok)
+                tl.store(path_ptr + at_n, part, ok)
+                pooled += r * part
+            elif POOL == 2:  # eq. 4: strict > keeps the lowest n on ties
                 if n == 1:
                     pooled = part
                 else:
@@ -167,6 +180,8 @@ if triton is not None:
     def _backward_step(
         dz_ptr,  # row t of (T, B, H) dL/dz_t in a buffer with N zero rows either side
         win_ptr,  # the same for the uint8 winners (max only)
+        gate_ptr,  # row t of (T, N, B, H) r_n (gated), padded the same way
+        path_ptr,  # the same for W_hn h_{t-n} (gated)
         state_ptr,  # (N+T, B, H) [history | outputs]
         w_ptr,  # (H, N·H) weight_hh
         grad_ptr,  # (T, B, H) dL/dh_t from above (contiguous); history steps: dL/dhistory out
@@ -201,14 +216,20 @@ if triton is not None:
                 a_ok = b_ok[:, None] & k_ok[None, :]
                 a_at = row + rb[:, None] * H + kk[None, :]
                 a = tl.load(dz_ptr + a_at, a_ok, 0.0)
+                w_at = w_ptr + rh[None, :] * w_stride + kk[:, None]  # tiles of W^T
+                w_ok = k_ok[:, None] & h_ok[None, :]
+                w_t = tl.load(w_at + (n - 1) * H, w_ok, 0.0)  # (BLOCK_K, BLOCK_H) of W_hn^T
                 if POOL == 2:  # the gradient of max goes to the winning path only
                     won = tl.load(win_ptr + a_at, a_ok, 0)
                     a = tl.where(won == n - 1, a, 0.0)
-                w_t = tl.load(  # (BLOCK_K, BLOCK_H) tile of W_hn^T
-                    w_ptr + rh[None, :] * w_stride + (n - 1) * H + kk[:, None],
-                    k_ok[:, None] & h_ok[None, :],
-                    0.0,
-                )
+                if POOL == 3:  # dz ⊙ P r(1-r) into the gate, dz ⊙ r into the path
+                    at_n = ((t + n) * N + n - 1) * B * H + rb[:, None] * H + kk[None, :]
+                    r = tl.load(gate_ptr + at_n, a_ok, 0.0)
+                    p = tl.load(path_ptr + at_n, a_ok, 0.0)
+                    w2_t = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
+                    a_gate = (a * p * r * (1.0 - r)).to(w2_t.dtype)
+                    part += tl.dot(a_gate, w2_t, input_precision=PRECISION, out_dtype=ACC)
+                    a = a * r
                 part += tl.dot(a.to(w_t.dtype), w_t, input_precision=PRECISION, out_dtype=ACC)
             if POOL == 1:
                 dh += tl.load(coef_ptr + n - 1) * part
@@ -251,6 +272,7 @@ class TritonScan(torch.autograd.Function):
         tf32: let float32 GEMMs round their inputs to TF32."""
         T, B, _ = xp.shape
         N, _, H = history.shape
+        gated = pooling == "gated"
         state = xp.new_empty(N + T, B, H)  # [history | h_0 .. h_{T-1}]
         state[:N].copy_(history)
         weight = weight_hh.detach()
@@ -258,6 +280,9 @@ class TritonScan(torch.autograd.Function):
         coefs = alpha ** torch.arange(1, N + 1, device=xp.device, dtype=xp.dtype)  # fofe α^n
         # winners of steps 0..T-1 (max), padded like dz in backward: N zero rows either side
         winners = xp.new_zeros(N + T + N, B, H, dtype=torch.uint8) if pooling == "max" else None
+        # gated: r_n and W_hn h_{t-n} of every step, (T, N, B, H), padded the same way
+        gates = xp.new_zeros(N + T + N, N, B, H) if gated else None
+        paths = xp.new_zeros(N + T + N, N, B, H) if gated else None
         meta = _meta(pooling, activation, N, xp.dtype, tf32, B, H)
         grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
         for t in range(T):
@@ -266,6 +291,8 @@ class TritonScan(torch.autograd.Function):
                 weight,
                 xp,
                 state if winners is None else winners[N:],
+                state if gates is None else gates[N:],
+                state if paths is None else paths[N:],
                 t,
                 B,
                 H,
@@ -275,9 +302,9 @@ class TritonScan(torch.autograd.Function):
                 coefs,
                 **meta,
             )
-        ctx.pooling, ctx.activation, ctx.tf32 = pooling, activation, tf32
+        ctx.pooling, ctx.activation, ctx.tf32, ctx.order = pooling, activation, tf32, N
         ctx.save_for_backward(state, weight_hh, weight, coefs)
-        ctx.winners = winners
+        ctx.winners, ctx.gates, ctx.paths = winners, gates, paths
         return state[N:]
 
     @staticmethod
@@ -287,7 +314,7 @@ class TritonScan(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         """Backpropagate through time: T + N kernels, then one GEMM per path for dW_hn."""
         state, weight_hh, weight, coefs = ctx.saved_tensors
-        N = weight_hh.shape[1] // weight_hh.shape[0]
+        N = ctx.order
         T = state.shape[0] - N
         _, B, H = state.shape
         grad = grad_out.to(state.dtype).contiguous()
@@ -298,11 +325,13 @@ class TritonScan(torch.autograd.Function):
         g_hist = state.new_empty(N, B, H)
         meta = _meta(ctx.pooling, ctx.activation, N, state.dtype, ctx.tf32, B, H)
         grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
-        winners = ctx.winners
+        winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
         for t in range(T - 1, -N - 1, -1):  # steps T-1..0, then the history rows -1..-N
             _backward_step[grid](
                 dz,
                 dz if winners is None else winners[N:],
+                dz if gates is None else gates[N:],
+                dz if paths is None else paths[N:],
                 state,
                 weight,
                 grad if t >= 0 else g_hist,
@@ -314,19 +343,29 @@ class TritonScan(torch.autograd.Function):
                 HISTORY=t < 0,
                 **meta,
             )
+        g_xp = dz  # dL/d(W_in x_t + b)
+        d_gate = None
+        if gates is not None:  # dL/d(gate input) = dz ⊙ P ⊙ r(1-r), (T, N, B, H)
+            r, p = gates[N : N + T], paths[N : N + T]
+            d_gate = (1.0 - r).mul_(r).mul_(p).mul_(dz.unsqueeze(1))
+            g_xp = torch.cat([dz, d_gate.permute(0, 2, 1, 3).reshape(T, B, N * H)], 2)
         g_w = None
         if ctx.needs_input_grad[2]:
             g_w = torch.empty_like(weight_hh)
             for n in range(1, N + 1):  # dW_hn = Σ_t h_{t-n}^T (m_n ⊙ dz_t)
+                h_n = state[N - n : N - n + T].reshape(T * B, H).t()
                 dz_n = dz
                 if ctx.pooling == "max":
                     dz_n = dz * (winners[N : N + T] == n - 1)
+                elif gates is not None:
+                    dz_n = dz * gates[N : N + T, n - 1]
+                    block = g_w[:, (N + n - 1) * H : (N + n) * H]  # dW2n
+                    torch.mm(h_n, d_gate[:, n - 1].reshape(T * B, H), out=block)
                 block = g_w[:, (n - 1) * H : n * H]
-                h_n = state[N - n : N - n + T].reshape(T * B, H)
-                torch.mm(h_n.t(), dz_n.reshape(T * B, H), out=block)
+                torch.mm(h_n, dz_n.reshape(T * B, H), out=block)
                 if ctx.pooling == "fofe":
                     block.mul_(coefs[n - 1])
-        return dz, g_hist, g_w, None, None, None, None, None
+        return g_xp, g_hist, g_w, None, None, None, None, None
 
 
 def _meta(
