@@ -24,7 +24,7 @@ from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.evaluation import EvalResult, evaluate_split
 from hornn_dist.metrics import RunningLoss, Throughput, perplexity
-from hornn_dist.models import build_model
+from hornn_dist.models import build_model, check_engine
 from hornn_dist.optim import LrSchedule, build_optimizer
 from hornn_dist.runtime import StopFlag, build_accelerator, run_cli, setup_logging
 from hornn_dist.session import open_prepared_corpus
@@ -98,6 +98,7 @@ class Trainer:
 
         set_seed(cfg.train.seed)
         self.corpus = open_prepared_corpus(cfg.data, acc)
+        check_engine(cfg.model, acc.device)
         model = build_model(cfg.model, self.corpus.vocab_size)
         optimizer = build_optimizer(model, cfg.optim)
         self.model, self.optimizer = acc.prepare(model, optimizer)

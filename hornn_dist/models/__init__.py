@@ -1,7 +1,14 @@
-"""Recurrent language models: the HORNN layer (eq. 3-7), its fused recurrence, RNN/LSTM/GRU."""
+"""Recurrent language models: the HORNN layer (eq. 3-7), its fused and Triton recurrences, RNN/LSTM/GRU."""
 
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer
-from hornn_dist.models.lm import RecurrentLM, build_model, column_normalize_
+from hornn_dist.models.lm import RecurrentLM, build_model, check_engine, column_normalize_
 
-__all__ = ["HornnLayer", "ModelConfig", "RecurrentLM", "build_model", "column_normalize_"]
+__all__ = [
+    "HornnLayer",
+    "ModelConfig",
+    "RecurrentLM",
+    "build_model",
+    "check_engine",
+    "column_normalize_",
+]

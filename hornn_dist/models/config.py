@@ -9,7 +9,7 @@ from hornn_dist.errors import ConfigError
 ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
-ENGINES = ("fused", "loop")
+ENGINES = ("fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast")
 
 
@@ -26,7 +26,9 @@ class ModelConfig:
     num_layers: int = 1
     activation: str = "tanh"  # tanh | sigmoid | relu (hornn and rnn)
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
-    engine: str = "fused"  # fused (one GEMM per step) | loop (plain autograd, slow reference)
+    # fused (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA; fastest at
+    # small batch) | loop (plain autograd, slow reference)
+    engine: str = "fused"
     # under mixed precision, the fused recurrence runs in fp32 (TF32 GEMMs on CUDA) or in the
     # autocast dtype like cuDNN's RNNs (GEMMs and sums accumulate in fp32): fp32 | autocast
     recurrence_precision: str = "fp32"

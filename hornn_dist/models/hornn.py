@@ -27,6 +27,9 @@ so U_t = h_t @ weight_hh holds block n-1 = (W_hn h_t)^T and, for gated, block N+
 
 from __future__ import annotations
 
+import functools
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -39,7 +42,7 @@ from hornn_dist.models.recurrence import (
     recurrence_dtype,
 )
 
-ENGINES = ("fused", "loop")
+ENGINES = ("fused", "loop", "triton")
 
 
 def check_hornn_args(
@@ -58,6 +61,12 @@ def check_hornn_args(
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+
+
+@functools.cache
+def _warn_triton_fallback(reason: str) -> None:
+    """Say once per reason that engine 'triton' runs as 'fused' here."""
+    warnings.warn(f"{reason}; running engine 'fused' instead", stacklevel=3)
 
 
 def hornn_forward(
@@ -85,6 +94,16 @@ def hornn_forward(
     xp = xp.to(dtype) + biases.to(dtype)  # bias b inside f, gate biases inside σ
     if engine == "fused":
         out = fused_scan(xp, history, weight_hh, pooling, alpha, activation, precision)
+    elif engine == "triton":  # imported here: the triton package is optional
+        from hornn_dist.models import triton_scan
+
+        if triton_scan.unavailable_reason(xp.device) is None:
+            out = triton_scan.triton_scan(
+                xp, history, weight_hh, pooling, alpha, activation, precision
+            )
+        else:  # the same function: e.g. a model trained on a GPU, evaluated on a CPU
+            _warn_triton_fallback(triton_scan.unavailable_reason(xp.device))
+            out = fused_scan(xp, history, weight_hh, pooling, alpha, activation, precision)
     else:  # the plain reference: always the recurrence dtype
         out = loop_scan(xp, history, weight_hh, pooling, alpha, activation)  # (T, B, H)
     new_history = torch.cat([history.to(out.dtype), out], 0)[-N:]  # (N, B, H)

@@ -193,6 +193,17 @@ def build_model(cfg: ModelConfig, vocab_size: int) -> RecurrentLM:
     return RecurrentLM(cfg, vocab_size)
 
 
+def check_engine(cfg: ModelConfig, device: torch.device) -> None:
+    """Raise ConfigError if model.engine cannot run on `device` (the triton engine needs CUDA)."""
+    if cfg.arch != "hornn" or cfg.engine != "triton":
+        return
+    from hornn_dist.models.triton_scan import unavailable_reason
+
+    reason = unavailable_reason(device)
+    if reason is not None:
+        raise ConfigError(reason)
+
+
 @torch.no_grad()
 def column_normalize_(model: nn.Module, max_norm: float) -> None:
     """Rescale in place each weight vector whose L2 norm exceeds max_norm; no-op if max_norm <= 0.

@@ -104,6 +104,14 @@ if triton is not None:
             return tl.where(h > 0.0, 1.0, 0.0)
 
     @triton.jit
+    def _dot(a, w, PRECISION: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+        """a @ w with a cast to w's dtype (fp32 or bf16/fp16), accumulated in ACC."""
+        a = a.to(w.dtype)
+        if UPCAST:  # the interpreter's bf16/fp16 dot is wrong: the same rounded values in fp32
+            return tl.dot(a.to(ACC), w.to(ACC), input_precision="ieee", out_dtype=ACC)
+        return tl.dot(a, w, input_precision=PRECISION, out_dtype=ACC)
+
+    @triton.jit
     def _forward_step(
         state_ptr,  # (N+T, B, H) contiguous: rows 0..N-1 the history, row N+t = h_t
         w_ptr,  # (H, N·H) weight_hh, row stride w_stride; block n-1 = W_hn^T
@@ -123,6 +131,7 @@ if triton is not None:
         ACT: tl.constexpr,
         PRECISION: tl.constexpr,  # "ieee" | "tf32"
         ACC: tl.constexpr,  # tl.float32 | tl.float64
+        UPCAST: tl.constexpr,  # interpreter with a bf16/fp16 weight: dot in ACC
         BLOCK_B: tl.constexpr,
         BLOCK_H: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -146,11 +155,10 @@ if triton is not None:
                 w_at = w_ptr + kk[:, None] * w_stride + rh[None, :]
                 w_ok = k_ok[:, None] & h_ok[None, :]
                 w = tl.load(w_at + (n - 1) * H, w_ok, 0.0)
-                a = a.to(w.dtype)
-                part += tl.dot(a, w, input_precision=PRECISION, out_dtype=ACC)
+                part += _dot(a, w, PRECISION, ACC, UPCAST)
                 if POOL == 3:
                     w2 = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
-                    gate += tl.dot(a, w2, input_precision=PRECISION, out_dtype=ACC)
+                    gate += _dot(a, w2, PRECISION, ACC, UPCAST)
             if POOL == 3:  # eq. 6-7: r_n = σ(W1n x_t + c_n + W2n h_{t-n})
                 ok = b_ok[:, None] & h_ok[None, :]
                 x_at = xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :]
@@ -170,7 +178,9 @@ if triton is not None:
             else:  # eq. 3
                 pooled += part
         ok = b_ok[:, None] & h_ok[None, :]
-        xin = tl.load(xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :], ok, 0.0)
+        xin = tl.load(
+            xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :], ok, 0.0
+        )
         h = _activate(pooled + xin, ACT)
         tl.store(state_ptr + (N + t) * B * H + rb[:, None] * H + rh[None, :], h, ok)
         if POOL == 2:
@@ -196,6 +206,7 @@ if triton is not None:
         HISTORY: tl.constexpr,  # t < 0: write dh of history row N+t into grad_ptr, no f'
         PRECISION: tl.constexpr,
         ACC: tl.constexpr,
+        UPCAST: tl.constexpr,
         BLOCK_B: tl.constexpr,
         BLOCK_H: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -227,10 +238,9 @@ if triton is not None:
                     r = tl.load(gate_ptr + at_n, a_ok, 0.0)
                     p = tl.load(path_ptr + at_n, a_ok, 0.0)
                     w2_t = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
-                    a_gate = (a * p * r * (1.0 - r)).to(w2_t.dtype)
-                    part += tl.dot(a_gate, w2_t, input_precision=PRECISION, out_dtype=ACC)
+                    part += _dot(a * p * r * (1.0 - r), w2_t, PRECISION, ACC, UPCAST)
                     a = a * r
-                part += tl.dot(a.to(w_t.dtype), w_t, input_precision=PRECISION, out_dtype=ACC)
+                part += _dot(a, w_t, PRECISION, ACC, UPCAST)
             if POOL == 1:
                 dh += tl.load(coef_ptr + n - 1) * part
             else:
@@ -283,7 +293,7 @@ class TritonScan(torch.autograd.Function):
         # gated: r_n and W_hn h_{t-n} of every step, (T, N, B, H), padded the same way
         gates = xp.new_zeros(N + T + N, N, B, H) if gated else None
         paths = xp.new_zeros(N + T + N, N, B, H) if gated else None
-        meta = _meta(pooling, activation, N, xp.dtype, tf32, B, H)
+        meta = _meta(pooling, activation, N, xp.dtype, weight.dtype, tf32, B, H)
         grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
         for t in range(T):
             _forward_step[grid](
@@ -323,7 +333,7 @@ class TritonScan(torch.autograd.Function):
         dz_all = state.new_zeros(N + T + N, B, H)
         dz = dz_all[N : N + T]
         g_hist = state.new_empty(N, B, H)
-        meta = _meta(ctx.pooling, ctx.activation, N, state.dtype, ctx.tf32, B, H)
+        meta = _meta(ctx.pooling, ctx.activation, N, state.dtype, weight.dtype, ctx.tf32, B, H)
         grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
         winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
         for t in range(T - 1, -N - 1, -1):  # steps T-1..0, then the history rows -1..-N
@@ -369,7 +379,14 @@ class TritonScan(torch.autograd.Function):
 
 
 def _meta(
-    pooling: str, activation: str, order: int, dtype: torch.dtype, tf32: bool, batch: int, hidden: int
+    pooling: str,
+    activation: str,
+    order: int,
+    dtype: torch.dtype,
+    weight_dtype: torch.dtype,
+    tf32: bool,
+    batch: int,
+    hidden: int,
 ) -> dict:
     """Return the compile-time arguments shared by the forward and backward kernels."""
     block_b, block_h, block_k = _blocks(batch, hidden)
@@ -379,6 +396,7 @@ def _meta(
         "ACT": _ACT_CODE[activation],
         "PRECISION": "tf32" if tf32 else "ieee",
         "ACC": tl.float64 if dtype == torch.float64 else tl.float32,
+        "UPCAST": INTERPRETED and weight_dtype != dtype,
         "BLOCK_B": block_b,
         "BLOCK_H": block_h,
         "BLOCK_K": block_k,
@@ -405,7 +423,11 @@ def triton_scan(
             "use engine 'fused' for it"
         )
     check_available(xp.device)
-    dtype = torch.float64 if torch.float64 in (xp.dtype, history.dtype, weight_hh.dtype) else torch.float32
+    dtype = (
+        torch.float64
+        if torch.float64 in (xp.dtype, history.dtype, weight_hh.dtype)
+        else torch.float32
+    )
     device = xp.device.type
     autocast = torch.is_autocast_enabled(device)
     low = None
