@@ -111,7 +111,7 @@ if triton is not None:
             return tl.dot(a.to(ACC), w.to(ACC), input_precision="ieee", out_dtype=ACC)
         return tl.dot(a, w, input_precision=PRECISION, out_dtype=ACC)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["t"])  # one compiled kernel for every step
     def _forward_step(
         state_ptr,  # (N+T, B, H) contiguous: rows 0..N-1 the history, row N+t = h_t
         w_ptr,  # (H, N·H) weight_hh, row stride w_stride; block n-1 = W_hn^T
@@ -186,7 +186,7 @@ if triton is not None:
         if POOL == 2:
             tl.store(win_ptr + t * B * H + rb[:, None] * H + rh[None, :], winner.to(tl.uint8), ok)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["t"])
     def _backward_step(
         dz_ptr,  # row t of (T, B, H) dL/dz_t in a buffer with N zero rows either side
         win_ptr,  # the same for the uint8 winners (max only)
@@ -255,12 +255,15 @@ if triton is not None:
             tl.store(dz_ptr + t * B * H + at, _activation_grad(h, ACT) * dh, ok)
 
 
-def _blocks(batch: int, hidden: int) -> tuple[int, int, int]:
-    """Return (BLOCK_B, BLOCK_H, BLOCK_K): tiles >= 16 (tl.dot's minimum), the batch in one tile
-    up to 64, and narrow hidden tiles so a small batch still spreads over many programs."""
+TILES: tuple[int, int, int] | None = None  # (BLOCK_H, BLOCK_K, num_warps): set by benchmarks
+
+
+def _tiles(batch: int, hidden: int) -> dict[str, int]:
+    """Return the tile sizes and warps: >= 16 each way (tl.dot's minimum), the whole batch in
+    one tile up to 64, narrow hidden tiles so a small batch still spreads over many programs."""
+    block_h, block_k, warps = TILES or ((16 if hidden <= 512 else 32), 32, 4)
     block_b = min(64, max(16, triton.next_power_of_2(batch)))
-    block_h = 16 if hidden <= 512 else 32
-    return block_b, block_h, 32
+    return {"BLOCK_B": block_b, "BLOCK_H": block_h, "BLOCK_K": block_k, "num_warps": warps}
 
 
 class TritonScan(torch.autograd.Function):
@@ -389,7 +392,6 @@ def _meta(
     hidden: int,
 ) -> dict:
     """Return the compile-time arguments shared by the forward and backward kernels."""
-    block_b, block_h, block_k = _blocks(batch, hidden)
     return {
         "N": order,
         "POOL": _POOL_CODE[pooling],
@@ -397,9 +399,7 @@ def _meta(
         "PRECISION": "tf32" if tf32 else "ieee",
         "ACC": tl.float64 if dtype == torch.float64 else tl.float32,
         "UPCAST": INTERPRETED and weight_dtype != dtype,
-        "BLOCK_B": block_b,
-        "BLOCK_H": block_h,
-        "BLOCK_K": block_k,
+        **_tiles(batch, hidden),
     }
 
 
