@@ -260,3 +260,19 @@ def test_resume_on_another_number_of_processes(
     resumed, straight = final_weights(_out(workdir, name)), final_weights(straight_1)
     for key in straight:  # same data order for any process count: equal up to reduction order
         torch.testing.assert_close(resumed[key], straight[key], rtol=1e-4, atol=1e-5)
+
+
+def test_triton_engine_trains_like_fused(workdir: Path, straight_1: Path) -> None:
+    """`model.engine = "triton"` through the real CLI (kernels interpreted on CPU), resumed once."""
+    pytest.importorskip("triton")
+    name = "triton1"
+    engine = ("--set", "model.engine=triton")
+    check_ok(_train(workdir, name, *engine, "--set", f"train.max_steps={K_FIRST}"))
+    second = _train(workdir, name, *engine, "--set", f"train.max_steps={K_STEPS}")
+    check_ok(second)
+    assert "resuming from" in second.stderr
+    got, want = final_weights(_out(workdir, name)), final_weights(straight_1)
+    for key in want:  # the same model and data; the engines sum in different orders
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)
+    ppl = dict(scalars(_out(workdir, name))["test/ppl"])[K_STEPS]
+    assert ppl == pytest.approx(dict(scalars(straight_1)["test/ppl"])[K_STEPS], rel=1e-4)

@@ -38,11 +38,12 @@ def make_accelerator():
     AcceleratorState._reset_state(True)
 
 
-def run_config(pooling: str = "fofe", **train):
+def run_config(pooling: str = "fofe", engine: str = "fused", **train):
     """Return a small validated run config."""
+    model = {"pooling": pooling, "order": 3, "hidden_size": 16, "embedding_size": 12}
     return config_from_dict(
         {
-            "model": {"pooling": pooling, "order": 3, "hidden_size": 16, "embedding_size": 12},
+            "model": {**model, "engine": engine},
             "optim": {"lr": 0.3, "momentum": 0.5, "weight_decay": 1e-5, "max_col_norm": 2.0},
             "train": {"batch_size": B, "bptt": T, **train},
         }
@@ -143,12 +144,14 @@ def test_graph_reason_names_what_rules_it_out(make_accelerator):
     assert step.describe() == "eager (train.cuda_graph = false)"
 
 
-def _graph_vs_eager(make_accelerator, pooling: str, precision: str, rtol: float) -> None:
+def _graph_vs_eager(
+    make_accelerator, pooling: str, precision: str, rtol: float, engine: str = "fused"
+) -> None:
     data = batches(12, seed=3)
     results = []
     for use_graph in (True, False):
         acc = make_accelerator(cpu=False, mixed_precision=precision)
-        step = make_step(run_config(pooling, cuda_graph=use_graph), acc)
+        step = make_step(run_config(pooling, engine, cuda_graph=use_graph), acc)
         assert step.use_graph is use_graph
         losses = []
         for i, (x, y) in enumerate(data):
@@ -178,3 +181,37 @@ def test_cuda_graph_replay_equals_eager_steps(make_accelerator, pooling):
 @cuda
 def test_cuda_graph_replay_equals_eager_steps_bf16(make_accelerator):
     _graph_vs_eager(make_accelerator, "fofe", "bf16", rtol=1e-2)
+
+
+@cuda
+@pytest.mark.parametrize("pooling", ["sum", "max", "fofe", "gated"])
+def test_cuda_graph_replay_equals_eager_steps_triton(make_accelerator, pooling):
+    pytest.importorskip("triton")
+    _graph_vs_eager(make_accelerator, pooling, "no", rtol=1e-5, engine="triton")
+
+
+@cuda
+def test_cuda_graph_replay_equals_eager_steps_triton_bf16(make_accelerator):
+    pytest.importorskip("triton")
+    _graph_vs_eager(make_accelerator, "max", "bf16", rtol=1e-2, engine="triton")
+
+
+@pytest.mark.parametrize("pooling", ["max", "gated"])
+def test_triton_engine_steps_match_the_fused_engine(make_accelerator, pooling):
+    """The trainer's step with engine "triton" (interpreted on CPU, compiled on CUDA)."""
+    pytest.importorskip("triton")
+    from hornn_dist.models.triton_scan import unavailable_reason
+
+    cpu = not torch.cuda.is_available()
+    if unavailable_reason("cpu" if cpu else "cuda") is not None:
+        pytest.skip(unavailable_reason("cpu" if cpu else "cuda"))
+    runs = []
+    for engine in ("fused", "triton"):
+        step = make_step(run_config(pooling, engine, cuda_graph=False), make_accelerator(cpu=cpu))
+        losses = torch.stack([step.run(x, y, measure=True).clone() for x, y in batches(4)])
+        runs.append((losses, step.norms.clone(), list(step.core.parameters())))
+    (f_loss, f_norms, f_params), (t_loss, t_norms, t_params) = runs
+    torch.testing.assert_close(t_loss, f_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(t_norms, f_norms, rtol=1e-4, atol=1e-6)
+    for p, q in zip(t_params, f_params, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
