@@ -199,7 +199,7 @@ class Trainer:
         logger.info(
             "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
             "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
-            f"hornn/{cfg.model.pooling} order {cfg.model.order}"
+            f"hornn/{cfg.model.pooling} order {cfg.model.order} ({cfg.model.engine} engine)"
             if cfg.model.arch == "hornn"
             else cfg.model.arch,
             f"{self.core.num_parameters():,}",
