@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # One GPU check of the speed issue, run from the repo root on a machine with one CUDA GPU:
 #
-#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~5-6 min on an H200, hard stop at 7 min
+#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~8 min on an H200, hard stop at 540 s
 #
-# Writes logs and JSON only (no checkpoints) under $OUT, 8 files at most:
+# Writes logs and JSON only (no checkpoints) under $OUT, 10 files at most:
 #   summary.txt                  environment, then one line per step: exit code and seconds
 #   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
-#                                    benchmark step == eager, trainer's graphed step == eager
-#   throughput.log / .json       (b) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed
+#                                    benchmark step == eager, trainer's graphed step == eager,
+#                                    triton engine vs fused
+#   throughput.log / .json       (b) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed;
+#                                    the default variants, with the triton engine's four
 #   train.log                    (c) demo training in bf16 (CUDA graph) and fp16 (eager),
 #                                    300 steps, then resumed to 600
 #   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
-#                                    T 30, bf16) on the demo corpus: HORNN-3 and LSTM, graph/eager
+#                                    T 30, bf16) on the demo corpus: HORNN-3 (engines fused and
+#                                    triton) and LSTM, graph/eager
 #   throughput_profile.log       (e) kernels per step and their GPU time (paper, bf16)
-#   throughput_compiled.log      (f) optional, if time is left: torch.compile rows (paper, bf16)
+#   triton_tiles.log / .json     (f) benchmarks/triton_tiles.py: the triton engine's tile sizes
+#   throughput_compiled.log      (g) optional, if time is left: torch.compile rows (paper, bf16)
 # A failing step does not stop the others. Needs torch, accelerate, tokenizers, tensorboard,
 # pytest; not `datasets` (the demo corpus is bundled, and preparing it does not import it).
 set +e
@@ -23,7 +27,7 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-DEADLINE=${GPU_CHECK_SECONDS:-420} # whole script; each step's timeout is cut to what is left
+DEADLINE=${GPU_CHECK_SECONDS:-540} # whole script; each step's timeout is cut to what is left
 WORK=/tmp/hornn_gpu_check          # run dirs and checkpoints: not under $OUT
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY="$OUT/summary.txt"
@@ -58,13 +62,15 @@ step() {
   return $rc
 }
 
-# (a) CUDA tests: the model's CUDA-vs-CPU checks and the benchmark's graphed-vs-eager checks.
-step cuda_tests 120 "$OUT/cuda_tests.log" \
-  "$PY" -m pytest tests/test_models_*.py tests/test_benchmarks.py tests/test_train_step.py -q \
-  -k cuda -p no:cacheprovider -rf
+# (a) CUDA tests: the model's CUDA-vs-CPU checks, the benchmark's graphed-vs-eager checks and
+#     the triton engine's checks against the fused engine.
+step cuda_tests 180 "$OUT/cuda_tests.log" \
+  "$PY" -m pytest tests/test_models_*.py tests/test_benchmarks.py tests/test_train_step.py \
+  tests/test_triton_scan.py -q -k cuda -p no:cacheprovider -rf
 tail -n 3 "$OUT/cuda_tests.log" >>"$SUMMARY"
 
-# (b) The throughput table: every variant, both configs, fp32 and bf16, eager and graphed.
+# (b) The throughput table: the default variants (with triton: its four too), both configs,
+#     fp32 and bf16, eager and graphed.
 step throughput 270 "$OUT/throughput.log" \
   "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 --rounds 3 \
   --json "$OUT/throughput.json"
@@ -86,32 +92,47 @@ done
 
 # (d) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k):
 #     the rate logged at step 400 covers steps 301-400, after the warm-up and the capture.
+#     Each run is "VARIANT [ENGINE] MODE"; the engine (HORNN only) is fused unless named.
 for run in "hornn-fofe graph" "hornn-fofe eager" "hornn-max graph" "hornn-gated graph" \
-  "lstm graph" "lstm eager"; do
+  "hornn-fofe triton graph" "hornn-max triton graph" "hornn-sum triton graph" \
+  "hornn-gated triton graph" "lstm graph" "lstm eager"; do
   set -- $run
-  variant=$1 mode=$2
+  variant=$1 engine=fused mode=$2
+  (($# == 3)) && engine=$2 mode=$3
   arch=${variant%%-*}
   pooling=${variant#*-}
-  [ "$arch" = lstm ] && pooling=fofe
-  step "speed_${variant}_${mode}" 45 "$OUT/train_speed.log" \
+  label="$variant $engine $mode"
+  [ "$arch" = lstm ] && pooling=fofe && label="$variant $mode"
+  name=${label// /_}
+  step "speed_$name" 45 "$OUT/train_speed.log" \
     "$PY" -m hornn_dist.train configs/demo.toml --no-resume \
-    --set model.arch=$arch --set model.pooling=$pooling --set model.hidden_size=400 \
-    --set model.embedding_size=400 --set train.mixed_precision=bf16 \
+    --set model.arch=$arch --set model.pooling=$pooling --set model.engine=$engine \
+    --set model.hidden_size=400 --set model.embedding_size=400 \
+    --set train.mixed_precision=bf16 \
     --set train.cuda_graph=$([ "$mode" = graph ] && echo true || echo false) \
-    --set train.max_steps=400 --set train.output_dir="$WORK/speed_${variant}_$mode" \
+    --set train.max_steps=400 --set train.output_dir="$WORK/speed_$name" \
     --set data.cache_dir="$WORK/data_cache" --set train.checkpoint_every=0 \
     --set log.every=100 --set log.progress=false --set log.tensorboard=false
   rate=$(grep -o "step 400: .*tokens/s" "$OUT/train_speed.log" | tail -n 1 | grep -o "[0-9]* tokens/s")
-  echo "trainer ${variant} ${mode}: ${rate:-no rate}" >>"$SUMMARY"
-  sed -i "s/step 400: /step 400 ($variant $mode): /" "$OUT/train_speed.log"
+  echo "trainer ${label}: ${rate:-no rate}" >>"$SUMMARY"
+  sed -i "s/step 400: /step 400 ($label): /" "$OUT/train_speed.log"
 done
 
 # (e) Kernels launched per step and their GPU time (paper, bf16): how launch-bound each is.
 step throughput_profile 60 "$OUT/throughput_profile.log" \
   "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 --profile \
+  --variants hornn-sum,hornn-max,hornn-fofe,hornn-gated,hornn-fofe-triton,hornn-max-triton,lstm \
   --json "$WORK/profile.json"
 
-# (f) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.
+# (f) The triton engine's tile sizes: one layer's forward+backward in a CUDA graph, fused vs
+#     triton at each (BLOCK_H, BLOCK_K, warps); paper+big, bf16, fofe.
+#     A cut of the grid (each tile choice compiles its own kernels, ~1-2 s each).
+step triton_tiles 90 "$OUT/triton_tiles.log" \
+  "$PY" benchmarks/triton_tiles.py --poolings fofe --precisions bf16 \
+  --tiles 16x32x2,16x32x4,16x64x4,32x32x4,32x64x4,64x32x4 --json "$OUT/triton_tiles.json"
+grep -e "^  -> " "$OUT/triton_tiles.log" >>"$SUMMARY" # per group: fused, best, default tiles
+
+# (g) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.
 if ((DEADLINE - SECONDS >= 100)); then
   step throughput_compiled 90 "$OUT/throughput_compiled.log" \
     "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 \

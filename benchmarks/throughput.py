@@ -18,6 +18,12 @@ Configs (order 3, one layer, E = H):
     python benchmarks/throughput.py --device cuda   # paper+big, fp32+bf16, eager+graphed
     python benchmarks/throughput.py --device cuda --compile --configs paper
     python benchmarks/throughput.py --variants hornn-fofe,hornn-fofe-loop,lstm
+    python benchmarks/throughput.py --device cuda --variants hornn-fofe,hornn-fofe-triton,lstm
+
+Default variants: hornn-{sum,max,fofe,gated} (fused engine), rnn, lstm; on CUDA, when the
+triton engine can run there, also hornn-{sum,max,fofe,gated}-triton (model.engine = "triton",
+one Triton kernel per time step). On CPU a -triton row runs only under Triton's interpreter
+(TRITON_INTERPRET=1, very slow: tests and tiny sizes); otherwise it is an error row.
 
 Each (config, precision) is one group: its variants × modes are built together and timed in
 interleaved rounds (median reported), so a burst of other load hits one round of every row
@@ -93,8 +99,15 @@ VARIANTS: dict[str, ModelConfig] = {
     "hornn-max-amp": _hornn("max", precision="autocast"),
     "hornn-fofe-amp": _hornn("fofe", precision="autocast"),
     "hornn-gated-amp": _hornn("gated", precision="autocast"),
+    # the triton engine (one Triton kernel per time step; CUDA, or Triton's interpreter)
+    "hornn-sum-triton": _hornn("sum", engine="triton"),
+    "hornn-max-triton": _hornn("max", engine="triton"),
+    "hornn-fofe-triton": _hornn("fofe", engine="triton"),
+    "hornn-gated-triton": _hornn("gated", engine="triton"),
+    "hornn-fofe-triton-amp": _hornn("fofe", engine="triton", precision="autocast"),
 }
-DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"
+DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:
+TRITON_VARIANTS = "hornn-sum-triton,hornn-max-triton,hornn-fofe-triton,hornn-gated-triton"
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype
 MODES = ("eager", "graphed", "compiled")
 
@@ -107,6 +120,21 @@ class Case:
     config: str
     precision: str
     mode: str
+
+
+def default_variants(device: str) -> str:
+    """Return the default --variants for a device: on CUDA also the triton ones if they can run.
+
+    The triton engine's module is imported only here and only for CUDA: the triton package is
+    optional (the module itself reports it missing through `unavailable_reason`).
+    """
+    if not device.startswith("cuda"):
+        return DEFAULT_VARIANTS
+    from hornn_dist.models.triton_scan import unavailable_reason
+
+    if unavailable_reason(torch.device("cuda")) is not None:
+        return DEFAULT_VARIANTS
+    return f"{DEFAULT_VARIANTS},{TRITON_VARIANTS}"
 
 
 def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -173,6 +201,11 @@ class Runner:
     def __init__(self, case: Case, shape: Shape, args: argparse.Namespace, device: torch.device):
         if case.mode == "graphed" and device.type != "cuda":
             raise RuntimeError("graphed mode needs --device cuda")
+        cfg = VARIANTS[case.variant]
+        if cfg.arch == "hornn" and cfg.engine == "triton":  # the model would fall back to fused
+            from hornn_dist.models.triton_scan import check_available
+
+            check_available(device)
         self.case, self.shape, self.device = case, shape, device
         self.model, self.opt = build(case.variant, shape, device, args.layers, args.order)
         gen = torch.Generator().manual_seed(1)
@@ -362,11 +395,11 @@ def row_head(case: Case, shape: Shape) -> dict:
 def print_table(rows: list[dict]) -> None:
     """Print tokens/s, the ratio to the group's best LSTM and the peak memory of each row."""
     print(
-        f"{'variant':<16}{'config':<7}{'prec':<6}{'mode':<10}{'params':>8}{'tokens/s':>11}"
+        f"{'variant':<22}{'config':<7}{'prec':<6}{'mode':<10}{'params':>8}{'tokens/s':>11}"
         f"{'vs LSTM':>9}{'peak MiB':>10}{'kernels':>9}{'kern ms':>9}"
     )
     for r in rows:
-        head = f"{r['variant']:<16}{r['config']:<7}{r['precision']:<6}{r['mode']:<10}"
+        head = f"{r['variant']:<22}{r['config']:<7}{r['precision']:<6}{r['mode']:<10}"
         if "error" in r:
             print(f"{head}  failed: {r['error']}")
             continue
@@ -390,11 +423,11 @@ def print_best(rows: list[dict]) -> None:
             key not in best or r["tokens_per_s"] > best[key]["tokens_per_s"]
         ):
             best[key] = r
-    print(f"{'variant':<16}{'config':<7}{'prec':<6}{'best mode':<10}{'tokens/s':>11}{'vs LSTM':>9}")
+    print(f"{'variant':<22}{'config':<7}{'prec':<6}{'best mode':<10}{'tokens/s':>11}{'vs LSTM':>9}")
     for (config, precision, variant), r in best.items():
         ratio = f"{r['ratio_to_best_lstm']:.2f}x" if "ratio_to_best_lstm" in r else "-"
         print(
-            f"{variant:<16}{config:<7}{precision:<6}{r['mode']:<10}{r['tokens_per_s']:>11.0f}"
+            f"{variant:<22}{config:<7}{precision:<6}{r['mode']:<10}{r['tokens_per_s']:>11.0f}"
             f"{ratio:>9}"
         )
 
@@ -413,7 +446,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument(
-        "--variants", default=DEFAULT_VARIANTS, help=f"comma list of {', '.join(VARIANTS)}"
+        "--variants",
+        help=f"comma list of {', '.join(VARIANTS)} (default: {DEFAULT_VARIANTS}; cuda with "
+        "triton also the -triton ones of the four poolings)",
     )
     p.add_argument(
         "--configs", help=f"comma list of {', '.join(CONFIGS)} (default: cpu paper, cuda both)"
@@ -454,7 +489,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
     args = p.parse_args(argv)
     cuda = args.device.startswith("cuda")
-    args.variants = _choices(p, "--variants", args.variants, VARIANTS)
+    args.variants = _choices(
+        p, "--variants", args.variants or default_variants(args.device), VARIANTS
+    )
     args.configs = _choices(
         p, "--configs", args.configs or ("paper,big" if cuda else "paper"), CONFIGS
     )

@@ -1,9 +1,12 @@
-"""Tests of benchmarks/throughput.py: its one training step, every row of its JSON, CUDA graphs."""
+"""Tests of benchmarks/throughput.py (its one training step, every row of its JSON, CUDA graphs)
+and of benchmarks/triton_tiles.py (CUDA only: its refusal without a GPU, one tiny run on one)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,9 +19,9 @@ FAST = [*TINY, "--steps", "2", "--warmup", "1", "--rounds", "1"]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-def _load_throughput():
+def _load(name: str):
     spec = importlib.util.spec_from_file_location(
-        "bench_throughput", REPO / "benchmarks" / "throughput.py"
+        f"bench_{name}", REPO / "benchmarks" / f"{name}.py"
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while being built
@@ -26,13 +29,25 @@ def _load_throughput():
     return module
 
 
-tp = _load_throughput()
+def triton_cpu_reason() -> str | None:
+    """Return why the triton engine cannot run on this CPU (no interpreter, no triton), or None."""
+    from hornn_dist.models.triton_scan import unavailable_reason
+
+    return unavailable_reason("cpu")
+
+
+tp = _load("throughput")
 SHAPE = tp.Shape(vocab=50, hidden=16, batch=4, bptt=5)
-DEFAULT_VARIANTS = tp.DEFAULT_VARIANTS.split(",")
+DEFAULT_VARIANTS = tp.DEFAULT_VARIANTS.split(",")  # CPU
+TRITON_VARIANTS = [v for v, cfg in tp.VARIANTS.items() if cfg.engine == "triton"]
+# the interpreted triton engine takes ~0.4 s a step on CPU: one of its variants is enough here
+STEP_VARIANTS = [v for v in tp.VARIANTS if v not in TRITON_VARIANTS] + ["hornn-fofe-triton"]
 
 
-@pytest.mark.parametrize("variant", list(tp.VARIANTS))
+@pytest.mark.parametrize("variant", STEP_VARIANTS)
 def test_train_step_lowers_loss_on_repeated_data_and_carries_state_in_place(variant):
+    if variant in TRITON_VARIANTS and triton_cpu_reason() is not None:
+        pytest.skip(triton_cpu_reason())
     device = torch.device("cpu")
     model, opt = tp.build(variant, SHAPE, device)
     tokens = torch.randint(0, SHAPE.vocab, (SHAPE.bptt + 1, SHAPE.batch), generator=gen(0))
@@ -113,6 +128,68 @@ def test_defaults_depend_on_the_device_and_flags_are_checked(capsys):
     assert "--configs: unknown 'huge'" in capsys.readouterr().err
 
 
+def test_triton_variants_are_cuda_defaults_only_where_the_engine_runs(monkeypatch):
+    from hornn_dist.models import triton_scan
+
+    assert {"hornn-sum-triton", "hornn-max-triton", "hornn-fofe-triton"} < set(TRITON_VARIANTS)
+    assert {"hornn-gated-triton", "hornn-fofe-triton-amp"} < set(TRITON_VARIANTS)
+    assert tp.VARIANTS["hornn-fofe-triton-amp"].recurrence_precision == "autocast"
+    assert all(tp.VARIANTS[v].arch == "hornn" for v in TRITON_VARIANTS)
+    assert tp.parse_args([]).variants == DEFAULT_VARIANTS  # CPU: never the triton ones
+    four = [f"hornn-{p}-triton" for p in ("sum", "max", "fofe", "gated")]
+    gpu = tp.parse_args(["--device", "cuda"]).variants
+    if triton_scan.unavailable_reason("cuda") is None:
+        assert gpu == DEFAULT_VARIANTS + four
+    monkeypatch.setattr(triton_scan, "unavailable_reason", lambda device=None: "no triton")
+    assert tp.parse_args(["--device", "cuda"]).variants == DEFAULT_VARIANTS
+    assert tp.parse_args(["--device", "cuda", "--variants", four[0]]).variants == four[:1]
+
+
+def test_triton_variant_runs_under_the_interpreter(tmp_path):
+    if triton_cpu_reason() is not None:
+        pytest.skip(triton_cpu_reason())
+    argv = [*FAST, "--variants", "hornn-fofe-triton,hornn-fofe", "--json", str(tmp_path / "t.json")]
+    rows = tp.main(argv)
+    assert [(r["variant"], r["engine"]) for r in rows] == [
+        ("hornn-fofe-triton", "triton"),
+        ("hornn-fofe", "fused"),
+    ]
+    for r in rows:
+        assert "error" not in r, r
+        assert r["tokens_per_s"] > 0 and r["params"] == rows[1]["params"]
+
+
+def test_triton_variant_without_the_engine_is_an_error_row(tmp_path, monkeypatch):
+    """Not a silent fallback to the fused engine: the row says why it did not run."""
+    from hornn_dist.models import triton_scan
+
+    monkeypatch.setattr(triton_scan, "INTERPRETED", False)  # CPU without the interpreter
+    rows = tp.main([*FAST, "--variants", "hornn-max-triton,lstm", "--json", str(tmp_path / "t")])
+    assert rows[0]["error"].startswith("RuntimeError: model.engine = 'triton'"), rows[0]
+    assert "error" not in rows[1] and rows[1]["tokens_per_s"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_triton_tiles_without_cuda_exits_2_with_one_line():
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "benchmarks/triton_tiles.py", "--configs", "paper"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "triton_tiles.py: needs a CUDA GPU (torch.cuda.is_available() is False)"
+    ]
+
+
 def gen(seed: int) -> torch.Generator:
     """Return a seeded CPU generator."""
     return torch.Generator().manual_seed(seed)
@@ -120,7 +197,7 @@ def gen(seed: int) -> torch.Generator:
 
 @cuda
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("variant", DEFAULT_VARIANTS)
+@pytest.mark.parametrize("variant", tp.default_variants("cuda").split(","))
 def test_cuda_graphed_step_matches_eager(variant, precision):
     args = tp.parse_args(["--device", "cuda", *TINY])
     device = torch.device("cuda")
@@ -145,7 +222,8 @@ def test_cuda_graphed_step_matches_eager(variant, precision):
 def test_cuda_main_graphs_every_variant_and_reports_memory(tmp_path):
     argv = ["--device", "cuda", *FAST, "--configs", "paper", "--json", str(tmp_path / "t.json")]
     rows = tp.main(argv)
-    assert len(rows) == len(DEFAULT_VARIANTS) * 2 * 2  # fp32, bf16 × eager, graphed
+    variants = tp.default_variants("cuda").split(",")  # with triton: its four variants too
+    assert len(rows) == len(variants) * 2 * 2  # fp32, bf16 × eager, graphed
     for r in rows:
         assert "error" not in r, r
         assert r["tokens_per_s"] > 0 and r["peak_mem_mib"] > 0
@@ -157,3 +235,28 @@ def test_profile_adds_launches_and_time_per_step(tmp_path):
     assert all(r["kernels_per_step"] > 0 and r["kernel_ms_per_step"] > 0 for r in rows)
     saved = json.loads((tmp_path / "p.json").read_text())["results"]
     assert [r["kernels_per_step"] for r in saved] == [r["kernels_per_step"] for r in rows]
+
+
+@cuda
+def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
+    tt = _load("triton_tiles")
+    from hornn_dist.models import triton_scan
+
+    out = tmp_path / "tiles.json"
+    argv = ["--configs", "paper", "--hidden", "32", "--batch", "4", "--bptt", "5"]
+    argv += ["--poolings", "fofe", "--precisions", "fp32,bf16", "--tiles", "16x32x4,32x32x2"]
+    assert tt.main([*argv, "--rounds", "2", "--iters", "2", "--json", str(out)]) == 0
+    assert triton_scan.TILES is None
+    rows = json.loads(out.read_text())["results"]
+    got = [(r["precision"], r["engine"], r["tiles"]) for r in rows]
+    tiles = [None, [16, 32, 4], [32, 32, 2]]
+    want = [(p, "fused" if t is None else "triton", t) for p in ("fp32", "bf16") for t in tiles]
+    assert got == want
+    for r in rows:
+        assert "error" not in r, r
+        assert r["ms_per_iter"] > 0 and len(r["round_ms"]) == 2 and r["hidden"] == 32
+        if r["engine"] == "triton":
+            assert r["ratio_to_fused"] > 0 and r["max_abs_diff"] < 2e-2
+    for precision in ("fp32", "bf16"):
+        assert sum(bool(r.get("best")) for r in rows if r["precision"] == precision) == 1
+    assert [r["default"] for r in rows if r["engine"] == "triton"] == [True, False] * 2

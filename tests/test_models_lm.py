@@ -220,7 +220,7 @@ def test_cpu_autocast_lm_forward(pooling):
         ({"pooling": "avg"}, "model.pooling"),
         ({"order": 0}, "model.order"),
         ({"alpha": 1.2}, "model.alpha"),
-        ({"engine": "triton"}, "model.engine"),
+        ({"engine": "cudnn"}, "model.engine"),
         ({"arch": "rnn", "activation": "sigmoid"}, "model.activation"),
     ],
 )
