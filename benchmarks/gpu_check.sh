@@ -125,11 +125,12 @@ step throughput_profile 60 "$OUT/throughput_profile.log" \
   --json "$WORK/profile.json"
 
 # (f) The triton engine's tile sizes: one layer's forward+backward in a CUDA graph, fused vs
-#     triton at each (BLOCK_H, BLOCK_K, warps); paper+big, bf16, fofe.
+#     triton at each (BLOCK_B, BLOCK_H, BLOCK_K, warps); paper+big, bf16, fofe.
 #     A cut of the grid (each tile choice compiles its own kernels, ~1-2 s each).
 step triton_tiles 90 "$OUT/triton_tiles.log" \
   "$PY" benchmarks/triton_tiles.py --poolings fofe --precisions bf16 \
-  --tiles 16x32x2,16x32x4,16x64x4,32x32x4,32x64x4,64x32x4 --json "$OUT/triton_tiles.json"
+  --tiles 32x16x32x4,16x16x32x4,16x16x32x2,32x16x64x4,32x32x32x4,64x32x32x4,64x64x32x4,64x32x64x8 \
+  --json "$OUT/triton_tiles.json"
 grep -e "^  -> " "$OUT/triton_tiles.log" >>"$SUMMARY" # per group: fused, best, default tiles
 
 # (g) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.

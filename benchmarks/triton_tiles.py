@@ -6,6 +6,7 @@ CUDA graph (3 warm-up iterations on a side stream, then the capture, as in PyTor
 network capture" example) and replayed: once with engine "fused" (the baseline), then with
 engine "triton" for every tile choice of the grid, set through `triton_scan.TILES`:
 
+    BLOCK_B in 16, 32, 64 (only <= the batch rounded up to a power of 2, at least 16)
     BLOCK_H in 16, 32, 64 (only <= H)   BLOCK_K in 32, 64   num_warps in 2, 4
 
 Configs: paper (B 20, H 400, T 30), big (B 128, H 1024, T 30); --batch/--hidden/--bptt
@@ -14,7 +15,8 @@ in fp32 with TF32 GEMMs: model.recurrence_precision = "fp32", the default), bf16
 autocast, the recurrence GEMMs in bf16: "autocast"; on request).
 
     python benchmarks/triton_tiles.py                          # the whole grid (~1-2 min)
-    python benchmarks/triton_tiles.py --configs paper --poolings fofe --tiles 16x32x4,32x64x2
+    python benchmarks/triton_tiles.py --configs paper --poolings fofe \
+        --tiles 32x16x32x4,16x16x32x4
 
 ms/iter is the median over --rounds of the mean of --iters replays, timed with CUDA events;
 `/fused` is ms over the fused row's ms (below 1: faster than fused); `diff` is the largest
@@ -72,7 +74,7 @@ PRECISIONS: dict[str, tuple[torch.dtype | None, str]] = {
     "bf16-amp": (torch.bfloat16, "autocast"),
 }
 POOLINGS = ("sum", "max", "fofe", "gated")
-GRID = tuple(itertools.product((16, 32, 64), (32, 64), (2, 4)))  # (BLOCK_H, BLOCK_K, warps)
+GRID = tuple(itertools.product((16, 32, 64), (16, 32, 64), (32, 64), (2, 4)))  # B, H, K, warps
 
 
 def autocast_for(dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -182,11 +184,12 @@ def run_group(
     head = {"config": config, **asdict(size), "precision": precision, "pooling": pooling}
     triton_scan.TILES = None
     default = triton_scan._tiles(size.batch, size.hidden)
-    default = (default["BLOCK_H"], default["BLOCK_K"], default["num_warps"])
+    default = tuple(default[k] for k in ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps"))
     rows: list[dict] = []
     ref: Tensor | None = None
     fused_ms: float | None = None
-    tiles_list = [t for t in args.tiles if t[0] <= size.hidden]
+    batch_tile = max(16, 1 << (size.batch - 1).bit_length())  # the batch, rounded up
+    tiles_list = [t for t in args.tiles if t[0] <= batch_tile and t[1] <= size.hidden]
     for engine, tiles in [("fused", None), *[("triton", t) for t in tiles_list]]:
         row = {**head, "engine": engine, "tiles": list(tiles) if tiles else None}
         if tiles:
@@ -233,7 +236,7 @@ def group_summary(rows: list[dict]) -> str:
 
 
 def tiles_text(row: dict) -> str:
-    """Return the tiles of a row as BLOCK_HxBLOCK_Kxwarps, or '-' (fused)."""
+    """Return the tiles of a row as BLOCK_BxBLOCK_HxBLOCK_Kxwarps, or '-' (fused)."""
     return "x".join(str(v) for v in row["tiles"]) if row["tiles"] else "-"
 
 
@@ -257,15 +260,15 @@ HEADER = (
 )
 
 
-def parse_tiles(p: argparse.ArgumentParser, value: str) -> list[tuple[int, int, int]]:
-    """Return the tile choices of a comma list of BLOCK_HxBLOCK_Kxwarps."""
+def parse_tiles(p: argparse.ArgumentParser, value: str) -> list[tuple[int, int, int, int]]:
+    """Return the tile choices of a comma list of BLOCK_BxBLOCK_HxBLOCK_Kxwarps."""
     tiles = []
     for item in (v for v in value.split(",") if v):
         try:
-            bh, bk, warps = (int(v) for v in item.split("x"))
+            bb, bh, bk, warps = (int(v) for v in item.split("x"))
         except ValueError:
-            p.error(f"--tiles: {item!r} is not BLOCK_HxBLOCK_Kxwarps, e.g. 16x32x4")
-        tiles.append((bh, bk, warps))
+            p.error(f"--tiles: {item!r} is not BLOCK_BxBLOCK_HxBLOCK_Kxwarps, e.g. 32x16x32x4")
+        tiles.append((bb, bh, bk, warps))
     return tiles
 
 
@@ -293,7 +296,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--tiles",
         default=",".join("x".join(map(str, t)) for t in GRID),
-        help="comma list of BLOCK_HxBLOCK_Kxwarps (default: the whole grid)",
+        help="comma list of BLOCK_BxBLOCK_HxBLOCK_Kxwarps (default: the whole grid)",
     )
     for name in ("batch", "hidden", "bptt"):
         p.add_argument(f"--{name}", type=int, help=f"{name}: overrides every config")

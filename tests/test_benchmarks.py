@@ -244,12 +244,12 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
 
     out = tmp_path / "tiles.json"
     argv = ["--configs", "paper", "--hidden", "32", "--batch", "4", "--bptt", "5"]
-    argv += ["--poolings", "fofe", "--precisions", "fp32,bf16", "--tiles", "16x32x4,32x32x2"]
+    argv += ["--poolings", "fofe", "--precisions", "fp32,bf16", "--tiles", "16x16x32x4,16x32x32x2"]
     assert tt.main([*argv, "--rounds", "2", "--iters", "2", "--json", str(out)]) == 0
     assert triton_scan.TILES is None
     rows = json.loads(out.read_text())["results"]
     got = [(r["precision"], r["engine"], r["tiles"]) for r in rows]
-    tiles = [None, [16, 32, 4], [32, 32, 2]]
+    tiles = [None, [16, 16, 32, 4], [16, 32, 32, 2]]
     want = [(p, "fused" if t is None else "triton", t) for p in ("fp32", "bf16") for t in tiles]
     assert got == want
     for r in rows:

@@ -255,14 +255,17 @@ if triton is not None:
             tl.store(dz_ptr + t * B * H + at, _activation_grad(h, ACT) * dh, ok)
 
 
-TILES: tuple[int, int, int] | None = None  # (BLOCK_H, BLOCK_K, num_warps): set by benchmarks
+TILES: tuple[int, int, int, int] | None = None  # (BLOCK_B, BLOCK_H, BLOCK_K, warps): benchmarks
 
 
 def _tiles(batch: int, hidden: int) -> dict[str, int]:
     """Return the tile sizes and warps: >= 16 each way (tl.dot's minimum), the whole batch in
     one tile up to 64, narrow hidden tiles so a small batch still spreads over many programs."""
-    block_h, block_k, warps = TILES or ((16 if hidden <= 512 else 32), 32, 4)
-    block_b = min(64, max(16, triton.next_power_of_2(batch)))
+    if TILES is not None:
+        block_b, block_h, block_k, warps = TILES
+    else:
+        block_b = min(64, max(16, triton.next_power_of_2(batch)))
+        block_h, block_k, warps = (16 if hidden <= 512 else 32), 32, 4
     return {"BLOCK_B": block_b, "BLOCK_H": block_h, "BLOCK_K": block_k, "num_warps": warps}
 
 
