@@ -1,30 +1,35 @@
-"""The HORNN recurrence (eq. 3-5) as Triton kernels: ONE kernel launch per time step each way.
+"""The HORNN recurrence (eq. 3-7) as Triton kernels: ONE kernel launch per time step each way.
 
-The "triton" engine (``model.engine = "triton"``, pooling sum, max or fofe). Where the fused
-engine (`recurrence.py`) runs 3-4 kernels a step forward and 2 backward around a cuBLAS GEMM,
-here the GEMM, the pooling, the input term and f (and backward f', the winner mask of max and
-the sum over paths) live in one kernel, so a step is one launch: what bounds a small-batch step
-on the GPU is the number of dependent launches, not FLOPs (benchmarks/README.md).
+The "triton" engine (``model.engine = "triton"``, every pooling). Where the fused engine
+(`recurrence.py`) runs 3-5 kernels a step forward and 2-3 backward around a cuBLAS GEMM, here
+the GEMMs, the pooling, the input term and f (and backward f', the winner mask of max, the
+gate factors and the sum over paths) live in one kernel, so a step is one launch: what bounds a
+small-batch step on the GPU is the number of dependent launches, not FLOPs
+(benchmarks/README.md).
 
 Forward, step t (``_forward_step``), "pull" form: each program owns a (batch, hidden) tile of
 h_t and runs the N GEMMs of the window itself,
 
     part_n = h_{t-n} @ W_hn                       (K = H each, read from the state buffer)
     h_t    = f( xin_t + pool_n(part_n) )          sum: Σ part_n, fofe: Σ α^n part_n,
-                                                  max: element-wise max, ties to the lowest n
+                                                  max: element-wise max, ties to the lowest n,
+                                                  gated: Σ r_n ⊙ part_n, r_n = σ(xg_n + h_{t-n} @ W2n)
 
 so nothing is recomputed and no intermediate is written: the state buffer holds
 [history | h_0 .. h_{T-1}] (N+T, B, H) and step t reads rows t..t+N-1 and writes row N+t.
-Max also stores the winning path n-1 (uint8) of every unit.
+Max also stores the winning path n-1 (uint8) of every unit; gated stores r_n and part_n.
 
-Backward, step t = T-1 .. 0, then -1 .. -N for the history (``_backward_step``), same form:
+Backward, step t = T-1 .. 0 (``_backward_step``), same form:
 
-    dh_t = dL/dh_t (from above) + Σ_n (dz_{t+n} ⊙ m_n(t+n)) @ W_hn^T ,   dz_t = f'(z_t) ⊙ dh_t
+    dh_t = dL/dh_t (from above) + Σ_n (m_n(t+n) ⊙ dz_{t+n}) @ W_hn^T  [+ gated: Σ_n
+           (dz_{t+n} ⊙ part_n r_n (1 - r_n))(t+n) @ W2n^T],            dz_t = f'(z_t) ⊙ dh_t
 
-with m_n = 1 for sum, α^n for fofe and the winner mask of path n for max (eq. 4's gradient
-goes to the winner only). dz is written into a buffer with N zero rows after step T-1, so
-every step reads the same shapes. dL/dxin = dz, the history gradient is dh of steps -N..-1,
-and after the loop dW_hn = Σ_t h_{t-n}^T (m_n ⊙ dz_t): N GEMMs, one per path.
+with m_n = 1 for sum, α^n for fofe, the winner mask of path n for max (eq. 4's gradient goes
+to the winner only) and r_n for gated. dz (and the winners, gates and parts) sit in buffers
+with N zero rows either side, so every step reads N rows of the same shape. Then steps -1..-N
+give the history's gradient (dh, no f'), only if the history needs one (TBPTT's detached
+history does not). dL/dxin = dz (gated: also dL/dxg_n); after the loop dW_hn = Σ_t h_{t-n}^T
+(m_n ⊙ dz_t) (and dW2n): N (2N) GEMMs, one per path.
 
 Precision: the state, the accumulators and all element-wise math are float32 (float64 for
 float64 inputs). The GEMMs use TF32 under CUDA autocast (as the fused engine and cuDNN do) and
@@ -328,7 +333,7 @@ class TritonScan(torch.autograd.Function):
     def backward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor
     ) -> tuple[Tensor | None, ...]:
-        """Backpropagate through time: T + N kernels, then one GEMM per path for dW_hn."""
+        """Backpropagate through time: T (+ N) kernels, then one GEMM per path for dW_hn."""
         state, weight_hh, weight, coefs = ctx.saved_tensors
         N = ctx.order
         T = state.shape[0] - N
@@ -338,11 +343,12 @@ class TritonScan(torch.autograd.Function):
         # z) and after T-1, so every step reads N rows of the same shape
         dz_all = state.new_zeros(N + T + N, B, H)
         dz = dz_all[N : N + T]
-        g_hist = state.new_empty(N, B, H)
+        g_hist = state.new_empty(N, B, H) if ctx.needs_input_grad[1] else None
         meta = _meta(ctx.pooling, ctx.activation, N, state.dtype, weight.dtype, ctx.tf32, B, H)
         grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
         winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
-        for t in range(T - 1, -N - 1, -1):  # steps T-1..0, then the history rows -1..-N
+        last = -N if g_hist is not None else 0  # a detached history (TBPTT) needs no gradient
+        for t in range(T - 1, last - 1, -1):  # steps T-1..0, then the history rows -1..-N
             _backward_step[grid](
                 dz,
                 dz if winners is None else winners[N:],
