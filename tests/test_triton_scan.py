@@ -207,3 +207,13 @@ def test_cuda_triton_agrees_with_fused(pooling, autocast):
     for i, (a, b) in enumerate(zip(*results, strict=True)):
         limit = 5e-2 if (autocast and pooling == "max" and i >= 2) else tol
         assert rel_err(a, b) <= limit, (i, rel_err(a, b))
+
+
+def test_buffers_past_32_bit_offsets_are_refused():
+    """Sizes whose buffers the kernels cannot index are refused before anything is allocated."""
+    T, B, H, N = 2048, 512, 1024, 4  # (T + 2N)·N·B·H > 2^31 for gated; nothing is materialised
+    xp = torch.empty(T, B, (1 + N) * H, device="meta")
+    history = torch.empty(N, B, H, device="meta")
+    weight = torch.empty(H, 2 * N * H, device="meta")
+    with pytest.raises(ValueError, match="32-bit offsets.*engine 'fused'"):
+        ts.triton_scan(xp, history, weight, "gated", 0.6, "tanh")

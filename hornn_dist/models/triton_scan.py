@@ -49,6 +49,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from hornn_dist.models.recurrence import recurrence_dtype
+
 try:
     import triton
     import triton.language as tl
@@ -431,12 +433,17 @@ def triton_scan(
             f"the triton engine runs pooling {', '.join(POOLINGS)}, not {pooling!r}; "
             "use engine 'fused' for it"
         )
+    T, B, _ = xp.shape
+    N, _, H = history.shape
+    largest = (T + 2 * N) * (N if pooling == "gated" else 1) * B * H  # elements of a buffer
+    if largest >= 2**31:
+        raise ValueError(
+            f"the triton engine indexes its buffers with 32-bit offsets; T {T} x B {B} x H {H} "
+            f"x order {N} needs {largest:,} elements: use a shorter train.bptt, a smaller batch "
+            "per process, or engine 'fused'"
+        )
     check_available(xp.device)
-    dtype = (
-        torch.float64
-        if torch.float64 in (xp.dtype, history.dtype, weight_hh.dtype)
-        else torch.float32
-    )
+    dtype = recurrence_dtype(xp, history, weight_hh)
     device = xp.device.type
     autocast = torch.is_autocast_enabled(device)
     low = None
