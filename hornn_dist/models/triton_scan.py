@@ -277,7 +277,7 @@ def _tiles(batch: int, hidden: int) -> dict[str, int]:
 
 
 class TritonScan(torch.autograd.Function):
-    """HORNN recurrence (eq. 3-5) in Triton: (xp, history, weight_hh) -> outputs (T, B, H)."""
+    """HORNN recurrence (eq. 3-7) in Triton: (xp, history, weight_hh) -> outputs (T, B, H)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
