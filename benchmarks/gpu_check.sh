@@ -78,6 +78,7 @@ step throughput 300 "$OUT/throughput.log" \
   "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 --rounds 3 \
   --json "$OUT/throughput.json"
 sed -n '/^== best mode/,$p' "$OUT/throughput.log" >>"$SUMMARY"
+"$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
 
 # (c) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k):
 #     the rate logged at step 400 covers steps 301-400, after the warm-up and the capture.

@@ -260,3 +260,32 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
     for precision in ("fp32", "bf16"):
         assert sum(bool(r.get("best")) for r in rows if r["precision"] == precision) == 1
     assert [r["default"] for r in rows if r["engine"] == "triton"] == [True, False] * 2
+
+
+def test_markdown_table_of_a_real_run(tmp_path):
+    """benchmarks/markdown_table.py: one row per variant, a column per config, the LSTM's own
+    tokens/s; bold exactly where a HORNN row meets the issue's goal (gated: 0.8)."""
+    out = tmp_path / "t.json"
+    tp.main([*FAST, "--variants", "hornn-fofe,hornn-gated,lstm", "--json", str(out)])
+    data = json.loads(out.read_text())
+    rows = {r["variant"]: r for r in data["results"]}
+    rows["hornn-fofe"]["ratio_to_best_lstm"] = 0.999  # just short of 1.0
+    rows["hornn-gated"]["ratio_to_best_lstm"] = 0.8  # gated's goal, met
+    data["results"].append({**rows["lstm"], "variant": "gru", "arch": "gru", "tokens_per_s": None})
+    del data["results"][-1]["tokens_per_s"]  # a failed row
+    table = _load("markdown_table").markdown(data).splitlines()
+    assert table[0] == "| variant | paper fp32 |"
+    fofe, gated, lstm, gru = table[2:6]
+    assert fofe.startswith("| hornn-fofe | ") and fofe.endswith(", 1.00× |")  # rounded, not bold
+    assert gated.endswith(", **0.80×** |")
+    assert lstm == f"| lstm | {rows['lstm']['tokens_per_s'] / 1000:.0f}K |"
+    assert gru == "| gru | failed |"
+    assert "`python benchmarks/throughput.py --vocab 50" in table[-1]
+
+
+def test_markdown_table_refuses_a_bad_file_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert _load("markdown_table").main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"markdown_table.py: cannot read {bad}")
