@@ -171,14 +171,17 @@ def test_model_falls_back_to_fused_where_triton_cannot_run(monkeypatch):
     assert any("running engine 'fused' instead" in str(w.message) for w in caught)
 
 
-@pytest.mark.parametrize("capability,poolings", [(90, "sum,max,fofe,gated"), (80, "gated")])
-def test_kernels_compile_for_hopper_and_ampere(tmp_path, capability, poolings):
+@pytest.mark.parametrize(
+    "capability,poolings,sizes",
+    [(90, "sum,max,fofe,gated", "20x400"), (90, "gated", "128x1024"), (80, "gated", "20x400")],
+)
+def test_kernels_compile_for_hopper_and_ampere(tmp_path, capability, poolings, sizes):
     """What the interpreter cannot check: the kernels compile to cubins (no GPU needed)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # a real compile, not a cache hit
     script = os.path.join(os.path.dirname(__file__), "triton_aot.py")
     result = subprocess.run(
-        [sys.executable, script, str(capability), poolings],
+        [sys.executable, script, str(capability), poolings, sizes],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,6 +1,9 @@
 """Compile the triton engine's kernels for a CUDA target without a GPU (run as a script).
 
-    python tests/triton_aot.py 90 sum,max,fofe,gated
+    python tests/triton_aot.py 90 sum,max,fofe,gated [20x400]
+
+Arguments: compute capability, poolings, and batch x hidden (default 20x400), which pick the
+engine's default tiles and warps.
 
 Triton's interpreter (what the CPU tests run) does not check what only the compiler checks:
 types, layouts, tl.dot's shapes and dtypes. This compiles the forward and both backward kernels
@@ -55,10 +58,11 @@ def main() -> int:
     assert os.environ.get("TRITON_INTERPRET", "0") != "1", "unset TRITON_INTERPRET"
     capability = int(sys.argv[1])
     poolings = sys.argv[2].split(",")
+    batch, hidden = (int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else "20x400").split("x"))
     target = GPUTarget("cuda", capability, 32)
     for pooling in poolings:
         for weight, precision in (("fp32", "tf32"), ("bf16", "tf32")):
-            meta = ts._meta(pooling, "tanh", 3, torch.float32, torch.float32, True, 20, 400)
+            meta = ts._meta(pooling, "tanh", 3, torch.float32, torch.float32, True, batch, hidden)
             warps = meta.pop("num_warps")
             meta["PRECISION"] = precision
             for fn, pointers, extra in (
@@ -70,7 +74,8 @@ def main() -> int:
                 src = ASTSource(fn, signature(fn, pointers, weight, constants), constants)
                 kernel = triton.compile(src, target=target, options={"num_warps": warps})
                 assert kernel.asm.get("cubin"), "no cubin"
-                print(f"ok sm_{capability} {pooling} {weight} {fn.__name__} {extra}", flush=True)
+                tiles = f"{meta['BLOCK_B']}x{meta['BLOCK_H']}x{meta['BLOCK_K']}x{warps}"
+                print(f"ok sm_{capability} {pooling} {weight} {fn.__name__} {extra} {tiles}")
     return 0
 
 

@@ -111,12 +111,12 @@ if triton is not None:
             return tl.where(h > 0.0, 1.0, 0.0)
 
     @triton.jit
-    def _dot(a, w, PRECISION: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
-        """a @ w with a cast to w's dtype (fp32 or bf16/fp16), accumulated in ACC."""
+    def _dot(a, w, acc, PRECISION: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr):
+        """acc + a @ w, a cast to w's dtype (fp32 or bf16/fp16), accumulated in ACC."""
         a = a.to(w.dtype)
         if UPCAST:  # the interpreter's bf16/fp16 dot is wrong: the same rounded values in fp32
-            return tl.dot(a.to(ACC), w.to(ACC), input_precision="ieee", out_dtype=ACC)
-        return tl.dot(a, w, input_precision=PRECISION, out_dtype=ACC)
+            return tl.dot(a.to(ACC), w.to(ACC), acc=acc, input_precision="ieee", out_dtype=ACC)
+        return tl.dot(a, w, acc=acc, input_precision=PRECISION, out_dtype=ACC)
 
     @triton.jit(do_not_specialize=["t"])  # one compiled kernel for every step
     def _forward_step(
@@ -153,8 +153,10 @@ if triton is not None:
         winner = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.int32)
         for n in tl.static_range(1, N + 1):
             row = state_ptr + (N + t - n) * B * H  # h_{t-n}
-            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)  # W_hn h_{t-n} (max, gated)
             gate = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)  # W2n h_{t-n} (gated)
+            if POOL == 1:
+                coef = tl.load(coef_ptr + n - 1)  # α^n
             for k0 in range(0, H, BLOCK_K):
                 kk = k0 + rk
                 k_ok = kk < H
@@ -162,10 +164,15 @@ if triton is not None:
                 w_at = w_ptr + kk[:, None] * w_stride + rh[None, :]
                 w_ok = k_ok[:, None] & h_ok[None, :]
                 w = tl.load(w_at + (n - 1) * H, w_ok, 0.0)
-                part += _dot(a, w, PRECISION, ACC, UPCAST)
+                if POOL == 0:  # eq. 3: one accumulator over all paths
+                    pooled = _dot(a, w, pooled, PRECISION, ACC, UPCAST)
+                elif POOL == 1:  # eq. 5
+                    pooled = _dot(a * coef, w, pooled, PRECISION, ACC, UPCAST)
+                else:
+                    part = _dot(a, w, part, PRECISION, ACC, UPCAST)
                 if POOL == 3:
                     w2 = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
-                    gate += _dot(a, w2, PRECISION, ACC, UPCAST)
+                    gate = _dot(a, w2, gate, PRECISION, ACC, UPCAST)
             if POOL == 3:  # eq. 6-7: r_n = σ(W1n x_t + c_n + W2n h_{t-n})
                 ok = b_ok[:, None] & h_ok[None, :]
                 x_at = xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :]
@@ -180,10 +187,6 @@ if triton is not None:
                 else:
                     winner = tl.where(part > pooled, n - 1, winner)
                     pooled = tl.where(part > pooled, part, pooled)
-            elif POOL == 1:  # eq. 5
-                pooled += tl.load(coef_ptr + n - 1) * part
-            else:  # eq. 3
-                pooled += part
         ok = b_ok[:, None] & h_ok[None, :]
         xin = tl.load(
             xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :], ok, 0.0
@@ -227,7 +230,8 @@ if triton is not None:
         dh = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
         for n in tl.static_range(1, N + 1):
             row = (t + n) * B * H
-            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+            if POOL == 1:
+                coef = tl.load(coef_ptr + n - 1)  # α^n
             for k0 in range(0, H, BLOCK_K):
                 kk = k0 + rk
                 k_ok = kk < H
@@ -237,6 +241,8 @@ if triton is not None:
                 w_at = w_ptr + rh[None, :] * w_stride + kk[:, None]  # tiles of W^T
                 w_ok = k_ok[:, None] & h_ok[None, :]
                 w_t = tl.load(w_at + (n - 1) * H, w_ok, 0.0)  # (BLOCK_K, BLOCK_H) of W_hn^T
+                if POOL == 1:
+                    a = a * coef
                 if POOL == 2:  # the gradient of max goes to the winning path only
                     won = tl.load(win_ptr + a_at, a_ok, 0)
                     a = tl.where(won == n - 1, a, 0.0)
@@ -245,13 +251,9 @@ if triton is not None:
                     r = tl.load(gate_ptr + at_n, a_ok, 0.0)
                     p = tl.load(path_ptr + at_n, a_ok, 0.0)
                     w2_t = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
-                    part += _dot(a * p * r * (1.0 - r), w2_t, PRECISION, ACC, UPCAST)
+                    dh = _dot(a * p * r * (1.0 - r), w2_t, dh, PRECISION, ACC, UPCAST)
                     a = a * r
-                part += _dot(a, w_t, PRECISION, ACC, UPCAST)
-            if POOL == 1:
-                dh += tl.load(coef_ptr + n - 1) * part
-            else:
-                dh += part
+                dh = _dot(a, w_t, dh, PRECISION, ACC, UPCAST)
         ok = b_ok[:, None] & h_ok[None, :]
         at = rb[:, None] * H + rh[None, :]
         if HISTORY:
@@ -267,12 +269,17 @@ TILES: tuple[int, int, int, int] | None = None  # (BLOCK_B, BLOCK_H, BLOCK_K, wa
 
 def _tiles(batch: int, hidden: int) -> dict[str, int]:
     """Return the tile sizes and warps: >= 16 each way (tl.dot's minimum), the whole batch in
-    one tile up to 64, narrow hidden tiles so a small batch still spreads over many programs."""
+    one tile up to 64, narrow hidden tiles so a small batch still spreads over many programs.
+
+    Warps: ptxas for sm_90 (tests/triton_aot.py's compile, `ptxas -v`) gives 158/118 registers
+    and no spills for the forward/backward at 32x16x32 with 4 warps, but spills at 64x32x32
+    with 4 warps (gated: ~390 bytes) and none with 8: tiles of 2048 outputs or more get 8."""
     if TILES is not None:
         block_b, block_h, block_k, warps = TILES
     else:
         block_b = min(64, max(16, triton.next_power_of_2(batch)))
-        block_h, block_k, warps = (16 if hidden <= 512 else 32), 32, 4
+        block_h, block_k = (16 if hidden <= 512 else 32), 32
+        warps = 8 if block_b * block_h >= 2048 else 4
     return {"BLOCK_B": block_b, "BLOCK_H": block_h, "BLOCK_K": block_k, "num_warps": warps}
 
 
