@@ -220,3 +220,17 @@ def test_buffers_past_32_bit_offsets_are_refused():
     weight = torch.empty(H, 2 * N * H, device="meta")
     with pytest.raises(ValueError, match="32-bit offsets.*engine 'fused'"):
         ts.triton_scan(xp, history, weight, "gated", 0.6, "tanh")
+
+
+@on_cpu
+def test_inference_first_then_training():
+    """A layer used under inference mode first (evaluation) still trains afterwards."""
+    torch.manual_seed(3)
+    layer = HornnLayer(4, 8, order=2, pooling="fofe", alpha=0.55, engine="triton")
+    x = torch.randn(3, 2, 4)
+    with torch.inference_mode():
+        first, _ = layer(x)
+    out, _ = layer(x)
+    out.sum().backward()
+    assert torch.equal(out.detach(), first)
+    assert layer.weight_hh.grad is not None and layer.weight_hh.grad.abs().sum() > 0

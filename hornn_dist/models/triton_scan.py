@@ -43,6 +43,7 @@ float64 without a GPU.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -307,7 +308,7 @@ class TritonScan(torch.autograd.Function):
         state[:N].copy_(history)
         weight = weight_hh.detach()
         weight = (weight if low is None else weight.to(low)).contiguous()
-        coefs = alpha ** torch.arange(1, N + 1, device=xp.device, dtype=xp.dtype)  # fofe α^n
+        coefs = _powers(alpha, N, xp.device, xp.dtype)  # fofe α^n
         # winners of steps 0..T-1 (max), padded like dz in backward: N zero rows either side
         winners = xp.new_zeros(N + T + N, B, H, dtype=torch.uint8) if pooling == "max" else None
         # gated: r_n and W_hn h_{t-n} of every step, (T, N, B, H), padded the same way
@@ -394,9 +395,16 @@ class TritonScan(torch.autograd.Function):
                     torch.mm(h_n, d_gate[:, n - 1].reshape(T * B, H), out=block)
                 block = g_w[:, (n - 1) * H : n * H]
                 torch.mm(h_n, dz_n.reshape(T * B, H), out=block)
-                if ctx.pooling == "fofe":
-                    block.mul_(coefs[n - 1])
+            if ctx.pooling == "fofe":  # α^n of every path in one op
+                g_w.view(H, N, H).mul_(coefs.view(1, N, 1))
         return g_xp, g_hist, g_w, None, None, None, None, None
+
+
+@functools.cache
+def _powers(alpha: float, order: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Return (α, α², .., α^N) on `device`, made once: a captured step replays no kernel for it."""
+    with torch.inference_mode(False):  # a normal tensor even if first made under inference mode
+        return alpha ** torch.arange(1, order + 1, device=device, dtype=dtype)
 
 
 def _meta(
