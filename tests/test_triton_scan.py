@@ -234,3 +234,18 @@ def test_inference_first_then_training():
     out.sum().backward()
     assert torch.equal(out.detach(), first)
     assert layer.weight_hh.grad is not None and layer.weight_hh.grad.abs().sum() > 0
+
+
+def test_without_the_triton_package_the_reason_names_the_fix():
+    """No triton (blocked here): one line naming the key, the package and the other engine."""
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "from hornn_dist.models import triton_scan as ts\n"
+        "print(ts.unavailable_reason('cuda'))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("model.engine = 'triton' needs the triton package")
+    assert "pip install 'triton>=3.3'" in lines[0] and "model.engine = 'fused'" in lines[0]

@@ -55,9 +55,9 @@ from hornn_dist.models.recurrence import recurrence_dtype
 try:
     import triton
     import triton.language as tl
-except ImportError as err:  # the engine is optional; `check_available` explains how to get it
+except Exception as err:  # optional (ImportError, or a broken install): `check_available` says so
     triton = None
-    _IMPORT_ERROR: str | None = str(err)
+    _IMPORT_ERROR: str | None = (str(err).strip().splitlines() or [type(err).__name__])[0]
 else:
     _IMPORT_ERROR = None
 
@@ -71,8 +71,9 @@ def unavailable_reason(device: torch.device | str | None = None) -> str | None:
     """Return why the triton engine cannot run (on `device`, if given), or None if it can."""
     if _IMPORT_ERROR is not None:
         return (
-            "model.engine = 'triton' needs the triton package (pip install triton, or a "
-            "CUDA build of torch, which ships it); use model.engine = 'fused'"
+            f"model.engine = 'triton' needs the triton package, which did not import "
+            f"({_IMPORT_ERROR}): pip install 'triton>=3.3' (CUDA builds of torch ship it), "
+            "or use model.engine = 'fused'"
         )
     if device is not None and torch.device(device).type != "cuda" and not INTERPRETED:
         return (
