@@ -432,7 +432,7 @@ def print_best(rows: list[dict]) -> None:
         )
 
 
-def _choices(p: argparse.ArgumentParser, flag: str, value: str, allowed) -> list[str]:
+def comma_list(p: argparse.ArgumentParser, flag: str, value: str, allowed) -> list[str]:
     """Return the items of a comma list; exit with a usage error naming an unknown one."""
     items = [v for v in value.split(",") if v]
     for item in items:
@@ -489,16 +489,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
     args = p.parse_args(argv)
     cuda = args.device.startswith("cuda")
-    args.variants = _choices(
+    args.variants = comma_list(
         p, "--variants", args.variants or default_variants(args.device), VARIANTS
     )
-    args.configs = _choices(
+    args.configs = comma_list(
         p, "--configs", args.configs or ("paper,big" if cuda else "paper"), CONFIGS
     )
-    args.precisions = _choices(
+    args.precisions = comma_list(
         p, "--precisions", args.precisions or ("fp32,bf16" if cuda else "fp32"), PRECISIONS
     )
-    args.modes = _choices(p, "--modes", args.modes or ("eager,graphed" if cuda else "eager"), MODES)
+    args.modes = comma_list(
+        p, "--modes", args.modes or ("eager,graphed" if cuda else "eager"), MODES
+    )
     if args.compile and "compiled" not in args.modes:
         args.modes.append("compiled")
     if args.warmup is None:

@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import gc
 import itertools
-import json
 import shlex
 import statistics
 import sys
@@ -49,6 +48,9 @@ import torch
 from torch import Tensor
 
 from hornn_dist.models import HornnLayer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
+from throughput import comma_list, write_json  # noqa: E402
 
 ORDER = 3
 WARMUP = 3  # eager iterations on the side stream before the capture
@@ -272,15 +274,6 @@ def parse_tiles(p: argparse.ArgumentParser, value: str) -> list[tuple[int, int, 
     return tiles
 
 
-def _choices(p: argparse.ArgumentParser, flag: str, value: str, allowed) -> list[str]:
-    """Return the items of a comma list; exit with a usage error naming an unknown one."""
-    items = [v for v in value.split(",") if v]
-    for item in items:
-        if item not in allowed:
-            p.error(f"{flag}: unknown {item!r}; choose from {', '.join(allowed)}")
-    return items
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line options."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -304,9 +297,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=20, help="graph replays per round (20)")
     p.add_argument("--json", type=Path, help="write the rows here (default: none)")
     args = p.parse_args(argv)
-    args.configs = _choices(p, "--configs", args.configs, CONFIGS)
-    args.precisions = _choices(p, "--precisions", args.precisions, PRECISIONS)
-    args.poolings = _choices(p, "--poolings", args.poolings, POOLINGS)
+    args.configs = comma_list(p, "--configs", args.configs, CONFIGS)
+    args.precisions = comma_list(p, "--precisions", args.precisions, PRECISIONS)
+    args.poolings = comma_list(p, "--poolings", args.poolings, POOLINGS)
     args.tiles = parse_tiles(p, args.tiles)
     for flag in ("rounds", "iters", "batch", "hidden", "bptt"):
         value = getattr(args, flag)
@@ -379,12 +372,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         print(f"wrote {args.json}")
     return 0
-
-
-def write_json(path: Path, meta: dict, rows: list[dict]) -> None:
-    """Write the metadata and the rows so far to `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import warnings
-import zlib
 
 import pytest
 import torch
@@ -28,10 +27,22 @@ from hornn_dist.models.hornn import _warn_triton_fallback, hornn_forward  # noqa
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
     from tests.reference_hornn import reference_stack
-    from tests.test_models_hornn import make_stack, outputs_and_grads, rel_err, run_stack
+    from tests.test_models_hornn import (
+        check_engine_against_reference,
+        make_stack,
+        outputs_and_grads,
+        rel_err,
+        run_stack,
+    )
 except ImportError:
     from reference_hornn import reference_stack
-    from test_models_hornn import make_stack, outputs_and_grads, rel_err, run_stack
+    from test_models_hornn import (
+        check_engine_against_reference,
+        make_stack,
+        outputs_and_grads,
+        rel_err,
+        run_stack,
+    )
 
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
@@ -45,17 +56,7 @@ on_cpu = pytest.mark.skipif(not ts.INTERPRETED, reason="runs the kernels under t
     "pooling,order,activation", list(itertools.product(POOLINGS, [1, 3], ACTIVATIONS))
 )
 def test_triton_matches_reference(num_layers, pooling, order, activation):
-    torch.manual_seed(zlib.crc32(f"triton{num_layers}{pooling}{order}{activation}".encode()))
-    layers = make_stack(num_layers, pooling, order, activation, "triton")
-    T, B = 5, 2
-    x = torch.randn(T, B, 3, dtype=torch.float64, requires_grad=True)
-    hists = [torch.randn(order, B, 4, dtype=torch.float64, requires_grad=True) for _ in layers]
-    got = outputs_and_grads(run_stack, layers, x, hists)
-    want = outputs_and_grads(reference_stack, layers, x, hists)
-    assert len(got) == len(want)
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert a.shape == b.shape, i
-        assert rel_err(a, b) <= 1e-10, (i, rel_err(a, b))
+    check_engine_against_reference("triton", num_layers, pooling, order, activation)
 
 
 @on_cpu

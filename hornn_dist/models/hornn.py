@@ -97,13 +97,11 @@ def hornn_forward(
     elif engine == "triton":  # imported here: the triton package is optional
         from hornn_dist.models import triton_scan
 
-        if triton_scan.unavailable_reason(xp.device) is None:
-            out = triton_scan.triton_scan(
-                xp, history, weight_hh, pooling, alpha, activation, precision
-            )
-        else:  # the same function: e.g. a model trained on a GPU, evaluated on a CPU
-            _warn_triton_fallback(triton_scan.unavailable_reason(xp.device))
-            out = fused_scan(xp, history, weight_hh, pooling, alpha, activation, precision)
+        reason = triton_scan.unavailable_reason(xp.device)
+        scan = triton_scan.triton_scan if reason is None else fused_scan
+        if reason is not None:  # the same function: e.g. a model trained on a GPU, run on a CPU
+            _warn_triton_fallback(reason)
+        out = scan(xp, history, weight_hh, pooling, alpha, activation, precision)
     else:  # the plain reference: always the recurrence dtype
         out = loop_scan(xp, history, weight_hh, pooling, alpha, activation)  # (T, B, H)
     new_history = torch.cat([history.to(out.dtype), out], 0)[-N:]  # (N, B, H)

@@ -78,6 +78,13 @@ def recurrence_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+def low_precision_dtype(precision: str, dtype: torch.dtype, device: str) -> torch.dtype | None:
+    """Return autocast's dtype if precision "autocast" applies (float32 under autocast), else None."""
+    if precision == "autocast" and dtype == torch.float32 and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return None
+
+
 def _activation_(name: str) -> Callable[[Tensor], Tensor]:
     """Return the named activation f as an in-place function."""
     if name == "tanh":
@@ -338,10 +345,7 @@ def fused_scan(
     module docstring); "fp32" (or no autocast, or float64 inputs): in the recurrence dtype.
     """
     dtype = recurrence_dtype(xp, history, weight_hh)
-    low = None
-    device = xp.device.type
-    if precision == "autocast" and dtype == torch.float32 and torch.is_autocast_enabled(device):
-        low = torch.get_autocast_dtype(device)
+    low = low_precision_dtype(precision, dtype, xp.device.type)
     return HornnScan.apply(
         xp.to(dtype), history.to(dtype), weight_hh.to(dtype), pooling, alpha, activation, low
     )

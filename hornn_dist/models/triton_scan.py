@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from hornn_dist.models.recurrence import recurrence_dtype
+from hornn_dist.models.recurrence import POOLINGS, low_precision_dtype, recurrence_dtype
 
 try:
     import triton
@@ -61,7 +61,6 @@ except Exception as err:  # optional (ImportError, or a broken install): `check_
 else:
     _IMPORT_ERROR = None
 
-POOLINGS = ("sum", "max", "fofe", "gated")
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton.jit at import
 _POOL_CODE = {"sum": 0, "fofe": 1, "max": 2, "gated": 3}
 _ACT_CODE = {"tanh": 0, "sigmoid": 1, "relu": 2}
@@ -445,10 +444,7 @@ def triton_scan(
     GEMM inputs use autocast's dtype, the state stays float32.
     """
     if pooling not in POOLINGS:
-        raise ValueError(
-            f"the triton engine runs pooling {', '.join(POOLINGS)}, not {pooling!r}; "
-            "use engine 'fused' for it"
-        )
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
     T, B, _ = xp.shape
     N, _, H = history.shape
     largest = (T + 2 * N) * (N if pooling == "gated" else 1) * B * H  # elements of a buffer
@@ -461,11 +457,8 @@ def triton_scan(
     check_available(xp.device)
     dtype = recurrence_dtype(xp, history, weight_hh)
     device = xp.device.type
-    autocast = torch.is_autocast_enabled(device)
-    low = None
-    if precision == "autocast" and dtype == torch.float32 and autocast:
-        low = torch.get_autocast_dtype(device)
-    tf32 = autocast and device == "cuda"
+    low = low_precision_dtype(precision, dtype, device)
+    tf32 = device == "cuda" and torch.is_autocast_enabled(device)
     with torch.autocast(device_type=device, enabled=False):
         xp = xp.to(dtype).contiguous()
         return TritonScan.apply(
