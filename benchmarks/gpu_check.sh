@@ -6,23 +6,27 @@
 # Run it with the device tool's timeout_s 600: the steps come in order of what they prove, and
 # each one's limit is cut to what is left, so a late step is skipped rather than the run lost.
 #
-# Writes logs and JSON only (no checkpoints) under $OUT, 10 files at most:
+# Writes logs and JSON only (no checkpoints) under $OUT, 8 files (what the device tool returns):
 #   summary.txt                  environment, then one line per step: exit code and seconds
 #   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
 #                                    benchmark step == eager, trainer's graphed step == eager,
 #                                    triton engine vs fused
-#   throughput.log / .json       (b) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed;
+#   triton_tiles.log / .json     (b) benchmarks/triton_tiles.py: the triton engine's tile sizes
+#                                    and K splits (bf16 fofe+gated; fp32 fofe in the log only);
+#                                    the fastest for bf16 fofe of each config is used below
+#   throughput.log / .json       (c) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed;
 #                                    the default variants, with the triton engine's four
-#   train_speed.log              (c) hornn_dist.train itself at the paper's sizes (H 400, B 20,
+#   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
 #                                    T 30, bf16) on the demo corpus, CUDA graph: HORNN-3 (fused
 #                                    fofe; triton sum/max/fofe/gated) and LSTM
-#   throughput_profile.log       (d) kernels per step and their GPU time (paper, bf16)
-#   triton_tiles.log / .json     (e) benchmarks/triton_tiles.py: the triton engine's tile sizes
-#   train.log                    (f) optional, if time is left: demo training in bf16 (CUDA
-#                                    graph) and fp16 (eager), 300 steps, then resumed to 600
-#   throughput_compiled.log      (g) optional, if time is left: torch.compile rows (paper, bf16)
-# A failing step does not stop the others. Needs torch, accelerate, tokenizers, tensorboard,
-# pytest; not `datasets` (the demo corpus is bundled, and preparing it does not import it).
+#   extra.log                    (e) kernels per step and their GPU time (paper, bf16);
+#                                (f) optional, if time is left: demo training in bf16 (CUDA
+#                                    graph) and fp16 (eager), 300 steps, then resumed to 600;
+#                                (g) optional, if time is left: torch.compile rows (paper, bf16)
+# GPU_CHECK_STEPS=tests,tiles,throughput,trainer,profile,train,compiled (the default: all) picks
+# steps. A failing step does not stop the others. Needs torch, accelerate, tokenizers,
+# tensorboard, pytest; not `datasets` (the demo corpus is bundled, and preparing it does not
+# import it).
 set +e
 set -u
 : "${OUT:?set OUT to the folder that receives the logs}"
@@ -34,6 +38,9 @@ DEADLINE=${GPU_CHECK_SECONDS:-560} # whole script; each step's timeout is cut to
 WORK=/tmp/hornn_gpu_check          # run dirs and checkpoints: not under $OUT
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY="$OUT/summary.txt"
+EXTRA="$OUT/extra.log"
+STEPS=",${GPU_CHECK_STEPS:-tests,tiles,throughput,trainer,profile,train,compiled},"
+want() { [[ $STEPS == *",$1,"* ]]; }
 
 {
   echo "date: $(date -u +%FT%TZ)"
@@ -67,24 +74,53 @@ step() {
 
 # (a) CUDA tests: the model's CUDA-vs-CPU checks, the benchmark's graphed-vs-eager checks and
 #     the triton engine's checks against the fused engine.
-step cuda_tests 180 "$OUT/cuda_tests.log" \
-  "$PY" -m pytest tests/test_models_*.py tests/test_benchmarks.py tests/test_train_step.py \
-  tests/test_triton_scan.py -q -k cuda -p no:cacheprovider -rf
-tail -n 3 "$OUT/cuda_tests.log" >>"$SUMMARY"
+if want tests; then
+  step cuda_tests 180 "$OUT/cuda_tests.log" \
+    "$PY" -m pytest tests/test_models_*.py tests/test_benchmarks.py tests/test_train_step.py \
+    tests/test_triton_scan.py -q -k cuda -p no:cacheprovider -rf
+  tail -n 3 "$OUT/cuda_tests.log" >>"$SUMMARY"
+fi
 
-# (b) The throughput table: the default variants (with triton: its four too), both configs,
+# (b) The triton engine's tiles and K splits: one layer's forward+backward in a CUDA graph,
+#     fused vs triton at each BLOCK_BxBLOCK_HxBLOCK_Kxwarps[xsplit] (a cut of the grid; each
+#     choice compiles its own kernels, ~1-2 s each); the fastest for bf16 fofe of each config
+#     becomes the triton rows' tiles in (c)-(e) (TILES: "paper=...,big=...").
+TILES=""
+if want tiles; then
+  step triton_tiles 150 "$OUT/triton_tiles.log" \
+    "$PY" benchmarks/triton_tiles.py --poolings fofe,gated --precisions bf16 \
+    --tiles 32x16x32x4,16x16x32x2,32x16x32x4x2,32x16x32x4x4,32x16x32x4x8,16x16x32x2x2,\
+16x16x32x2x4,16x16x32x4x4,32x32x32x4x4,32x16x64x4x4,64x32x32x8,64x32x32x8x2,64x32x32x8x4,\
+64x64x32x8x2,32x32x32x4x2 --json "$OUT/triton_tiles.json"
+  step triton_tiles_fp32 40 "$OUT/triton_tiles.log" \
+    "$PY" benchmarks/triton_tiles.py --poolings fofe --precisions fp32 \
+    --tiles 32x16x32x4,32x16x32x4x4,16x16x32x2x4,64x32x32x8,64x32x32x8x4,32x32x32x4x4 \
+    --json "$WORK/triton_tiles_fp32.json"
+  grep -e "^  -> " "$OUT/triton_tiles.log" >>"$SUMMARY" # per group: fused, best, default tiles
+  TILES=$("$PY" -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+print(",".join(r["config"] + "=" + "x".join(map(str, r["tiles"])) for r in rows
+      if r.get("best") and r["precision"] == "bf16" and r["pooling"] == "fofe"))' \
+    "$OUT/triton_tiles.json" 2>>"$SUMMARY")
+  echo "triton tiles for what follows: ${TILES:-none (engine defaults)}" >>"$SUMMARY"
+fi
+PAPER_TILES=$(echo "$TILES" | tr ',' '\n' | sed -n 's/^paper=//p')
+
+# (c) The throughput table: the default variants (with triton: its four too), both configs,
 #     fp32 and bf16, eager and graphed.
-step throughput 300 "$OUT/throughput.log" \
-  "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 --rounds 3 \
-  --json "$OUT/throughput.json"
-sed -n '/^== best mode/,$p' "$OUT/throughput.log" >>"$SUMMARY"
-"$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
+if want throughput; then
+  step throughput 300 "$OUT/throughput.log" \
+    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 \
+    --rounds 3 --triton-tiles "$TILES" --json "$OUT/throughput.json"
+  sed -n '/^== best mode/,$p' "$OUT/throughput.log" >>"$SUMMARY"
+  "$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
+fi
 
-# (c) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k):
+# (d) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k):
 #     the rate logged at step 400 covers steps 301-400, after the warm-up and the capture.
 #     Each run is "VARIANT [ENGINE] MODE"; the engine (HORNN only) is fused unless named.
 #     (Eager and fused max/gated were measured before the triton engine: benchmarks/README.md.)
-for run in "hornn-fofe graph" "hornn-fofe triton graph" "hornn-max triton graph" \
+want trainer && for run in "hornn-fofe graph" "hornn-fofe triton graph" "hornn-max triton graph" \
   "hornn-sum triton graph" "hornn-gated triton graph" "lstm graph"; do
   set -- $run
   variant=$1 engine=fused mode=$2
@@ -94,7 +130,7 @@ for run in "hornn-fofe graph" "hornn-fofe triton graph" "hornn-max triton graph"
   label="$variant $engine $mode"
   [ "$arch" = lstm ] && pooling=fofe && label="$variant $mode"
   name=${label// /_}
-  step "speed_$name" 45 "$OUT/train_speed.log" \
+  HORNN_TRITON_TILES=$PAPER_TILES step "speed_$name" 45 "$OUT/train_speed.log" \
     "$PY" -m hornn_dist.train configs/demo.toml --no-resume \
     --set model.arch=$arch --set model.pooling=$pooling --set model.engine=$engine \
     --set model.hidden_size=400 --set model.embedding_size=400 \
@@ -108,47 +144,42 @@ for run in "hornn-fofe graph" "hornn-fofe triton graph" "hornn-max triton graph"
   sed -i "s/step 400: /step 400 ($label): /" "$OUT/train_speed.log"
 done
 
-# (d) Kernels launched per step and their GPU time (paper, bf16): how launch-bound each is.
-step throughput_profile 60 "$OUT/throughput_profile.log" \
-  "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 --profile \
-  --variants hornn-fofe,hornn-fofe-triton,hornn-max-triton,hornn-gated-triton,lstm \
-  --json "$WORK/profile.json"
-
-# (e) The triton engine's tile sizes: one layer's forward+backward in a CUDA graph, fused vs
-#     triton at each (BLOCK_B, BLOCK_H, BLOCK_K, warps); paper+big, bf16, fofe.
-#     A cut of the grid (each tile choice compiles its own kernels, ~1-2 s each).
-step triton_tiles 90 "$OUT/triton_tiles.log" \
-  "$PY" benchmarks/triton_tiles.py --poolings fofe --precisions bf16 \
-  --tiles 32x16x32x4,16x16x32x4,16x16x32x2,32x16x64x4,32x32x32x4,64x32x32x4,64x64x32x4,64x32x64x8 \
-  --json "$OUT/triton_tiles.json"
-grep -e "^  -> " "$OUT/triton_tiles.log" >>"$SUMMARY" # per group: fused, best, default tiles
+# (e) Kernels launched per step and their GPU time (paper, bf16): how launch-bound each is.
+if want profile; then
+  step throughput_profile 60 "$EXTRA" \
+    "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 --profile \
+    --variants hornn-fofe,hornn-fofe-triton,hornn-max-triton,hornn-gated-triton,lstm \
+    --triton-tiles "$TILES" --json "$WORK/profile.json"
+fi
 
 # (f) Optional: demo training with mixed precision, 300 steps, then the same command resumed to
-#     600 (issue 4's GPU check; passed on an H200 before the triton engine), if 150 s are left.
-for prec in bf16 fp16; do
+#     600 (issue 4's GPU check; passed on an H200 and an H100 before), if 150 s are left.
+want train && for prec in bf16 fp16; do
   if ((DEADLINE - SECONDS < 150)); then
     echo "train_${prec}: skipped (under 150 s left)" >>"$SUMMARY"
     continue
   fi
   for steps in 300 600; do
-    step "train_${prec}_${steps}" 60 "$OUT/train.log" \
+    step "train_${prec}_${steps}" 60 "$EXTRA" \
       "$PY" -m hornn_dist.train configs/demo.toml \
       --set train.mixed_precision=$prec --set train.max_steps=$steps \
       --set train.output_dir="$WORK/$prec" --set data.cache_dir="$WORK/data_cache" \
       --set train.checkpoint_every=100 --set log.every=100 --set log.progress=false
   done
-  resumed=$(grep -c "resuming from $WORK/$prec/checkpoints/step_00000300" "$OUT/train.log")
+  resumed=$(grep -c "resuming from $WORK/$prec/checkpoints/step_00000300" "$EXTRA")
   echo "train_${prec}: resumed from step 300: $([ "$resumed" -ge 1 ] && echo yes || echo NO)" \
     >>"$SUMMARY"
 done
 
 # (g) Optional: torch.compile (default mode) of the same step, if at least 100 s are left.
-if ((DEADLINE - SECONDS >= 100)); then
-  step throughput_compiled 90 "$OUT/throughput_compiled.log" \
-    "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 \
-    --modes eager,graphed,compiled --variants hornn-fofe,lstm --json "$WORK/compiled.json"
-else
-  echo "throughput_compiled: skipped (under 100 s left)" >>"$SUMMARY"
+if want compiled; then
+  if ((DEADLINE - SECONDS >= 100)); then
+    step throughput_compiled 90 "$EXTRA" \
+      "$PY" benchmarks/throughput.py --device cuda --configs paper --precisions bf16 \
+      --modes eager,graphed,compiled --variants hornn-fofe,lstm --json "$WORK/compiled.json"
+  else
+    echo "throughput_compiled: skipped (under 100 s left)" >>"$SUMMARY"
+  fi
 fi
 
 echo "total: ${SECONDS}s" >>"$SUMMARY"

@@ -486,8 +486,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="add kernels per step and their time (CUDA; CPU: top-level operators)",
     )
+    p.add_argument(
+        "--triton-tiles",
+        default="",
+        help="CONFIG=BxHxKxW[xS],...: the triton rows of CONFIG use these tiles (triton_tiles.py"
+        "'s notation) instead of the engine's choice (default: the engine's, or "
+        "$HORNN_TRITON_TILES)",
+    )
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
     args = p.parse_args(argv)
+    args.triton_tiles = parse_config_tiles(p, args.triton_tiles)
     cuda = args.device.startswith("cuda")
     args.variants = comma_list(
         p, "--variants", args.variants or default_variants(args.device), VARIANTS
@@ -513,6 +521,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
     return args
+
+
+def parse_config_tiles(p: argparse.ArgumentParser, value: str) -> dict[str, tuple[int, ...]]:
+    """Return {config: tiles} of --triton-tiles "paper=32x16x32x4x4,big=64x32x32x8"."""
+    from hornn_dist.models.triton_scan import parse_tiles
+
+    tiles = {}
+    for item in (v for v in value.split(",") if v):
+        config, _, text = item.partition("=")
+        if config not in CONFIGS:
+            p.error(f"--triton-tiles: unknown config {config!r} in {item!r}; choose from "
+                    f"{', '.join(CONFIGS)}, e.g. paper=32x16x32x4x4")  # fmt: skip
+        try:
+            tiles[config] = parse_tiles(text, f"--triton-tiles {config}")
+        except ValueError as err:
+            p.error(str(err))
+    return tiles
 
 
 def shape_of(config: str, args: argparse.Namespace) -> Shape:
@@ -560,6 +585,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "momentum": MOMENTUM,
         "clip": CLIP,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "triton_tiles_env": os.environ.get("HORNN_TRITON_TILES"),
         "configs": {c: asdict(shape_of(c, args)) for c in args.configs},
         "variants": {v: asdict(VARIANTS[v]) for v in args.variants},
     }
@@ -582,7 +608,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 for variant in args.variants
                 for mode in args.modes
             ]
-            group = measure_group(cases, shape, args, device)
+            group = measure_group_with_tiles(cases, shape, args, device, config)
             print_table(group)
             rows += group
             write_json(args.json, meta, rows)  # after every group: a killed run keeps its rows
@@ -594,6 +620,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print_best(rows)
     print(f"wrote {args.json}")
     return rows
+
+
+def measure_group_with_tiles(
+    cases: list[Case], shape: Shape, args: argparse.Namespace, device: torch.device, config: str
+) -> list[dict]:
+    """measure_group with the triton engine's tiles of --triton-tiles for `config`, if any."""
+    if config not in args.triton_tiles:
+        return measure_group(cases, shape, args, device)
+    from hornn_dist.models import triton_scan
+
+    triton_scan.TILES = args.triton_tiles[config]
+    try:
+        return measure_group(cases, shape, args, device)
+    finally:
+        triton_scan.TILES = None
 
 
 def write_json(path: Path, meta: dict, rows: list[dict]) -> None:

@@ -8,6 +8,7 @@ engine "triton" for every tile choice of the grid, set through `triton_scan.TILE
 
     BLOCK_B in 16, 32, 64 (only <= the batch rounded up to a power of 2, at least 16)
     BLOCK_H in 16, 32, 64 (only <= H)   BLOCK_K in 32, 64   num_warps in 2, 4
+    split in 1, 4 (programs that share an output tile, each over 1/split of the K axis)
 
 Configs: paper (B 20, H 400, T 30), big (B 128, H 1024, T 30); --batch/--hidden/--bptt
 override every config. Precisions: fp32 (no autocast), bf16 (bf16 autocast, the recurrence
@@ -16,7 +17,7 @@ autocast, the recurrence GEMMs in bf16: "autocast"; on request).
 
     python benchmarks/triton_tiles.py                          # the whole grid (~1-2 min)
     python benchmarks/triton_tiles.py --configs paper --poolings fofe \
-        --tiles 32x16x32x4,16x16x32x4
+        --tiles 32x16x32x4,16x16x32x4x4
 
 ms/iter is the median over --rounds of the mean of --iters replays, timed with CUDA events;
 `/fused` is ms over the fused row's ms (below 1: faster than fused); `diff` is the largest
@@ -76,7 +77,9 @@ PRECISIONS: dict[str, tuple[torch.dtype | None, str]] = {
     "bf16-amp": (torch.bfloat16, "autocast"),
 }
 POOLINGS = ("sum", "max", "fofe", "gated")
-GRID = tuple(itertools.product((16, 32, 64), (16, 32, 64), (32, 64), (2, 4)))  # B, H, K, warps
+GRID = tuple(
+    itertools.product((16, 32, 64), (16, 32, 64), (32, 64), (2, 4), (1, 4))
+)  # B, H, K, warps, split
 
 
 def autocast_for(dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -186,7 +189,7 @@ def run_group(
     head = {"config": config, **asdict(size), "precision": precision, "pooling": pooling}
     triton_scan.TILES = None
     default = triton_scan._tiles(size.batch, size.hidden)
-    default = tuple(default[k] for k in ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps"))
+    default = tuple(default[k] for k in ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT"))
     rows: list[dict] = []
     ref: Tensor | None = None
     fused_ms: float | None = None
@@ -238,7 +241,7 @@ def group_summary(rows: list[dict]) -> str:
 
 
 def tiles_text(row: dict) -> str:
-    """Return the tiles of a row as BLOCK_BxBLOCK_HxBLOCK_Kxwarps, or '-' (fused)."""
+    """Return the tiles of a row as BLOCK_BxBLOCK_HxBLOCK_Kxwarpsxsplit, or '-' (fused)."""
     return "x".join(str(v) for v in row["tiles"]) if row["tiles"] else "-"
 
 
@@ -247,7 +250,7 @@ def row_line(row: dict) -> str:
     mark = ("*" if row.get("best") else " ") + ("d" if row.get("default") else " ")
     head = (
         f"{row['config']:<7}{row['precision']:<10}{row['pooling']:<7}{row['engine']:<8}"
-        f"{tiles_text(row):<10}{mark:<3}"
+        f"{tiles_text(row):<13}{mark:<3}"
     )
     if "error" in row:
         return f"{head}failed: {row['error']}"
@@ -257,21 +260,19 @@ def row_line(row: dict) -> str:
 
 
 HEADER = (
-    f"{'config':<7}{'prec':<10}{'pool':<7}{'engine':<8}{'tiles':<10}{'':<3}"
+    f"{'config':<7}{'prec':<10}{'pool':<7}{'engine':<8}{'tiles':<13}{'':<3}"
     f"{'ms/iter':>9}{'/fused':>8}{'diff':>10}"
 )
 
 
-def parse_tiles(p: argparse.ArgumentParser, value: str) -> list[tuple[int, int, int, int]]:
-    """Return the tile choices of a comma list of BLOCK_BxBLOCK_HxBLOCK_Kxwarps."""
-    tiles = []
-    for item in (v for v in value.split(",") if v):
-        try:
-            bb, bh, bk, warps = (int(v) for v in item.split("x"))
-        except ValueError:
-            p.error(f"--tiles: {item!r} is not BLOCK_BxBLOCK_HxBLOCK_Kxwarps, e.g. 32x16x32x4")
-        tiles.append((bb, bh, bk, warps))
-    return tiles
+def parse_tiles(p: argparse.ArgumentParser, value: str) -> list[tuple[int, ...]]:
+    """Return the tile choices of a comma list of BLOCK_BxBLOCK_HxBLOCK_Kxwarps[xsplit]."""
+    from hornn_dist.models.triton_scan import parse_tiles as parse_one
+
+    try:
+        return [parse_one(item, "--tiles") for item in value.split(",") if item]
+    except ValueError as err:
+        p.error(str(err))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -289,7 +290,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--tiles",
         default=",".join("x".join(map(str, t)) for t in GRID),
-        help="comma list of BLOCK_BxBLOCK_HxBLOCK_Kxwarps (default: the whole grid)",
+        help="comma list of BLOCK_BxBLOCK_HxBLOCK_Kxwarps[xsplit] (default: the whole grid)",
     )
     for name in ("batch", "hidden", "bptt"):
         p.add_argument(f"--{name}", type=int, help=f"{name}: overrides every config")

@@ -148,8 +148,10 @@ def test_triton_variants_are_cuda_defaults_only_where_the_engine_runs(monkeypatc
 def test_triton_variant_runs_under_the_interpreter(tmp_path):
     if triton_cpu_reason() is not None:
         pytest.skip(triton_cpu_reason())
+    from hornn_dist.models import triton_scan
+
     argv = [*FAST, "--variants", "hornn-fofe-triton,hornn-fofe", "--json", str(tmp_path / "t.json")]
-    rows = tp.main(argv)
+    rows = tp.main([*argv, "--triton-tiles", "paper=16x16x16x4x2"])  # K split over 2 programs
     assert [(r["variant"], r["engine"]) for r in rows] == [
         ("hornn-fofe-triton", "triton"),
         ("hornn-fofe", "fused"),
@@ -157,6 +159,11 @@ def test_triton_variant_runs_under_the_interpreter(tmp_path):
     for r in rows:
         assert "error" not in r, r
         assert r["tokens_per_s"] > 0 and r["params"] == rows[1]["params"]
+    meta = json.loads((tmp_path / "t.json").read_text())["meta"]
+    assert meta["args"]["triton_tiles"] == {"paper": [16, 16, 16, 4, 2]}
+    assert triton_scan.TILES is None  # only while the group ran
+    with pytest.raises(SystemExit):
+        tp.parse_args(["--triton-tiles", "paper=16x16"])
 
 
 def test_triton_variant_without_the_engine_is_an_error_row(tmp_path, monkeypatch):
@@ -244,12 +251,19 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
 
     out = tmp_path / "tiles.json"
     argv = ["--configs", "paper", "--hidden", "32", "--batch", "4", "--bptt", "5"]
-    argv += ["--poolings", "fofe", "--precisions", "fp32,bf16", "--tiles", "16x16x32x4,16x32x32x2"]
+    argv += [
+        "--poolings",
+        "fofe",
+        "--precisions",
+        "fp32,bf16",
+        "--tiles",
+        "16x16x32x4,16x32x32x2x2",
+    ]
     assert tt.main([*argv, "--rounds", "2", "--iters", "2", "--json", str(out)]) == 0
     assert triton_scan.TILES is None
     rows = json.loads(out.read_text())["results"]
     got = [(r["precision"], r["engine"], r["tiles"]) for r in rows]
-    tiles = [None, [16, 16, 32, 4], [16, 32, 32, 2]]
+    tiles = [None, [16, 16, 32, 4, 1], [16, 32, 32, 2, 2]]  # 4 parts: split 1
     want = [(p, "fused" if t is None else "triton", t) for p in ("fp32", "bf16") for t in tiles]
     assert got == want
     for r in rows:

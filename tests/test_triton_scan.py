@@ -76,6 +76,23 @@ def test_tiles_cover_odd_sizes(pooling, T, batch, hidden):
 
 @on_cpu
 @pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("tiles", [(16, 16, 16, 4, 2), (16, 16, 16, 4, 3), (16, 32, 32, 4, 4)])
+def test_split_k_matches_reference(monkeypatch, pooling, tiles):
+    """K split over programs (the last of a tile sums the partials): the same values, also
+    where a split is short (hidden 40 = 16 + 16 + 8) or empty (40 in 32-chunks over 4)."""
+    monkeypatch.setattr(ts, "TILES", tiles)
+    torch.manual_seed(12)
+    (layer,) = make_stack(1, pooling, 3, "tanh", "triton", hidden=40)
+    x = torch.randn(5, 18, 3, dtype=torch.float64, requires_grad=True)
+    hists = [torch.randn(3, 18, 40, dtype=torch.float64, requires_grad=True)]
+    got = outputs_and_grads(run_stack, [layer], x, hists)
+    want = outputs_and_grads(reference_stack, [layer], x, hists)
+    for a, b in zip(got, want, strict=True):
+        assert rel_err(a, b) <= 1e-10
+
+
+@on_cpu
+@pytest.mark.parametrize("pooling", POOLINGS)
 def test_triton_gradcheck(pooling):
     torch.manual_seed(0)
     (layer,) = make_stack(1, pooling, 2, "sigmoid", "triton", hidden=3)
@@ -152,6 +169,24 @@ def test_engine_check_names_the_key_and_the_fix(monkeypatch):
     check_engine(config_from_dict({}).model, torch.device("cpu"))  # fused: nothing to say
 
 
+def test_tiles_from_the_environment_and_their_errors(monkeypatch):
+    """$HORNN_TRITON_TILES overrides the engine's tiles; a bad value is one config error line."""
+    monkeypatch.setenv(ts.TILES_ENV, "16x32x64x2x3")
+    assert ts._tiles(20, 400) == {
+        "BLOCK_B": 16, "BLOCK_H": 32, "BLOCK_K": 64, "SPLIT": 3, "num_warps": 2
+    }  # fmt: skip
+    monkeypatch.setenv(ts.TILES_ENV, "32x16x32x4")  # no split given: 1
+    assert ts._tiles(20, 400)["SPLIT"] == 1
+    cfg = config_from_dict({"model": {"engine": "triton"}}).model
+    for bad in ("32x16x32", "32x15x32x4", "8x16x32x4", "32x16x32x4x0", "big"):
+        monkeypatch.setenv(ts.TILES_ENV, bad)
+        with pytest.raises(ConfigError, match=r"^HORNN_TRITON_TILES=.*e\.g\. 32x16x32x4x4") as err:
+            check_engine(cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        assert "\n" not in str(err.value)
+    monkeypatch.delenv(ts.TILES_ENV)
+    assert ts._tiles(20, 400)["SPLIT"] == 1 and ts._tiles(20, 400)["BLOCK_B"] == 32
+
+
 def test_model_falls_back_to_fused_where_triton_cannot_run(monkeypatch):
     """Evaluating a triton-trained model on a CPU gives the fused engine's result, with a warning."""
     monkeypatch.setattr(ts, "INTERPRETED", False)
@@ -173,16 +208,22 @@ def test_model_falls_back_to_fused_where_triton_cannot_run(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "capability,poolings,sizes",
-    [(90, "sum,max,fofe,gated", "20x400"), (90, "gated", "128x1024"), (80, "gated", "20x400")],
+    "capability,poolings,sizes,split",
+    [
+        (90, "sum,max,fofe,gated", "20x400", "1"),
+        (90, "sum,max,fofe,gated", "20x400", "4"),
+        (90, "gated", "128x1024", "2"),
+        (80, "gated", "20x400", "1"),
+    ],
 )
-def test_kernels_compile_for_hopper_and_ampere(tmp_path, capability, poolings, sizes):
-    """What the interpreter cannot check: the kernels compile to cubins (no GPU needed)."""
+def test_kernels_compile_for_hopper_and_ampere(tmp_path, capability, poolings, sizes, split):
+    """What the interpreter cannot check: the kernels compile to cubins (no GPU needed), with
+    and without the K split."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # a real compile, not a cache hit
     script = os.path.join(os.path.dirname(__file__), "triton_aot.py")
     result = subprocess.run(
-        [sys.executable, script, str(capability), poolings, sizes],
+        [sys.executable, script, str(capability), poolings, sizes, split],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -192,9 +233,13 @@ def test_kernels_compile_for_hopper_and_ampere(tmp_path, capability, poolings, s
 @cuda
 @pytest.mark.parametrize("pooling", POOLINGS)
 @pytest.mark.parametrize("autocast", [False, True])
-def test_cuda_triton_agrees_with_fused(pooling, autocast):
+@pytest.mark.parametrize("tiles", [None, (32, 16, 32, 4, 4)])
+def test_cuda_triton_agrees_with_fused(monkeypatch, pooling, autocast, tiles):
     """Compiled kernels: fp32 (IEEE) within 1e-5 of the fused engine; bf16 autocast (TF32
-    GEMMs on both engines) within the speed issue's 1e-2 (max's gradients: 5e-2, winner flips)."""
+    GEMMs on both engines) within the speed issue's 1e-2 (max's gradients: 5e-2, winner flips).
+    With the default tiles and with K split over 4 programs per tile (their partials summed by
+    the last to arrive, in a fixed order: a second run gives the same bits)."""
+    monkeypatch.setattr(ts, "TILES", tiles)
     torch.manual_seed(8)
     kwargs = {"order": 3, "pooling": pooling, "init_std": 0.04}
     fused = HornnLayer(64, 400, engine="fused", **kwargs).cuda()
@@ -211,6 +256,9 @@ def test_cuda_triton_agrees_with_fused(pooling, autocast):
     for i, (a, b) in enumerate(zip(*results, strict=True)):
         limit = 5e-2 if (autocast and pooling == "max" and i >= 2) else tol
         assert rel_err(a, b) <= limit, (i, rel_err(a, b))
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        again, _ = triton(x)
+    assert torch.equal(again, results[1][0])
 
 
 def test_buffers_past_32_bit_offsets_are_refused():

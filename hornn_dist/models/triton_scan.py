@@ -79,6 +79,10 @@ def unavailable_reason(device: torch.device | str | None = None) -> str | None:
             f"model.engine = 'triton' runs on CUDA devices, not {torch.device(device).type} "
             "(TRITON_INTERPRET=1 runs it slowly on CPU, for tests); use model.engine = 'fused'"
         )
+    try:
+        _forced_tiles()
+    except ValueError as err:
+        return str(err)
     return None
 
 
@@ -119,6 +123,106 @@ if triton is not None:
             return tl.dot(a.to(ACC), w.to(ACC), acc=acc, input_precision="ieee", out_dtype=ACC)
         return tl.dot(a, w, acc=acc, input_precision=PRECISION, out_dtype=ACC)
 
+    @triton.jit
+    def _split_range(H, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+        """Return this program's hidden units [k_lo, k_hi) of the K axis: whole BLOCK_K chunks,
+        split s of SPLIT (grid axis 2); the last splits may be short or empty."""
+        chunk = tl.cdiv(tl.cdiv(H, BLOCK_K), SPLIT) * BLOCK_K
+        k_lo = tl.program_id(2) * chunk
+        return k_lo, tl.minimum(k_lo + chunk, H)
+
+    @triton.jit
+    def _last_of_split(count_ptr, SPLIT: tl.constexpr):
+        """Count this program's arrival at its output tile; True for the last of the SPLIT.
+
+        The partials stored before are visible to the last one: a CTA barrier, then one
+        acq_rel atomic at GPU scope (the programs of a tile never wait for each other, so
+        nothing here needs them to run at the same time)."""
+        tile = count_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(tile, 1, sem="acq_rel", scope="gpu")
+        last = ticket == SPLIT - 1
+        if last:
+            tl.store(tile, 0)  # reset for the next step's launch (stream-ordered)
+        return last
+
+    @triton.jit
+    def _window_dot(
+        acc,
+        gate,
+        row,
+        w_at,
+        w_stride,
+        coef,
+        rb,
+        rk,
+        b_ok,
+        h_ok,
+        H,
+        k_lo,
+        k_hi,
+        n,
+        N: tl.constexpr,
+        POOL: tl.constexpr,
+        PRECISION: tl.constexpr,
+        ACC: tl.constexpr,
+        UPCAST: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
+        """acc + (coef ·) h_{t-n}[:, k_lo:k_hi] @ W_hn[k_lo:k_hi] (gated: gate + .. @ W2n)."""
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            kk = k0 + rk
+            k_ok = kk < H  # chunks start at multiples of BLOCK_K: only H cuts one short
+            a = tl.load(
+                row + rb[:, None] * H + kk[None, :],
+                b_ok[:, None] & k_ok[None, :],
+                0.0,
+                cache_modifier=".cg",  # written by the last step's launch: L2, never stale L1
+            )
+            if POOL == 1:
+                a = a * coef
+            w_ok = k_ok[:, None] & h_ok[None, :]
+            w_k = w_at + kk[:, None] * w_stride
+            acc = _dot(a, tl.load(w_k + (n - 1) * H, w_ok, 0.0), acc, PRECISION, ACC, UPCAST)
+            if POOL == 3:
+                w2 = tl.load(w_k + (N + n - 1) * H, w_ok, 0.0)
+                gate = _dot(a, w2, gate, PRECISION, ACC, UPCAST)
+        return acc, gate
+
+    @triton.jit
+    def _pool(
+        pooled,
+        winner,
+        part,
+        gate,
+        n,
+        t,
+        xin_at,
+        rb,
+        rh,
+        ok,
+        B,
+        H,
+        gate_ptr,
+        path_ptr,
+        N: tl.constexpr,
+        POOL: tl.constexpr,
+    ):
+        """Fold path n into the pooled value: max (eq. 4) or gated (eq. 6-7)."""
+        if POOL == 3:  # r_n = σ(W1n x_t + c_n + W2n h_{t-n})
+            r = tl.sigmoid(gate + tl.load(xin_at + n * H, ok, 0.0))
+            at_n = (t * N + n - 1) * B * H + rb[:, None] * H + rh[None, :]
+            tl.store(gate_ptr + at_n, r, ok)
+            tl.store(path_ptr + at_n, part, ok)
+            pooled += r * part
+        elif POOL == 2:  # strict > keeps the lowest n on ties
+            if n == 1:
+                pooled = part
+            else:
+                winner = tl.where(part > pooled, n - 1, winner)
+                pooled = tl.where(part > pooled, part, pooled)
+        return pooled, winner
+
     @triton.jit(do_not_specialize=["t"])  # one compiled kernel for every step
     def _forward_step(
         state_ptr,  # (N+T, B, H) contiguous: rows 0..N-1 the history, row N+t = h_t
@@ -127,6 +231,8 @@ if triton is not None:
         win_ptr,  # (T, B, H) uint8: winning path n-1 (max only)
         gate_ptr,  # (T, N, B, H) gated: r_n of step t (eq. 7)
         path_ptr,  # (T, N, B, H) gated: W_hn h_{t-n}
+        part_ptr,  # SPLIT > 1: (SPLIT, P, B, H) partial sums, P = 1 (sum, fofe), N, 2N (gated)
+        count_ptr,  # SPLIT > 1: (tiles,) int32 arrivals per output tile, zero between launches
         t,
         B,
         H,
@@ -143,6 +249,7 @@ if triton is not None:
         BLOCK_B: tl.constexpr,
         BLOCK_H: tl.constexpr,
         BLOCK_K: tl.constexpr,
+        SPLIT: tl.constexpr,  # programs sharing one output tile, each over 1/SPLIT of K
     ):
         """h_t = f(xin_t + pool_n(h_{t-n} @ W_hn)) for one (batch, hidden) tile (eq. 3-7)."""
         rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -150,52 +257,136 @@ if triton is not None:
         rk = tl.arange(0, BLOCK_K)
         b_ok = rb < B
         h_ok = rh < H
-        pooled = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+        ok = b_ok[:, None] & h_ok[None, :]
+        at = rb[:, None] * H + rh[None, :]
+        xin_at = xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :]
+        w_at = w_ptr + rh[None, :]
+        k_lo, k_hi = _split_range(H, BLOCK_K, SPLIT)
+        P: tl.constexpr = 1 if POOL <= 1 else (2 * N if POOL == 3 else N)
+        pooled = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)  # sum, fofe: every path's dots
         winner = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.int32)
         for n in tl.static_range(1, N + 1):
             row = state_ptr + (N + t - n) * B * H  # h_{t-n}
-            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)  # W_hn h_{t-n} (max, gated)
-            gate = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)  # W2n h_{t-n} (gated)
+            coef = 1.0
             if POOL == 1:
-                coef = tl.load(coef_ptr + n - 1)  # α^n
-            for k0 in range(0, H, BLOCK_K):
-                kk = k0 + rk
-                k_ok = kk < H
-                a = tl.load(row + rb[:, None] * H + kk[None, :], b_ok[:, None] & k_ok[None, :], 0.0)
-                w_at = w_ptr + kk[:, None] * w_stride + rh[None, :]
-                w_ok = k_ok[:, None] & h_ok[None, :]
-                w = tl.load(w_at + (n - 1) * H, w_ok, 0.0)
-                if POOL == 0:  # eq. 3: one accumulator over all paths
-                    pooled = _dot(a, w, pooled, PRECISION, ACC, UPCAST)
-                elif POOL == 1:  # eq. 5
-                    pooled = _dot(a * coef, w, pooled, PRECISION, ACC, UPCAST)
+                coef = tl.load(coef_ptr + n - 1)  # α^n (eq. 5)
+            if POOL <= 1:  # eq. 3, 5: one accumulator over all paths
+                pooled, _ = _window_dot(
+                    pooled,
+                    pooled,
+                    row,
+                    w_at,
+                    w_stride,
+                    coef,
+                    rb,
+                    rk,
+                    b_ok,
+                    h_ok,
+                    H,
+                    k_lo,
+                    k_hi,
+                    n,
+                    N,
+                    POOL,
+                    PRECISION,
+                    ACC,
+                    UPCAST,
+                    BLOCK_K,
+                )
+            else:
+                zero = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+                part, gate = _window_dot(
+                    zero,
+                    zero,
+                    row,
+                    w_at,
+                    w_stride,
+                    coef,
+                    rb,
+                    rk,
+                    b_ok,
+                    h_ok,
+                    H,
+                    k_lo,
+                    k_hi,
+                    n,
+                    N,
+                    POOL,
+                    PRECISION,
+                    ACC,
+                    UPCAST,
+                    BLOCK_K,
+                )
+                if SPLIT == 1:
+                    pooled, winner = _pool(
+                        pooled,
+                        winner,
+                        part,
+                        gate,
+                        n,
+                        t,
+                        xin_at,
+                        rb,
+                        rh,
+                        ok,
+                        B,
+                        H,
+                        gate_ptr,
+                        path_ptr,
+                        N,
+                        POOL,
+                    )
+                else:  # partial W_hn h_{t-n} (and W2n h_{t-n}) over this program's K
+                    mine = part_ptr + tl.program_id(2) * P * B * H + at
+                    tl.store(mine + (n - 1) * B * H, part, ok)
+                    if POOL == 3:
+                        tl.store(mine + (N + n - 1) * B * H, gate, ok)
+        last = True
+        if SPLIT > 1:
+            if POOL <= 1:
+                tl.store(part_ptr + tl.program_id(2) * B * H + at, pooled, ok)
+            last = _last_of_split(count_ptr, SPLIT)
+        if last:
+            if SPLIT > 1:  # the last program of the tile sums the partials, then pools
+                if POOL <= 1:
+                    pooled = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+                    for s in tl.static_range(SPLIT):
+                        pooled += tl.load(part_ptr + s * B * H + at, ok, 0.0, cache_modifier=".cg")
                 else:
-                    part = _dot(a, w, part, PRECISION, ACC, UPCAST)
-                if POOL == 3:
-                    w2 = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
-                    gate = _dot(a, w2, gate, PRECISION, ACC, UPCAST)
-            if POOL == 3:  # eq. 6-7: r_n = σ(W1n x_t + c_n + W2n h_{t-n})
-                ok = b_ok[:, None] & h_ok[None, :]
-                x_at = xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :]
-                r = tl.sigmoid(gate + tl.load(x_at + n * H, ok, 0.0))
-                at_n = (t * N + n - 1) * B * H + rb[:, None] * H + rh[None, :]
-                tl.store(gate_ptr + at_n, r, ok)
-                tl.store(path_ptr + at_n, part, ok)
-                pooled += r * part
-            elif POOL == 2:  # eq. 4: strict > keeps the lowest n on ties
-                if n == 1:
-                    pooled = part
-                else:
-                    winner = tl.where(part > pooled, n - 1, winner)
-                    pooled = tl.where(part > pooled, part, pooled)
-        ok = b_ok[:, None] & h_ok[None, :]
-        xin = tl.load(
-            xin_ptr + t * xin_stride_t + rb[:, None] * xin_stride_b + rh[None, :], ok, 0.0
-        )
-        h = _activate(pooled + xin, ACT)
-        tl.store(state_ptr + (N + t) * B * H + rb[:, None] * H + rh[None, :], h, ok)
-        if POOL == 2:
-            tl.store(win_ptr + t * B * H + rb[:, None] * H + rh[None, :], winner.to(tl.uint8), ok)
+                    for n in tl.static_range(1, N + 1):
+                        part = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+                        gate = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+                        for s in tl.static_range(SPLIT):
+                            split_at = part_ptr + s * P * B * H + at
+                            part += tl.load(
+                                split_at + (n - 1) * B * H, ok, 0.0, cache_modifier=".cg"
+                            )
+                            if POOL == 3:
+                                gate += tl.load(
+                                    split_at + (N + n - 1) * B * H, ok, 0.0, cache_modifier=".cg"
+                                )
+                        pooled, winner = _pool(
+                            pooled,
+                            winner,
+                            part,
+                            gate,
+                            n,
+                            t,
+                            xin_at,
+                            rb,
+                            rh,
+                            ok,
+                            B,
+                            H,
+                            gate_ptr,
+                            path_ptr,
+                            N,
+                            POOL,
+                        )
+            h = _activate(pooled + tl.load(xin_at, ok, 0.0), ACT)
+            tl.store(state_ptr + (N + t) * B * H + at, h, ok)
+            if POOL == 2:
+                tl.store(win_ptr + t * B * H + at, winner.to(tl.uint8), ok)
 
     @triton.jit(do_not_specialize=["t"])
     def _backward_step(
@@ -206,6 +397,8 @@ if triton is not None:
         state_ptr,  # (N+T, B, H) [history | outputs]
         w_ptr,  # (H, N·H) weight_hh
         grad_ptr,  # (T, B, H) dL/dh_t from above (contiguous); history steps: dL/dhistory out
+        part_ptr,  # SPLIT > 1: (SPLIT, B, H) partial dh
+        count_ptr,  # SPLIT > 1: (tiles,) int32 arrivals per output tile, zero between launches
         t,
         B,
         H,
@@ -221,6 +414,7 @@ if triton is not None:
         BLOCK_B: tl.constexpr,
         BLOCK_H: tl.constexpr,
         BLOCK_K: tl.constexpr,
+        SPLIT: tl.constexpr,
     ):
         """dh_t = dL/dh_t + Σ_n (m_n ⊙ dz_{t+n}) @ W_hn^T, then dz_t = f'(z_t) ⊙ dh_t."""
         rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -228,17 +422,18 @@ if triton is not None:
         rk = tl.arange(0, BLOCK_K)  # units of z_{t+n}
         b_ok = rb < B
         h_ok = rh < H
+        k_lo, k_hi = _split_range(H, BLOCK_K, SPLIT)
         dh = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
         for n in tl.static_range(1, N + 1):
             row = (t + n) * B * H
             if POOL == 1:
                 coef = tl.load(coef_ptr + n - 1)  # α^n
-            for k0 in range(0, H, BLOCK_K):
+            for k0 in range(k_lo, k_hi, BLOCK_K):
                 kk = k0 + rk
-                k_ok = kk < H
+                k_ok = kk < H  # chunks start at multiples of BLOCK_K: only H cuts one short
                 a_ok = b_ok[:, None] & k_ok[None, :]
                 a_at = row + rb[:, None] * H + kk[None, :]
-                a = tl.load(dz_ptr + a_at, a_ok, 0.0)
+                a = tl.load(dz_ptr + a_at, a_ok, 0.0, cache_modifier=".cg")
                 w_at = w_ptr + rh[None, :] * w_stride + kk[:, None]  # tiles of W^T
                 w_ok = k_ok[:, None] & h_ok[None, :]
                 w_t = tl.load(w_at + (n - 1) * H, w_ok, 0.0)  # (BLOCK_K, BLOCK_H) of W_hn^T
@@ -257,31 +452,97 @@ if triton is not None:
                 dh = _dot(a, w_t, dh, PRECISION, ACC, UPCAST)
         ok = b_ok[:, None] & h_ok[None, :]
         at = rb[:, None] * H + rh[None, :]
-        if HISTORY:
-            tl.store(grad_ptr + (N + t) * B * H + at, dh, ok)
-        else:
-            dh += tl.load(grad_ptr + t * B * H + at, ok, 0.0)
-            h = tl.load(state_ptr + (N + t) * B * H + at, ok, 0.0)
-            tl.store(dz_ptr + t * B * H + at, _activation_grad(h, ACT) * dh, ok)
+        last = True
+        if SPLIT > 1:
+            tl.store(part_ptr + tl.program_id(2) * B * H + at, dh, ok)
+            last = _last_of_split(count_ptr, SPLIT)
+        if last:
+            if SPLIT > 1:  # the last program of the tile sums the partials
+                dh = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
+                for s in tl.static_range(SPLIT):
+                    dh += tl.load(part_ptr + s * B * H + at, ok, 0.0, cache_modifier=".cg")
+            if HISTORY:
+                tl.store(grad_ptr + (N + t) * B * H + at, dh, ok)
+            else:
+                dh += tl.load(grad_ptr + t * B * H + at, ok, 0.0)
+                h = tl.load(state_ptr + (N + t) * B * H + at, ok, 0.0)
+                tl.store(dz_ptr + t * B * H + at, _activation_grad(h, ACT) * dh, ok)
 
 
-TILES: tuple[int, int, int, int] | None = None  # (BLOCK_B, BLOCK_H, BLOCK_K, warps): benchmarks
+TILES_ENV = "HORNN_TRITON_TILES"
+
+
+def parse_tiles(text: str, source: str = TILES_ENV) -> tuple[int, ...]:
+    """Return (BLOCK_B, BLOCK_H, BLOCK_K, warps, split) of "BxHxKxW[xS]", e.g. "32x16x32x4x4";
+    a one-line ValueError naming `source` if it is not that."""
+    try:
+        values = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        values = ()
+    powers = all(v >= 1 and v & (v - 1) == 0 for v in values[:4])
+    if (
+        len(values) not in (4, 5)
+        or not powers
+        or values[0] < 16
+        or values[1] < 16
+        or (values[2] < 16 or values[-1] < 1)
+    ):
+        raise ValueError(
+            f"{source}={text!r}: expected BLOCK_BxBLOCK_HxBLOCK_Kxwarps[xsplit] with powers of "
+            "2, blocks >= 16 and split >= 1, e.g. 32x16x32x4x4 (benchmarks/triton_tiles.py "
+            "measures them)"
+        )
+    return values if len(values) == 5 else (*values, 1)
+
+
+TILES: tuple[int, ...] | None = None  # tiles for every call instead of _tiles': benchmarks
+
+
+def _forced_tiles() -> tuple[int, ...] | None:
+    """Return TILES, else the tiles of $HORNN_TRITON_TILES, else None (the engine chooses)."""
+    if TILES is not None:
+        return parse_tiles("x".join(map(str, TILES)), "TILES")
+    text = os.environ.get(TILES_ENV, "")
+    return parse_tiles(text) if text else None
 
 
 def _tiles(batch: int, hidden: int) -> dict[str, int]:
-    """Return the tile sizes and warps: >= 16 each way (tl.dot's minimum), the whole batch in
-    one tile up to 64, narrow hidden tiles so a small batch still spreads over many programs.
+    """Return the tile sizes, warps and K split: >= 16 each way (tl.dot's minimum), the whole
+    batch in one tile up to 64, narrow hidden tiles so a small batch still spreads over many
+    programs.
 
     Warps: ptxas for sm_90 (tests/triton_aot.py's compile, `ptxas -v`) gives 158/118 registers
     and no spills for the forward/backward at 32x16x32 with 4 warps, but spills at 64x32x32
-    with 4 warps (gated: ~390 bytes) and none with 8: tiles of 2048 outputs or more get 8."""
-    if TILES is not None:
-        block_b, block_h, block_k, warps = TILES
+    with 4 warps (gated: ~390 bytes) and none with 8: tiles of 2048 outputs or more get 8.
+    Split: 1 (each program runs the whole K axis of its tile)."""
+    forced = _forced_tiles()
+    if forced is not None:
+        block_b, block_h, block_k, warps, split = forced
     else:
         block_b = min(64, max(16, triton.next_power_of_2(batch)))
         block_h, block_k = (16 if hidden <= 512 else 32), 32
         warps = 8 if block_b * block_h >= 2048 else 4
-    return {"BLOCK_B": block_b, "BLOCK_H": block_h, "BLOCK_K": block_k, "num_warps": warps}
+        split = 1
+    return {
+        "BLOCK_B": block_b,
+        "BLOCK_H": block_h,
+        "BLOCK_K": block_k,
+        "SPLIT": split,
+        "num_warps": warps,
+    }
+
+
+class _Launch:
+    """The grid of one pass and, when K is split, its partial-sum and arrival buffers."""
+
+    def __init__(self, like: Tensor, meta: dict, parts: int, B: int, H: int) -> None:
+        tiles = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
+        split = meta["SPLIT"]
+        self.grid = (*tiles, split)
+        self.partials, self.arrivals = like, like  # unused when split == 1
+        if split > 1:
+            self.partials = like.new_empty(split, parts, B, H)
+            self.arrivals = torch.zeros(tiles[0] * tiles[1], dtype=torch.int32, device=like.device)
 
 
 class TritonScan(torch.autograd.Function):
@@ -315,15 +576,17 @@ class TritonScan(torch.autograd.Function):
         gates = xp.new_zeros(N + T + N, N, B, H) if gated else None
         paths = xp.new_zeros(N + T + N, N, B, H) if gated else None
         meta = _meta(pooling, activation, N, xp.dtype, weight.dtype, tf32, B, H)
-        grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
+        launch = _Launch(state, meta, _partials(pooling, N), B, H)
         for t in range(T):
-            _forward_step[grid](
+            _forward_step[launch.grid](
                 state,
                 weight,
                 xp,
                 state if winners is None else winners[N:],
                 state if gates is None else gates[N:],
                 state if paths is None else paths[N:],
+                launch.partials,
+                launch.arrivals,
                 t,
                 B,
                 H,
@@ -355,11 +618,11 @@ class TritonScan(torch.autograd.Function):
         dz = dz_all[N : N + T]
         g_hist = state.new_empty(N, B, H) if ctx.needs_input_grad[1] else None
         meta = _meta(ctx.pooling, ctx.activation, N, state.dtype, weight.dtype, ctx.tf32, B, H)
-        grid = (triton.cdiv(B, meta["BLOCK_B"]), triton.cdiv(H, meta["BLOCK_H"]))
+        launch = _Launch(state, meta, 1, B, H)
         winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
         last = -N if g_hist is not None else 0  # a detached history (TBPTT) needs no gradient
         for t in range(T - 1, last - 1, -1):  # steps T-1..0, then the history rows -1..-N
-            _backward_step[grid](
+            _backward_step[launch.grid](
                 dz,
                 dz if winners is None else winners[N:],
                 dz if gates is None else gates[N:],
@@ -367,6 +630,8 @@ class TritonScan(torch.autograd.Function):
                 state,
                 weight,
                 grad if t >= 0 else g_hist,
+                launch.partials,
+                launch.arrivals,
                 t,
                 B,
                 H,
@@ -398,6 +663,12 @@ class TritonScan(torch.autograd.Function):
             if ctx.pooling == "fofe":  # α^n of every path in one op
                 g_w.view(H, N, H).mul_(coefs.view(1, N, 1))
         return g_xp, g_hist, g_w, None, None, None, None, None
+
+
+def _partials(pooling: str, order: int) -> int:
+    """Return the partial sums per output element of a split forward: one pooled sum (sum,
+    fofe), one per path (max), two per path (gated: path and gate)."""
+    return {"max": order, "gated": 2 * order}.get(pooling, 1)
 
 
 @functools.cache
@@ -447,7 +718,9 @@ def triton_scan(
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
     T, B, _ = xp.shape
     N, _, H = history.shape
-    largest = (T + 2 * N) * (N if pooling == "gated" else 1) * B * H  # elements of a buffer
+    split = _tiles(B, H)["SPLIT"]
+    paths = N if pooling == "gated" else 1  # elements of the largest buffer: state, gates, parts
+    largest = max((T + 2 * N) * paths, split * _partials(pooling, N)) * B * H
     if largest >= 2**31:
         raise ValueError(
             f"the triton engine indexes its buffers with 32-bit offsets; T {T} x B {B} x H {H} "
