@@ -106,11 +106,14 @@ print(",".join(r["config"] + "=" + "x".join(map(str, r["tiles"])) for r in rows
 fi
 PAPER_TILES=$(echo "$TILES" | tr ',' '\n' | sed -n 's/^paper=//p')
 
-# (c) The throughput table: the default variants (with triton: its four too), both configs,
-#     fp32 and bf16, eager and graphed.
+# (c) The throughput table: the default variants with the triton engine's four, and fofe with
+#     the recurrence's GEMMs in bf16 on both engines (-amp); both configs, fp32 and bf16,
+#     eager and graphed.
 if want throughput; then
   step throughput 300 "$OUT/throughput.log" \
     "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 \
+    --variants hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm,hornn-sum-triton,\
+hornn-max-triton,hornn-fofe-triton,hornn-gated-triton,hornn-fofe-amp,hornn-fofe-triton-amp \
     --rounds 3 --triton-tiles "$TILES" --json "$OUT/throughput.json"
   sed -n '/^== best mode/,$p' "$OUT/throughput.log" >>"$SUMMARY"
   "$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
