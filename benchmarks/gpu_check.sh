@@ -136,7 +136,8 @@ want trainer && for run in "hornn-fofe graph" "hornn-fofe triton graph" "hornn-m
   HORNN_TRITON_TILES=$PAPER_TILES step "speed_$name" 45 "$OUT/train_speed.log" \
     "$PY" -m hornn_dist.train configs/demo.toml --no-resume \
     --set model.arch=$arch --set model.pooling=$pooling --set model.engine=$engine \
-    --set model.hidden_size=400 --set model.embedding_size=400 \
+    --set model.hidden_size=400 --set model.embedding_size=400 --set model.activation=sigmoid \
+    --set optim.max_col_norm=4.0 \
     --set train.mixed_precision=bf16 \
     --set train.cuda_graph=$([ "$mode" = graph ] && echo true || echo false) \
     --set train.max_steps=400 --set train.output_dir="$WORK/speed_$name" \

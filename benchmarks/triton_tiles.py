@@ -188,7 +188,8 @@ def run_group(
 
     head = {"config": config, **asdict(size), "precision": precision, "pooling": pooling}
     triton_scan.TILES = None
-    default = triton_scan._tiles(size.batch, size.hidden)
+    sms = triton_scan._multiprocessors(torch.device("cuda", torch.cuda.current_device()))
+    default = triton_scan._tiles(size.batch, size.hidden, sms)
     default = tuple(default[k] for k in ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT"))
     rows: list[dict] = []
     ref: Tensor | None = None

@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 
 from hornn_dist.config import config_from_dict  # noqa: E402
 from hornn_dist.errors import ConfigError  # noqa: E402
-from hornn_dist.models import HornnLayer, build_model, check_engine  # noqa: E402
+from hornn_dist.models import HornnLayer, build_model, check_engine, engine_label  # noqa: E402
 from hornn_dist.models import triton_scan as ts  # noqa: E402
 from hornn_dist.models.hornn import _warn_triton_fallback, hornn_forward  # noqa: E402
 
@@ -169,6 +169,44 @@ def test_engine_check_names_the_key_and_the_fix(monkeypatch):
     check_engine(config_from_dict({}).model, torch.device("cpu"))  # fused: nothing to say
 
 
+def test_auto_engine_picks_triton_only_where_it_was_faster(monkeypatch):
+    """ "auto": triton on CUDA under autocast at B·H <= 2^15 when it can run; fused elsewhere."""
+    from hornn_dist.models.hornn import AUTO_TRITON_MAX_OUTPUTS, pick_engine
+
+    cuda_dev, cpu_dev = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(ts, "unavailable_reason", lambda device=None: None)  # triton runs
+    assert pick_engine("auto", cuda_dev, 20, 400, autocast=True) == "triton"
+    assert pick_engine("auto", cuda_dev, 32, 1024, autocast=True) == "triton"  # 2^15
+    assert AUTO_TRITON_MAX_OUTPUTS == 32 * 1024
+    assert pick_engine("auto", cuda_dev, 33, 1024, autocast=True) == "fused"
+    assert pick_engine("auto", cuda_dev, 128, 1024, autocast=True) == "fused"
+    assert pick_engine("auto", cuda_dev, 20, 400, autocast=False) == "fused"  # fp32: a tie
+    assert pick_engine("auto", cpu_dev, 20, 400, autocast=True) == "fused"
+    for engine in ("fused", "triton", "loop"):  # named engines are kept
+        assert pick_engine(engine, cpu_dev, 20, 400, autocast=False) == engine
+    monkeypatch.setattr(ts, "unavailable_reason", lambda device=None: "no triton")
+    assert pick_engine("auto", cuda_dev, 20, 400, autocast=True) == "fused"
+    cfg = config_from_dict({"model": {"hidden_size": 400}}).model
+    assert cfg.engine == "auto"
+    assert engine_label(cfg, cpu_dev, 20, autocast=True) == "auto engine: fused"
+    cfg.engine = "triton"
+    assert engine_label(cfg, cpu_dev, 20, autocast=False) == "triton engine"
+
+
+def test_auto_engine_on_cpu_is_the_fused_engine():
+    """The default engine on a CPU gives exactly the fused engine's result, without a warning."""
+    torch.manual_seed(5)
+    auto = HornnLayer(6, 10, order=3, pooling="gated")
+    assert auto.engine == "auto"
+    fused = HornnLayer(6, 10, order=3, pooling="gated", engine="fused")
+    fused.load_state_dict(auto.state_dict())
+    x = torch.randn(4, 3, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, _ = auto(x)
+    assert torch.equal(got, fused(x)[0])
+
+
 def test_tiles_from_the_environment_and_their_errors(monkeypatch):
     """$HORNN_TRITON_TILES overrides the engine's tiles; a bad value is one config error line."""
     monkeypatch.setenv(ts.TILES_ENV, "16x32x64x2x3")
@@ -180,11 +218,23 @@ def test_tiles_from_the_environment_and_their_errors(monkeypatch):
     cfg = config_from_dict({"model": {"engine": "triton"}}).model
     for bad in ("32x16x32", "32x15x32x4", "8x16x32x4", "32x16x32x4x0", "big"):
         monkeypatch.setenv(ts.TILES_ENV, bad)
-        with pytest.raises(ConfigError, match=r"^HORNN_TRITON_TILES=.*e\.g\. 32x16x32x4x4") as err:
-            check_engine(cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        assert "\n" not in str(err.value)
+        for engine in ("triton", "auto"):
+            cfg.engine = engine
+            with pytest.raises(
+                ConfigError, match=r"^HORNN_TRITON_TILES=.*e\.g\. 32x16x32x4x4"
+            ) as e:
+                check_engine(cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+            assert "\n" not in str(e.value)
     monkeypatch.delenv(ts.TILES_ENV)
-    assert ts._tiles(20, 400)["SPLIT"] == 1 and ts._tiles(20, 400)["BLOCK_B"] == 32
+    tiles = ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT")
+    for (batch, hidden, sms), want in {
+        (20, 400, 132): (32, 16, 32, 4, 4),  # the fastest of the H100 sweep (8: as fast)
+        (128, 1024, 132): (32, 32, 32, 4, 4),  # the fastest there
+        (128, 1024, 16): (32, 32, 32, 4, 1),  # no more programs than 4 per multiprocessor
+        (8, 64, 132): (16, 16, 32, 4, 1),  # two BLOCK_K chunks: nothing to split
+    }.items():
+        chosen = ts._tiles(batch, hidden, sms)
+        assert tuple(chosen[k] for k in tiles) == want, (batch, hidden, sms)
 
 
 def test_model_falls_back_to_fused_where_triton_cannot_run(monkeypatch):
@@ -233,12 +283,14 @@ def test_kernels_compile_for_hopper_and_ampere(tmp_path, capability, poolings, s
 @cuda
 @pytest.mark.parametrize("pooling", POOLINGS)
 @pytest.mark.parametrize("autocast", [False, True])
-@pytest.mark.parametrize("tiles", [None, (32, 16, 32, 4, 4)])
+@pytest.mark.parametrize("tiles", [None, (32, 16, 32, 4, 1)])
 def test_cuda_triton_agrees_with_fused(monkeypatch, pooling, autocast, tiles):
     """Compiled kernels: fp32 (IEEE) within 1e-5 of the fused engine; bf16 autocast (TF32
-    GEMMs on both engines) within the speed issue's 1e-2 (max's gradients: 5e-2, winner flips).
-    With the default tiles and with K split over 4 programs per tile (their partials summed by
-    the last to arrive, in a fixed order: a second run gives the same bits)."""
+    GEMMs on both engines) within the speed issue's 1e-2. Max's gradients: 5e-2 under bf16 and
+    1e-3 in fp32, where a near-tie can pick another winner when the sums run in another order
+    (an H100 run with K split gave 7e-5 for W_in's gradient). With the default tiles (K split
+    over 4 programs per tile, their partials summed by the last to arrive, in a fixed order: a
+    second run gives the same bits) and without a split."""
     monkeypatch.setattr(ts, "TILES", tiles)
     torch.manual_seed(8)
     kwargs = {"order": 3, "pooling": pooling, "init_std": 0.04}
@@ -254,7 +306,7 @@ def test_cuda_triton_agrees_with_fused(monkeypatch, pooling, autocast, tiles):
         results.append([out, hist, *(p.grad for p in layer.parameters())])
     tol = 1e-2 if autocast else 1e-5
     for i, (a, b) in enumerate(zip(*results, strict=True)):
-        limit = 5e-2 if (autocast and pooling == "max" and i >= 2) else tol
+        limit = (5e-2 if autocast else 1e-3) if (pooling == "max" and i >= 2) else tol
         assert rel_err(a, b) <= limit, (i, rel_err(a, b))
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         again, _ = triton(x)

@@ -74,9 +74,12 @@ def main() -> int:
     batch, hidden = (int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else "20x400").split("x"))
     split = int(sys.argv[4]) if len(sys.argv) > 4 else None
     target = GPUTarget("cuda", capability, 32)
+    cpu = torch.device("cpu")  # no GPU here: the engine's tiles for an H100's 132 SMs
     for pooling in poolings:
         for weight, precision in (("fp32", "tf32"), ("bf16", "tf32")):
-            meta = ts._meta(pooling, "tanh", 3, torch.float32, torch.float32, True, batch, hidden)
+            meta = ts._meta(
+                pooling, "tanh", 3, torch.float32, torch.float32, True, batch, hidden, cpu
+            )
             warps = meta.pop("num_warps")
             meta["PRECISION"] = precision
             if split is not None:

@@ -2,7 +2,13 @@
 
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer
-from hornn_dist.models.lm import RecurrentLM, build_model, check_engine, column_normalize_
+from hornn_dist.models.lm import (
+    RecurrentLM,
+    build_model,
+    check_engine,
+    column_normalize_,
+    engine_label,
+)
 
 __all__ = [
     "HornnLayer",
@@ -11,4 +17,5 @@ __all__ = [
     "build_model",
     "check_engine",
     "column_normalize_",
+    "engine_label",
 ]

@@ -9,7 +9,7 @@ from hornn_dist.errors import ConfigError
 ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
-ENGINES = ("fused", "loop", "triton")
+ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast")
 
 
@@ -26,9 +26,10 @@ class ModelConfig:
     num_layers: int = 1
     activation: str = "tanh"  # tanh | sigmoid | relu (hornn and rnn)
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
-    # fused (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA; fastest at
-    # small batch) | loop (plain autograd, slow reference)
-    engine: str = "fused"
+    # auto (triton on CUDA under mixed precision at small batch x hidden, else fused) | fused
+    # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
+    # autograd, slow reference)
+    engine: str = "auto"
     # under mixed precision, the fused recurrence runs in fp32 (TF32 GEMMs on CUDA) or in the
     # autocast dtype like cuDNN's RNNs (GEMMs and sums accumulate in fp32): fp32 | autocast
     recurrence_precision: str = "fp32"

@@ -42,7 +42,11 @@ from hornn_dist.models.recurrence import (
     recurrence_dtype,
 )
 
-ENGINES = ("fused", "loop", "triton")
+ENGINES = ("auto", "fused", "loop", "triton")
+# engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16
+# autocast it beat "fused" at B 20 x H 400 (1.03-1.09x of cuDNN LSTM, against 0.80x) and lost
+# at B 128 x H 1024 (0.94x against 1.00x); benchmarks/README.md. Between them: a guess.
+AUTO_TRITON_MAX_OUTPUTS = 2**15
 
 
 def check_hornn_args(
@@ -63,6 +67,19 @@ def check_hornn_args(
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
 
 
+def pick_engine(engine: str, device: torch.device, batch: int, hidden: int, autocast: bool) -> str:
+    """Return the engine that runs: "auto" is "triton" on CUDA under autocast where the triton
+    engine can run and B·H <= AUTO_TRITON_MAX_OUTPUTS (where it is the faster one), else "fused";
+    any other engine as given."""
+    if engine != "auto":
+        return engine
+    if device.type != "cuda" or not autocast or batch * hidden > AUTO_TRITON_MAX_OUTPUTS:
+        return "fused"
+    from hornn_dist.models import triton_scan  # the triton package is optional
+
+    return "triton" if triton_scan.unavailable_reason(device) is None else "fused"
+
+
 @functools.cache
 def _warn_triton_fallback(reason: str) -> None:
     """Say once per reason that engine 'triton' runs as 'fused' here."""
@@ -80,7 +97,7 @@ def hornn_forward(
     pooling: str,
     alpha: float,
     activation: str,
-    engine: str = "fused",
+    engine: str = "auto",
     precision: str = "fp32",
 ) -> tuple[Tensor, Tensor]:
     """Return (outputs (T, B, H), new history (N, B, H)) of one HORNN layer (eq. 3-7)."""
@@ -92,6 +109,8 @@ def hornn_forward(
     xp = (x.reshape(T * B, x.shape[2]) @ weight_ih).view(T, B, weight_ih.shape[1])  # (T, B, ·)
     biases = bias if gate_bias is None else torch.cat([bias, gate_bias])
     xp = xp.to(dtype) + biases.to(dtype)  # bias b inside f, gate biases inside σ
+    device = xp.device
+    engine = pick_engine(engine, device, B, H, torch.is_autocast_enabled(device.type))
     if engine == "fused":
         out = fused_scan(xp, history, weight_hh, pooling, alpha, activation, precision)
     elif engine == "triton":  # imported here: the triton package is optional
@@ -119,7 +138,7 @@ class HornnLayer(nn.Module):
         pooling: str = "fofe",
         alpha: float = 0.6,
         activation: str = "tanh",
-        engine: str = "fused",
+        engine: str = "auto",
         init_std: float = 0.1,
         precision: str = "fp32",
     ) -> None:

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.models.config import ModelConfig
-from hornn_dist.models.hornn import HornnLayer
+from hornn_dist.models.hornn import HornnLayer, pick_engine
 
 State = tuple[Tensor, ...]
 PathSlices = dict[str, list[tuple[nn.Parameter, tuple[slice, ...]]]]
@@ -194,14 +194,21 @@ def build_model(cfg: ModelConfig, vocab_size: int) -> RecurrentLM:
 
 
 def check_engine(cfg: ModelConfig, device: torch.device) -> None:
-    """Raise ConfigError if model.engine cannot run on `device` (the triton engine needs CUDA)."""
-    if cfg.arch != "hornn" or cfg.engine != "triton":
+    """Raise ConfigError if model.engine cannot run on `device` (the triton engine needs CUDA and
+    the triton package) or $HORNN_TRITON_TILES, which the triton engine reads, is malformed."""
+    if cfg.arch != "hornn" or cfg.engine not in ("triton", "auto"):
         return
-    from hornn_dist.models.triton_scan import unavailable_reason
+    from hornn_dist.models.triton_scan import tiles_error, unavailable_reason
 
-    reason = unavailable_reason(device)
+    reason = unavailable_reason(device) if cfg.engine == "triton" else tiles_error()
     if reason is not None:
         raise ConfigError(reason)
+
+
+def engine_label(cfg: ModelConfig, device: torch.device, batch: int, autocast: bool) -> str:
+    """Return the engine as the start-up log names it: "auto engine: triton", "fused engine"."""
+    engine = pick_engine(cfg.engine, device, batch, cfg.hidden_size, autocast)
+    return f"auto engine: {engine}" if cfg.engine == "auto" else f"{engine} engine"
 
 
 @torch.no_grad()

@@ -31,6 +31,15 @@ give the history's gradient (dh, no f'), only if the history needs one (TBPTT's 
 history does not). dL/dxin = dz (gated: also dL/dxg_n); after the loop dW_hn = Σ_t h_{t-n}^T
 (m_n ⊙ dz_t) (and dW2n): N (2N) GEMMs, one per path.
 
+K split (``SPLIT``, both directions): at B 20 x H 400 a step has only 25 output tiles, 25 of an
+H100's 132 multiprocessors, each running 39 dependent K iterations; that engine was no faster
+than the fused one. So SPLIT programs share each output tile, each over 1/SPLIT of every path's
+K range (whole BLOCK_K chunks); each stores its partial sums (per path for max and gated, whose
+pooling is not linear), counts its arrival with one atomic, and the last to arrive sums the
+partials in split order (deterministic whatever the arrival order) and finishes the step (pool,
+f, store). No program ever waits for another, so this needs no co-residency; on the H100 it
+made one layer's step 1.7x faster at the paper's size (benchmarks/README.md).
+
 Precision: the state, the accumulators and all element-wise math are float32 (float64 for
 float64 inputs). The GEMMs use TF32 under CUDA autocast (as the fused engine and cuDNN do) and
 strict IEEE float32 otherwise; precision "autocast" also stores the weight in autocast's dtype
@@ -79,11 +88,7 @@ def unavailable_reason(device: torch.device | str | None = None) -> str | None:
             f"model.engine = 'triton' runs on CUDA devices, not {torch.device(device).type} "
             "(TRITON_INTERPRET=1 runs it slowly on CPU, for tests); use model.engine = 'fused'"
         )
-    try:
-        _forced_tiles()
-    except ValueError as err:
-        return str(err)
-    return None
+    return tiles_error()
 
 
 def check_available(device: torch.device | str | None = None) -> None:
@@ -498,6 +503,15 @@ def parse_tiles(text: str, source: str = TILES_ENV) -> tuple[int, ...]:
 TILES: tuple[int, ...] | None = None  # tiles for every call instead of _tiles': benchmarks
 
 
+def tiles_error() -> str | None:
+    """Return the one-line error of a malformed TILES or $HORNN_TRITON_TILES, or None."""
+    try:
+        _forced_tiles()
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def _forced_tiles() -> tuple[int, ...] | None:
     """Return TILES, else the tiles of $HORNN_TRITON_TILES, else None (the engine chooses)."""
     if TILES is not None:
@@ -506,23 +520,27 @@ def _forced_tiles() -> tuple[int, ...] | None:
     return parse_tiles(text) if text else None
 
 
-def _tiles(batch: int, hidden: int) -> dict[str, int]:
-    """Return the tile sizes, warps and K split: >= 16 each way (tl.dot's minimum), the whole
-    batch in one tile up to 64, narrow hidden tiles so a small batch still spreads over many
-    programs.
+def _tiles(batch: int, hidden: int, sms: int = 132) -> dict[str, int]:
+    """Return the tile sizes, warps and K split for a step of B x H outputs on `sms`
+    multiprocessors (TILES or $HORNN_TRITON_TILES win).
 
-    Warps: ptxas for sm_90 (tests/triton_aot.py's compile, `ptxas -v`) gives 158/118 registers
-    and no spills for the forward/backward at 32x16x32 with 4 warps, but spills at 64x32x32
-    with 4 warps (gated: ~390 bytes) and none with 8: tiles of 2048 outputs or more get 8.
-    Split: 1 (each program runs the whole K axis of its tile)."""
+    From the tile sweep on one H100 (benchmarks/README.md, bf16, fofe and gated): 16 or 32 batch
+    rows, 16 hidden columns up to H 512 (32 above), BLOCK_K 32, 4 warps, and K split over 2-8
+    programs per tile, as many as keep about 4 programs per multiprocessor and 3+ BLOCK_K chunks
+    per program: B 20 x H 400 gets 32x16x32x4x4 (0.64 of the fused engine's time for one layer;
+    no split: 1.07), B 128 x H 1024 32x32x32x4x4 (the fastest there; the fused engine is still
+    faster at that size)."""
     forced = _forced_tiles()
     if forced is not None:
         block_b, block_h, block_k, warps, split = forced
     else:
-        block_b = min(64, max(16, triton.next_power_of_2(batch)))
-        block_h, block_k = (16 if hidden <= 512 else 32), 32
-        warps = 8 if block_b * block_h >= 2048 else 4
+        block_b = 16 if batch <= 16 else 32
+        block_h, block_k, warps = (16 if hidden <= 512 else 32), 32, 4
+        tiles = triton.cdiv(batch, block_b) * triton.cdiv(hidden, block_h)
+        chunks = triton.cdiv(hidden, block_k)
         split = 1
+        while split < 8 and tiles * split * 2 <= 4 * sms and split * 2 * 3 <= chunks:
+            split *= 2
     return {
         "BLOCK_B": block_b,
         "BLOCK_H": block_h,
@@ -530,6 +548,14 @@ def _tiles(batch: int, hidden: int) -> dict[str, int]:
         "SPLIT": split,
         "num_warps": warps,
     }
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    """Return the device's streaming multiprocessors (the interpreter: an H100's 132)."""
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 class _Launch:
@@ -575,7 +601,7 @@ class TritonScan(torch.autograd.Function):
         # gated: r_n and W_hn h_{t-n} of every step, (T, N, B, H), padded the same way
         gates = xp.new_zeros(N + T + N, N, B, H) if gated else None
         paths = xp.new_zeros(N + T + N, N, B, H) if gated else None
-        meta = _meta(pooling, activation, N, xp.dtype, weight.dtype, tf32, B, H)
+        meta = _meta(pooling, activation, N, xp.dtype, weight.dtype, tf32, B, H, xp.device)
         launch = _Launch(state, meta, _partials(pooling, N), B, H)
         for t in range(T):
             _forward_step[launch.grid](
@@ -617,7 +643,9 @@ class TritonScan(torch.autograd.Function):
         dz_all = state.new_zeros(N + T + N, B, H)
         dz = dz_all[N : N + T]
         g_hist = state.new_empty(N, B, H) if ctx.needs_input_grad[1] else None
-        meta = _meta(ctx.pooling, ctx.activation, N, state.dtype, weight.dtype, ctx.tf32, B, H)
+        meta = _meta(
+            ctx.pooling, ctx.activation, N, state.dtype, weight.dtype, ctx.tf32, B, H, state.device
+        )
         launch = _Launch(state, meta, 1, B, H)
         winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
         last = -N if g_hist is not None else 0  # a detached history (TBPTT) needs no gradient
@@ -687,6 +715,7 @@ def _meta(
     tf32: bool,
     batch: int,
     hidden: int,
+    device: torch.device,
 ) -> dict:
     """Return the compile-time arguments shared by the forward and backward kernels."""
     return {
@@ -696,7 +725,7 @@ def _meta(
         "PRECISION": "tf32" if tf32 else "ieee",
         "ACC": tl.float64 if dtype == torch.float64 else tl.float32,
         "UPCAST": INTERPRETED and weight_dtype != dtype,
-        **_tiles(batch, hidden),
+        **_tiles(batch, hidden, _multiprocessors(device)),
     }
 
 
@@ -718,7 +747,7 @@ def triton_scan(
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
     T, B, _ = xp.shape
     N, _, H = history.shape
-    split = _tiles(B, H)["SPLIT"]
+    split = _tiles(B, H, _multiprocessors(xp.device))["SPLIT"]
     paths = N if pooling == "gated" else 1  # elements of the largest buffer: state, gates, parts
     largest = max((T + 2 * N) * paths, split * _partials(pooling, N)) * B * H
     if largest >= 2**31:
