@@ -153,27 +153,10 @@ if triton is not None:
 
     @triton.jit
     def _window_dot(
-        acc,
-        gate,
-        row,
-        w_at,
-        w_stride,
-        coef,
-        rb,
-        rk,
-        b_ok,
-        h_ok,
-        H,
-        k_lo,
-        k_hi,
-        n,
-        N: tl.constexpr,
-        POOL: tl.constexpr,
-        PRECISION: tl.constexpr,
-        ACC: tl.constexpr,
-        UPCAST: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-    ):
+        acc, gate, row, w_at, w_stride, coef, rb, rk, b_ok, h_ok, H, k_lo, k_hi, n,
+        N: tl.constexpr, POOL: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+        UPCAST: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):  # fmt: skip
         """acc + (coef ·) h_{t-n}[:, k_lo:k_hi] @ W_hn[k_lo:k_hi] (gated: gate + .. @ W2n)."""
         for k0 in range(k_lo, k_hi, BLOCK_K):
             kk = k0 + rk
@@ -196,23 +179,9 @@ if triton is not None:
 
     @triton.jit
     def _pool(
-        pooled,
-        winner,
-        part,
-        gate,
-        n,
-        t,
-        xin_at,
-        rb,
-        rh,
-        ok,
-        B,
-        H,
-        gate_ptr,
-        path_ptr,
-        N: tl.constexpr,
-        POOL: tl.constexpr,
-    ):
+        pooled, winner, part, gate, n, t, xin_at, rb, rh, ok, B, H, gate_ptr, path_ptr,
+        N: tl.constexpr, POOL: tl.constexpr,
+    ):  # fmt: skip
         """Fold path n into the pooled value: max (eq. 4) or gated (eq. 6-7)."""
         if POOL == 3:  # r_n = σ(W1n x_t + c_n + W2n h_{t-n})
             r = tl.sigmoid(gate + tl.load(xin_at + n * H, ok, 0.0))
@@ -277,70 +246,20 @@ if triton is not None:
                 coef = tl.load(coef_ptr + n - 1)  # α^n (eq. 5)
             if POOL <= 1:  # eq. 3, 5: one accumulator over all paths
                 pooled, _ = _window_dot(
-                    pooled,
-                    pooled,
-                    row,
-                    w_at,
-                    w_stride,
-                    coef,
-                    rb,
-                    rk,
-                    b_ok,
-                    h_ok,
-                    H,
-                    k_lo,
-                    k_hi,
-                    n,
-                    N,
-                    POOL,
-                    PRECISION,
-                    ACC,
-                    UPCAST,
-                    BLOCK_K,
-                )
+                    pooled, pooled, row, w_at, w_stride, coef, rb, rk, b_ok, h_ok, H, k_lo, k_hi, n, N,
+                    POOL, PRECISION, ACC, UPCAST, BLOCK_K,
+                )  # fmt: skip
             else:
                 zero = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
                 part, gate = _window_dot(
-                    zero,
-                    zero,
-                    row,
-                    w_at,
-                    w_stride,
-                    coef,
-                    rb,
-                    rk,
-                    b_ok,
-                    h_ok,
-                    H,
-                    k_lo,
-                    k_hi,
-                    n,
-                    N,
-                    POOL,
-                    PRECISION,
-                    ACC,
-                    UPCAST,
-                    BLOCK_K,
-                )
+                    zero, zero, row, w_at, w_stride, coef, rb, rk, b_ok, h_ok, H, k_lo, k_hi, n, N, POOL,
+                    PRECISION, ACC, UPCAST, BLOCK_K,
+                )  # fmt: skip
                 if SPLIT == 1:
                     pooled, winner = _pool(
-                        pooled,
-                        winner,
-                        part,
-                        gate,
-                        n,
-                        t,
-                        xin_at,
-                        rb,
-                        rh,
-                        ok,
-                        B,
-                        H,
-                        gate_ptr,
-                        path_ptr,
-                        N,
+                        pooled, winner, part, gate, n, t, xin_at, rb, rh, ok, B, H, gate_ptr, path_ptr, N,
                         POOL,
-                    )
+                    )  # fmt: skip
                 else:  # partial W_hn h_{t-n} (and W2n h_{t-n}) over this program's K
                     mine = part_ptr + tl.program_id(2) * P * B * H + at
                     tl.store(mine + (n - 1) * B * H, part, ok)
@@ -371,23 +290,9 @@ if triton is not None:
                                     split_at + (N + n - 1) * B * H, ok, 0.0, cache_modifier=".cg"
                                 )
                         pooled, winner = _pool(
-                            pooled,
-                            winner,
-                            part,
-                            gate,
-                            n,
-                            t,
-                            xin_at,
-                            rb,
-                            rh,
-                            ok,
-                            B,
-                            H,
-                            gate_ptr,
-                            path_ptr,
-                            N,
-                            POOL,
-                        )
+                            pooled, winner, part, gate, n, t, xin_at, rb, rh, ok, B, H,
+                            gate_ptr, path_ptr, N, POOL,
+                        )  # fmt: skip
             h = _activate(pooled + tl.load(xin_at, ok, 0.0), ACT)
             tl.store(state_ptr + (N + t) * B * H + at, h, ok)
             if POOL == 2:
