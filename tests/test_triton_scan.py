@@ -207,6 +207,26 @@ def test_auto_engine_on_cpu_is_the_fused_engine():
     assert torch.equal(got, fused(x)[0])
 
 
+def test_auto_engine_on_cpu_does_not_import_triton():
+    """The default engine on a CPU (check, build, forward) never imports the triton package."""
+    code = (
+        "import sys, torch\n"
+        "from hornn_dist.config import config_from_dict\n"
+        "from hornn_dist.models import build_model, check_engine\n"
+        "cfg = config_from_dict({'model': {'hidden_size': 8}}).model\n"
+        "check_engine(cfg, torch.device('cpu'))\n"
+        "model = build_model(cfg, 20)\n"
+        "model(torch.randint(0, 20, (3, 2)), model.init_state(2, torch.device('cpu')))\n"
+        "print('triton' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "False"
+
+
 def test_tiles_from_the_environment_and_their_errors(monkeypatch):
     """$HORNN_TRITON_TILES overrides the engine's tiles; a bad value is one config error line."""
     monkeypatch.setenv(ts.TILES_ENV, "16x32x64x2x3")
@@ -218,13 +238,16 @@ def test_tiles_from_the_environment_and_their_errors(monkeypatch):
     cfg = config_from_dict({"model": {"engine": "triton"}}).model
     for bad in ("32x16x32", "32x15x32x4", "8x16x32x4", "32x16x32x4x0", "big"):
         monkeypatch.setenv(ts.TILES_ENV, bad)
-        for engine in ("triton", "auto"):
+        here = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: the interpreter runs it
+        for engine, device in (("triton", here), ("auto", "cuda")):
             cfg.engine = engine
             with pytest.raises(
                 ConfigError, match=r"^HORNN_TRITON_TILES=.*e\.g\. 32x16x32x4x4"
             ) as e:
-                check_engine(cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+                check_engine(cfg, torch.device(device))
             assert "\n" not in str(e.value)
+        cfg.engine = "auto"
+        check_engine(cfg, torch.device("cpu"))  # fused there: the variable is not read
     monkeypatch.delenv(ts.TILES_ENV)
     tiles = ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT")
     for (batch, hidden, sms), want in {

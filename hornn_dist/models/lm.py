@@ -198,6 +198,8 @@ def check_engine(cfg: ModelConfig, device: torch.device) -> None:
     the triton package) or $HORNN_TRITON_TILES, which the triton engine reads, is malformed."""
     if cfg.arch != "hornn" or cfg.engine not in ("triton", "auto"):
         return
+    if cfg.engine == "auto" and device.type != "cuda":
+        return  # "auto" is "fused" there: the triton package is not even imported
     from hornn_dist.models.triton_scan import tiles_error, unavailable_reason
 
     reason = unavailable_reason(device) if cfg.engine == "triton" else tiles_error()
