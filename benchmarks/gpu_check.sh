@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU check of the speed issue, run from the repo root on a machine with one CUDA GPU:
 #
-#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~8-9 min on an H200, hard stop at 560 s
+#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~6-7 min on an H100, hard stop at 560 s
 #
 # Run it with the device tool's timeout_s 600: the steps come in order of what they prove, and
 # each one's limit is cut to what is left, so a late step is skipped rather than the run lost.
@@ -12,13 +12,14 @@
 #                                    benchmark step == eager, trainer's graphed step == eager,
 #                                    triton engine vs fused
 #   triton_tiles.log / .json     (b) benchmarks/triton_tiles.py: the triton engine's tile sizes
-#                                    and K splits (bf16 fofe+gated; fp32 fofe in the log only);
-#                                    the fastest for bf16 fofe of each config is used below
+#                                    and K splits (bf16 fofe+max+gated; fp32 fofe in the log
+#                                    only); GPU_CHECK_TUNED=1: the fastest bf16 fofe tiles of
+#                                    each config are used below instead of the engine's
 #   throughput.log / .json       (c) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed;
 #                                    the default variants, with the triton engine's four
 #   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
 #                                    T 30, bf16) on the demo corpus, CUDA graph: HORNN-3 (fused
-#                                    fofe; triton sum/max/fofe/gated) and LSTM
+#                                    fofe; sum/max/fofe/gated with the default engine) and LSTM
 #   extra.log                    (e) kernels per step and their GPU time (paper, bf16);
 #                                (f) optional, if time is left: demo training in bf16 (CUDA
 #                                    graph) and fp16 (eager), 300 steps, then resumed to 600;
@@ -83,27 +84,30 @@ fi
 
 # (b) The triton engine's tiles and K splits: one layer's forward+backward in a CUDA graph,
 #     fused vs triton at each BLOCK_BxBLOCK_HxBLOCK_Kxwarps[xsplit] (a cut of the grid; each
-#     choice compiles its own kernels, ~1-2 s each); the fastest for bf16 fofe of each config
-#     becomes the triton rows' tiles in (c)-(e) (TILES: "paper=...,big=...").
+#     choice compiles its own kernels, ~1-2 s each); each group's line in summary.txt names the
+#     fastest tiles and the engine's default ("d"). With GPU_CHECK_TUNED=1 the fastest bf16 fofe
+#     tiles of each config become the triton rows' tiles in (c)-(e); by default they run the
+#     engine's own tiles, which is what a user gets.
 TILES=""
 if want tiles; then
-  step triton_tiles 150 "$OUT/triton_tiles.log" \
-    "$PY" benchmarks/triton_tiles.py --poolings fofe,gated --precisions bf16 \
-    --tiles 32x16x32x4,16x16x32x2,32x16x32x4x2,32x16x32x4x4,32x16x32x4x8,16x16x32x2x2,\
-16x16x32x2x4,16x16x32x4x4,32x32x32x4x4,32x16x64x4x4,64x32x32x8,64x32x32x8x2,64x32x32x8x4,\
-64x64x32x8x2,32x32x32x4x2 --json "$OUT/triton_tiles.json"
+  step triton_tiles 180 "$OUT/triton_tiles.log" \
+    "$PY" benchmarks/triton_tiles.py --poolings fofe,max,gated --precisions bf16 \
+    --tiles 32x16x32x4,32x16x32x4x2,32x16x32x4x4,32x16x32x4x8,16x16x32x2x4,16x16x32x4x8,\
+32x16x64x4x4,32x32x32x4x4,32x32x32x4x2,64x32x32x8x4 --json "$OUT/triton_tiles.json"
   step triton_tiles_fp32 40 "$OUT/triton_tiles.log" \
     "$PY" benchmarks/triton_tiles.py --poolings fofe --precisions fp32 \
-    --tiles 32x16x32x4,32x16x32x4x4,16x16x32x2x4,64x32x32x8,64x32x32x8x4,32x32x32x4x4 \
+    --tiles 32x16x32x4x4,16x16x32x2x4,32x32x32x4x4,64x32x32x8x4 \
     --json "$WORK/triton_tiles_fp32.json"
   grep -e "^  -> " "$OUT/triton_tiles.log" >>"$SUMMARY" # per group: fused, best, default tiles
-  TILES=$("$PY" -c 'import json, sys
+  if [ "${GPU_CHECK_TUNED:-0}" = 1 ]; then
+    TILES=$("$PY" -c 'import json, sys
 rows = json.load(open(sys.argv[1]))["results"]
 print(",".join(r["config"] + "=" + "x".join(map(str, r["tiles"])) for r in rows
       if r.get("best") and r["precision"] == "bf16" and r["pooling"] == "fofe"))' \
-    "$OUT/triton_tiles.json" 2>>"$SUMMARY")
-  echo "triton tiles for what follows: ${TILES:-none (engine defaults)}" >>"$SUMMARY"
+      "$OUT/triton_tiles.json" 2>>"$SUMMARY")
+  fi
 fi
+echo "triton tiles for what follows: ${TILES:-the engine defaults}" >>"$SUMMARY"
 PAPER_TILES=$(echo "$TILES" | tr ',' '\n' | sed -n 's/^paper=//p')
 
 # (c) The throughput table: the default variants with the triton engine's four, and fofe with
@@ -119,19 +123,18 @@ hornn-max-triton,hornn-fofe-triton,hornn-gated-triton,hornn-fofe-amp,hornn-fofe-
   "$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
 fi
 
-# (d) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k):
-#     the rate logged at step 400 covers steps 301-400, after the warm-up and the capture.
-#     Each run is "VARIANT [ENGINE] MODE"; the engine (HORNN only) is fused unless named.
-#     (Eager and fused max/gated were measured before the triton engine: benchmarks/README.md.)
-want trainer && for run in "hornn-fofe graph" "hornn-fofe triton graph" "hornn-max triton graph" \
-  "hornn-sum triton graph" "hornn-gated triton graph" "lstm graph"; do
+# (d) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k),
+#     with the paper configs' sigmoid and column norm: the rate logged at step 400 covers steps
+#     301-400, after the warm-up and the capture. Each run is "VARIANT ENGINE MODE"; "auto" is
+#     the default engine, and summary.txt says what it picked (the start-up line).
+want trainer && for run in "hornn-fofe fused graph" "hornn-fofe auto graph" \
+  "hornn-max auto graph" "hornn-sum auto graph" "hornn-gated auto graph" "lstm - graph"; do
   set -- $run
-  variant=$1 engine=fused mode=$2
-  (($# == 3)) && engine=$2 mode=$3
+  variant=$1 engine=$2 mode=$3
   arch=${variant%%-*}
   pooling=${variant#*-}
   label="$variant $engine $mode"
-  [ "$arch" = lstm ] && pooling=fofe && label="$variant $mode"
+  [ "$arch" = lstm ] && pooling=fofe engine=fused && label="$variant $mode"
   name=${label// /_}
   HORNN_TRITON_TILES=$PAPER_TILES step "speed_$name" 45 "$OUT/train_speed.log" \
     "$PY" -m hornn_dist.train configs/demo.toml --no-resume \
@@ -144,7 +147,9 @@ want trainer && for run in "hornn-fofe graph" "hornn-fofe triton graph" "hornn-m
     --set data.cache_dir="$WORK/data_cache" --set train.checkpoint_every=0 \
     --set log.every=100 --set log.progress=false --set log.tensorboard=false
   rate=$(grep -o "step 400: .*tokens/s" "$OUT/train_speed.log" | tail -n 1 | grep -o "[0-9]* tokens/s")
-  echo "trainer ${label}: ${rate:-no rate}" >>"$SUMMARY"
+  picked=$(grep -o "(auto engine: [a-z]*)" "$OUT/train_speed.log" | tail -n 1)
+  [ "$engine" = auto ] || picked=""
+  echo "trainer ${label}: ${rate:-no rate} ${picked}" >>"$SUMMARY"
   sed -i "s/step 400: /step 400 ($label): /" "$OUT/train_speed.log"
 done
 
