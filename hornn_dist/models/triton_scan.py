@@ -246,19 +246,19 @@ if triton is not None:
                 coef = tl.load(coef_ptr + n - 1)  # α^n (eq. 5)
             if POOL <= 1:  # eq. 3, 5: one accumulator over all paths
                 pooled, _ = _window_dot(
-                    pooled, pooled, row, w_at, w_stride, coef, rb, rk, b_ok, h_ok, H, k_lo, k_hi, n, N,
-                    POOL, PRECISION, ACC, UPCAST, BLOCK_K,
+                    pooled, pooled, row, w_at, w_stride, coef, rb, rk, b_ok, h_ok, H, k_lo,
+                    k_hi, n, N, POOL, PRECISION, ACC, UPCAST, BLOCK_K,
                 )  # fmt: skip
             else:
                 zero = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
                 part, gate = _window_dot(
-                    zero, zero, row, w_at, w_stride, coef, rb, rk, b_ok, h_ok, H, k_lo, k_hi, n, N, POOL,
-                    PRECISION, ACC, UPCAST, BLOCK_K,
+                    zero, zero, row, w_at, w_stride, coef, rb, rk, b_ok, h_ok, H, k_lo, k_hi,
+                    n, N, POOL, PRECISION, ACC, UPCAST, BLOCK_K,
                 )  # fmt: skip
                 if SPLIT == 1:
                     pooled, winner = _pool(
-                        pooled, winner, part, gate, n, t, xin_at, rb, rh, ok, B, H, gate_ptr, path_ptr, N,
-                        POOL,
+                        pooled, winner, part, gate, n, t, xin_at, rb, rh, ok, B, H, gate_ptr,
+                        path_ptr, N, POOL,
                     )  # fmt: skip
                 else:  # partial W_hn h_{t-n} (and W2n h_{t-n}) over this program's K
                     mine = part_ptr + tl.program_id(2) * P * B * H + at
