@@ -64,10 +64,17 @@ def test_triton_matches_reference(num_layers, pooling, order, activation):
 @pytest.mark.parametrize("T,batch,hidden", [(1, 1, 5), (4, 17, 33), (3, 70, 20)])
 def test_tiles_cover_odd_sizes(pooling, T, batch, hidden):
     """Batch and hidden sizes that are not multiples of the tiles, more than one tile each way."""
-    torch.manual_seed(11)
-    (layer,) = make_stack(1, pooling, 2, "tanh", "triton", hidden=hidden)
+    check_layer_against_reference(pooling, order=2, T=T, batch=batch, hidden=hidden, seed=11)
+
+
+def check_layer_against_reference(
+    pooling: str, order: int, T: int, batch: int, hidden: int, seed: int
+) -> None:
+    """One float64 triton layer's outputs and gradients equal the eq. 3-7 reference (1e-10)."""
+    torch.manual_seed(seed)
+    (layer,) = make_stack(1, pooling, order, "tanh", "triton", hidden=hidden)
     x = torch.randn(T, batch, 3, dtype=torch.float64, requires_grad=True)
-    hists = [torch.randn(2, batch, hidden, dtype=torch.float64, requires_grad=True)]
+    hists = [torch.randn(order, batch, hidden, dtype=torch.float64, requires_grad=True)]
     got = outputs_and_grads(run_stack, [layer], x, hists)
     want = outputs_and_grads(reference_stack, [layer], x, hists)
     for a, b in zip(got, want, strict=True):
@@ -81,14 +88,7 @@ def test_split_k_matches_reference(monkeypatch, pooling, tiles):
     """K split over programs (the last of a tile sums the partials): the same values, also
     where a split is short (hidden 40 = 16 + 16 + 8) or empty (40 in 32-chunks over 4)."""
     monkeypatch.setattr(ts, "TILES", tiles)
-    torch.manual_seed(12)
-    (layer,) = make_stack(1, pooling, 3, "tanh", "triton", hidden=40)
-    x = torch.randn(5, 18, 3, dtype=torch.float64, requires_grad=True)
-    hists = [torch.randn(3, 18, 40, dtype=torch.float64, requires_grad=True)]
-    got = outputs_and_grads(run_stack, [layer], x, hists)
-    want = outputs_and_grads(reference_stack, [layer], x, hists)
-    for a, b in zip(got, want, strict=True):
-        assert rel_err(a, b) <= 1e-10
+    check_layer_against_reference(pooling, order=3, T=5, batch=18, hidden=40, seed=12)
 
 
 @on_cpu
