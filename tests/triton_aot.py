@@ -34,6 +34,8 @@ POINTERS_FWD = (
     "coef_ptr",
 )
 POINTERS_BWD = (
+    "ops_ptr",
+    "gops_ptr",
     "dz_ptr",
     "win_ptr",
     "gate_ptr",

@@ -25,11 +25,15 @@ Backward, step t = T-1 .. 0 (``_backward_step``), same form:
            (dz_{t+n} ⊙ part_n r_n (1 - r_n))(t+n) @ W2n^T],            dz_t = f'(z_t) ⊙ dh_t
 
 with m_n = 1 for sum, α^n for fofe, the winner mask of path n for max (eq. 4's gradient goes
-to the winner only) and r_n for gated. dz (and the winners, gates and parts) sit in buffers
-with N zero rows either side, so every step reads N rows of the same shape. Then steps -1..-N
-give the history's gradient (dh, no f'), only if the history needs one (TBPTT's detached
-history does not). dL/dxin = dz (gated: also dL/dxg_n); after the loop dW_hn = Σ_t h_{t-n}^T
-(m_n ⊙ dz_t) (and dW2n): N (2N) GEMMs, one per path.
+to the winner only) and r_n for gated. The program that finishes a tile of dz_t also stores
+the operands the N earlier steps read: m_n ⊙ dz_t per path for max and gated, and gated's
+gate-input gradient dz_t ⊙ part_n r_n (1 - r_n), straight into the layout of xp's gradient.
+So each operand is made once, not once per hidden tile that reads it, and after the loop
+nothing is left to compute but the weight GEMMs. The operands sit in buffers with N zero rows
+either side, so every step reads N rows of the same shape. Then steps -1..-N give the
+history's gradient (dh, no f'), only if the history needs one (TBPTT's detached history does
+not). dL/dxin = dz (gated: also dL/dxg_n); after the loop dW_hn = Σ_t h_{t-n}^T (m_n ⊙ dz_t)
+(and dW2n): N (2N) GEMMs, one per path.
 
 K split (``SPLIT``, both directions): at B 20 x H 400 a step has only 25 output tiles, 25 of an
 H100's 132 multiprocessors, each running 39 dependent K iterations; that engine was no faster
@@ -298,12 +302,40 @@ if triton is not None:
             if POOL == 2:
                 tl.store(win_ptr + t * B * H + at, winner.to(tl.uint8), ok)
 
+    @triton.jit
+    def _store_operands(
+        dz, t, rb, rh, ok, ops_ptr, gops_ptr, win_ptr, gate_ptr, path_ptr, B, H,
+        ops_path_stride, N: tl.constexpr, POOL: tl.constexpr,
+    ):  # fmt: skip
+        """Store step t's per-path operands once, for the N earlier steps that read them: max
+        dz at the winner of path n (eq. 4's gradient), gated dz ⊙ r_n for the path and
+        dz ⊙ p_n r_n(1-r_n) for the gate input (eq. 6-7); sum and fofe read dz itself."""
+        at = rb[:, None] * H + rh[None, :]
+        if POOL == 2:
+            won = tl.load(win_ptr + t * B * H + at, ok, 0)
+            for n in tl.static_range(1, N + 1):
+                mine = ops_ptr + (n - 1) * ops_path_stride + t * B * H + at
+                tl.store(mine, tl.where(won == n - 1, dz, 0.0), ok)
+        if POOL == 3:
+            g_row = t * B + rb[:, None]
+            for n in tl.static_range(1, N + 1):
+                at_n = (t * N + n - 1) * B * H + at
+                r = tl.load(gate_ptr + at_n, ok, 0.0)
+                p = tl.load(path_ptr + at_n, ok, 0.0)
+                tl.store(ops_ptr + (n - 1) * ops_path_stride + t * B * H + at, dz * r, ok)
+                g_at = g_row * (N + 1) * H + n * H + rh[None, :]
+                tl.store(gops_ptr + g_at, dz * p * r * (1.0 - r), ok)
+
     @triton.jit(do_not_specialize=["t"])
     def _backward_step(
-        dz_ptr,  # row t of (T, B, H) dL/dz_t in a buffer with N zero rows either side
-        win_ptr,  # the same for the uint8 winners (max only)
-        gate_ptr,  # row t of (T, N, B, H) r_n (gated), padded the same way
-        path_ptr,  # the same for W_hn h_{t-n} (gated)
+        ops_ptr,  # row 0 = step 0 of the per-path operands m_n ⊙ dz, (paths, N+T+N, B, H),
+        # N zero rows either side: sum/fofe dz itself (paths 1, ops_path_stride 0), max and
+        # gated one (rows, B, H) block per path (dz at the winner / dz ⊙ r_n)
+        gops_ptr,  # gated: row 0 = step 0 of (N+T+N, B, (N+1)·H) [dz | dz ⊙ p_n r_n(1-r_n)]
+        dz_ptr,  # where dz_t goes, rows of B x dz_b_stride: sum/fofe ops, max its own, gated gops
+        win_ptr,  # max: (T, B, H) uint8 winning path n-1 of the forward
+        gate_ptr,  # gated: (T, N, B, H) r_n of the forward
+        path_ptr,  # gated: (T, N, B, H) W_hn h_{t-n} of the forward
         state_ptr,  # (N+T, B, H) [history | outputs]
         w_ptr,  # (H, N·H) weight_hh
         grad_ptr,  # (T, B, H) dL/dh_t from above (contiguous); history steps: dL/dhistory out
@@ -313,6 +345,8 @@ if triton is not None:
         B,
         H,
         w_stride,
+        ops_path_stride,
+        dz_b_stride,
         coef_ptr,
         N: tl.constexpr,
         POOL: tl.constexpr,
@@ -326,7 +360,8 @@ if triton is not None:
         BLOCK_K: tl.constexpr,
         SPLIT: tl.constexpr,
     ):
-        """dh_t = dL/dh_t + Σ_n (m_n ⊙ dz_{t+n}) @ W_hn^T, then dz_t = f'(z_t) ⊙ dh_t."""
+        """dh_t = dL/dh_t + Σ_n (m_n ⊙ dz_{t+n}) @ W_hn^T, then dz_t = f'(z_t) ⊙ dh_t, and the
+        operands m_n ⊙ dz_t that steps t-1..t-N read."""
         rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
         rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # units of h_t
         rk = tl.arange(0, BLOCK_K)  # units of z_{t+n}
@@ -335,30 +370,25 @@ if triton is not None:
         k_lo, k_hi = _split_range(H, BLOCK_K, SPLIT)
         dh = tl.zeros((BLOCK_B, BLOCK_H), dtype=ACC)
         for n in tl.static_range(1, N + 1):
-            row = (t + n) * B * H
             if POOL == 1:
                 coef = tl.load(coef_ptr + n - 1)  # α^n
             for k0 in range(k_lo, k_hi, BLOCK_K):
                 kk = k0 + rk
                 k_ok = kk < H  # chunks start at multiples of BLOCK_K: only H cuts one short
                 a_ok = b_ok[:, None] & k_ok[None, :]
-                a_at = row + rb[:, None] * H + kk[None, :]
-                a = tl.load(dz_ptr + a_at, a_ok, 0.0, cache_modifier=".cg")
+                a_at = (n - 1) * ops_path_stride + (t + n) * B * H + rb[:, None] * H + kk[None, :]
+                a = tl.load(ops_ptr + a_at, a_ok, 0.0, cache_modifier=".cg")
                 w_at = w_ptr + rh[None, :] * w_stride + kk[:, None]  # tiles of W^T
                 w_ok = k_ok[:, None] & h_ok[None, :]
                 w_t = tl.load(w_at + (n - 1) * H, w_ok, 0.0)  # (BLOCK_K, BLOCK_H) of W_hn^T
                 if POOL == 1:
                     a = a * coef
-                if POOL == 2:  # the gradient of max goes to the winning path only
-                    won = tl.load(win_ptr + a_at, a_ok, 0)
-                    a = tl.where(won == n - 1, a, 0.0)
-                if POOL == 3:  # dz ⊙ P r(1-r) into the gate, dz ⊙ r into the path
-                    at_n = ((t + n) * N + n - 1) * B * H + rb[:, None] * H + kk[None, :]
-                    r = tl.load(gate_ptr + at_n, a_ok, 0.0)
-                    p = tl.load(path_ptr + at_n, a_ok, 0.0)
+                if POOL == 3:  # the gate term: dz ⊙ p_n r_n (1 - r_n) of step t+n, @ W2n^T
+                    g_row = (t + n) * B + rb[:, None]
+                    g_at = g_row * (N + 1) * H + n * H + kk[None, :]
+                    g = tl.load(gops_ptr + g_at, a_ok, 0.0, cache_modifier=".cg")
                     w2_t = tl.load(w_at + (N + n - 1) * H, w_ok, 0.0)
-                    dh = _dot(a * p * r * (1.0 - r), w2_t, dh, PRECISION, ACC, UPCAST)
-                    a = a * r
+                    dh = _dot(g, w2_t, dh, PRECISION, ACC, UPCAST)
                 dh = _dot(a, w_t, dh, PRECISION, ACC, UPCAST)
         ok = b_ok[:, None] & h_ok[None, :]
         at = rb[:, None] * H + rh[None, :]
@@ -376,7 +406,13 @@ if triton is not None:
             else:
                 dh += tl.load(grad_ptr + t * B * H + at, ok, 0.0)
                 h = tl.load(state_ptr + (N + t) * B * H + at, ok, 0.0)
-                tl.store(dz_ptr + t * B * H + at, _activation_grad(h, ACT) * dh, ok)
+                dz = _activation_grad(h, ACT) * dh
+                dz_at = (t * B + rb[:, None]) * dz_b_stride + rh[None, :]
+                tl.store(dz_ptr + dz_at, dz, ok)
+                _store_operands(
+                    dz, t, rb, rh, ok, ops_ptr, gops_ptr, win_ptr, gate_ptr, path_ptr, B, H,
+                    ops_path_stride, N, POOL,
+                )  # fmt: skip
 
 
 TILES_ENV = "HORNN_TRITON_TILES"
@@ -501,11 +537,10 @@ class TritonScan(torch.autograd.Function):
         weight = weight_hh.detach()
         weight = (weight if low is None else weight.to(low)).contiguous()
         coefs = _powers(alpha, N, xp.device, xp.dtype)  # fofe α^n
-        # winners of steps 0..T-1 (max), padded like dz in backward: N zero rows either side
-        winners = xp.new_zeros(N + T + N, B, H, dtype=torch.uint8) if pooling == "max" else None
-        # gated: r_n and W_hn h_{t-n} of every step, (T, N, B, H), padded the same way
-        gates = xp.new_zeros(N + T + N, N, B, H) if gated else None
-        paths = xp.new_zeros(N + T + N, N, B, H) if gated else None
+        # what backward needs of every step: the winners of max, r_n and W_hn h_{t-n} of gated
+        winners = xp.new_empty(T, B, H, dtype=torch.uint8) if pooling == "max" else None
+        gates = xp.new_empty(T, N, B, H) if gated else None
+        paths = xp.new_empty(T, N, B, H) if gated else None
         meta = _meta(pooling, activation, N, xp.dtype, weight.dtype, tf32, B, H, xp.device)
         launch = _Launch(state, meta, _partials(pooling, N), B, H)
         for t in range(T):
@@ -513,9 +548,9 @@ class TritonScan(torch.autograd.Function):
                 state,
                 weight,
                 xp,
-                state if winners is None else winners[N:],
-                state if gates is None else gates[N:],
-                state if paths is None else paths[N:],
+                state if winners is None else winners,
+                state if gates is None else gates,
+                state if paths is None else paths,
                 launch.partials,
                 launch.arrivals,
                 t,
@@ -543,23 +578,35 @@ class TritonScan(torch.autograd.Function):
         T = state.shape[0] - N
         _, B, H = state.shape
         grad = grad_out.to(state.dtype).contiguous()
-        # dz_t at row N+t: the N zero rows either side are the steps before 0 (history has no
-        # z) and after T-1, so every step reads N rows of the same shape
-        dz_all = state.new_zeros(N + T + N, B, H)
-        dz = dz_all[N : N + T]
+        pooling = ctx.pooling
+        winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
+        # The operands step t's kernel stores for steps t-1..t-N (m_n ⊙ dz_t, see the kernel),
+        # at row N+t of buffers with N zero rows either side: the steps after T-1, and before
+        # 0 (the history has no z), so every step reads N rows of the same shape.
+        rows = N + T + N
+        per_path = pooling in ("max", "gated")
+        ops = state.new_zeros(N if per_path else 1, rows, B, H)
+        gops = state.new_zeros(rows, B, (N + 1) * H) if gates is not None else None
+        if pooling == "max":
+            dz = state.new_empty(T, B, H)
+        elif gops is not None:  # gated: dz and the gate-input gradients, xp's layout
+            dz = gops[N : N + T, :, :H]
+        else:
+            dz = ops[0, N : N + T]
         g_hist = state.new_empty(N, B, H) if ctx.needs_input_grad[1] else None
         meta = _meta(
-            ctx.pooling, ctx.activation, N, state.dtype, weight.dtype, ctx.tf32, B, H, state.device
+            pooling, ctx.activation, N, state.dtype, weight.dtype, ctx.tf32, B, H, state.device
         )
         launch = _Launch(state, meta, 1, B, H)
-        winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
         last = -N if g_hist is not None else 0  # a detached history (TBPTT) needs no gradient
         for t in range(T - 1, last - 1, -1):  # steps T-1..0, then the history rows -1..-N
             _backward_step[launch.grid](
+                ops[:, N:],
+                ops if gops is None else gops[N:],
                 dz,
-                dz if winners is None else winners[N:],
-                dz if gates is None else gates[N:],
-                dz if paths is None else paths[N:],
+                ops if winners is None else winners,
+                ops if gates is None else gates,
+                ops if paths is None else paths,
                 state,
                 weight,
                 grad if t >= 0 else g_hist,
@@ -569,31 +616,24 @@ class TritonScan(torch.autograd.Function):
                 B,
                 H,
                 weight.stride(0),
+                ops.stride(0) if per_path else 0,
+                dz.stride(1),
                 coefs,
                 HISTORY=t < 0,
                 **meta,
             )
-        g_xp = dz  # dL/d(W_in x_t + b)
-        d_gate = None
-        if gates is not None:  # dL/d(gate input) = dz ⊙ P ⊙ r(1-r), (T, N, B, H)
-            r, p = gates[N : N + T], paths[N : N + T]
-            d_gate = (1.0 - r).mul_(r).mul_(p).mul_(dz.unsqueeze(1))
-            g_xp = torch.cat([dz, d_gate.permute(0, 2, 1, 3).reshape(T, B, N * H)], 2)
+        g_xp = dz if gops is None else gops[N : N + T]  # dL/d(W_in x_t + b) (gated: and W1n x_t)
         g_w = None
         if ctx.needs_input_grad[2]:
             g_w = torch.empty_like(weight_hh)
             for n in range(1, N + 1):  # dW_hn = Σ_t h_{t-n}^T (m_n ⊙ dz_t)
                 h_n = state[N - n : N - n + T].reshape(T * B, H).t()
-                dz_n = dz
-                if ctx.pooling == "max":
-                    dz_n = dz * (winners[N : N + T] == n - 1)
-                elif gates is not None:
-                    dz_n = dz * gates[N : N + T, n - 1]
-                    block = g_w[:, (N + n - 1) * H : (N + n) * H]  # dW2n
-                    torch.mm(h_n, d_gate[:, n - 1].reshape(T * B, H), out=block)
-                block = g_w[:, (n - 1) * H : n * H]
-                torch.mm(h_n, dz_n.reshape(T * B, H), out=block)
-            if ctx.pooling == "fofe":  # α^n of every path in one op
+                dz_n = ops[n - 1 if per_path else 0, N : N + T].reshape(T * B, H)
+                torch.mm(h_n, dz_n, out=g_w[:, (n - 1) * H : n * H])
+                if gops is not None:  # dW2n = Σ_t h_{t-n}^T (dz_t ⊙ p_n r_n (1 - r_n))
+                    d_gate = gops[N : N + T, :, n * H : (n + 1) * H].reshape(T * B, H)
+                    torch.mm(h_n, d_gate, out=g_w[:, (N + n - 1) * H : (N + n) * H])
+            if pooling == "fofe":  # α^n of every path in one op
                 g_w.view(H, N, H).mul_(coefs.view(1, N, 1))
         return g_xp, g_hist, g_w, None, None, None, None, None
 
