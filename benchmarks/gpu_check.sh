@@ -16,10 +16,12 @@
 #                                    only); GPU_CHECK_TUNED=1: the fastest bf16 fofe tiles of
 #                                    each config are used below instead of the engine's
 #   throughput.log / .json       (c) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed;
-#                                    the default variants, with the triton engine's four
+#                                    the default variants, with the triton engine's four; then
+#                                    (c2) bf16 only, every pooling with -amp on both engines
 #   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
 #                                    T 30, bf16) on the demo corpus, CUDA graph: HORNN-3 (fused
-#                                    fofe; sum/max/fofe/gated with the default engine) and LSTM
+#                                    fofe; sum/max/fofe/gated with the default engine, max
+#                                    and gated also with recurrence_precision autocast) and LSTM
 #   extra.log                    (e) kernels per step and their GPU time (paper, bf16);
 #                                (f) optional, if time is left: demo training in bf16 (CUDA
 #                                    graph) and fp16 (eager), 300 steps, then resumed to 600;
@@ -123,24 +125,40 @@ hornn-max-triton,hornn-fofe-triton,hornn-gated-triton,hornn-fofe-amp,hornn-fofe-
   "$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
 fi
 
+# (c2) The same under bf16 only, with every pooling's recurrence GEMMs in bf16 on both engines
+#      (-amp, model.recurrence_precision = "autocast"; under fp32 they equal the plain rows),
+#      against the LSTM of the same run. Log appended to throughput.log, table to summary.txt.
+if want throughput; then
+  echo "== bf16 -amp rows (separate run, own LSTM)" >>"$SUMMARY"
+  step throughput_amp 150 "$OUT/throughput.log" \
+    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions bf16 \
+    --variants hornn-sum-amp,hornn-max-amp,hornn-fofe-amp,hornn-gated-amp,hornn-sum-triton-amp,\
+hornn-max-triton-amp,hornn-fofe-triton-amp,hornn-gated-triton-amp,lstm \
+    --rounds 3 --triton-tiles "$TILES" --json "$WORK/throughput_amp.json"
+  "$PY" benchmarks/markdown_table.py "$WORK/throughput_amp.json" >>"$SUMMARY" 2>&1
+fi
+
 # (d) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k),
 #     with the paper configs' sigmoid and column norm: the rate logged at step 400 covers steps
 #     301-400, after the warm-up and the capture. Each run is "VARIANT ENGINE MODE"; "auto" is
 #     the default engine, and summary.txt says what it picked (the start-up line).
+#     A 4th word "amp" sets model.recurrence_precision = "autocast".
 want trainer && for run in "hornn-fofe fused graph" "hornn-fofe auto graph" \
-  "hornn-max auto graph" "hornn-sum auto graph" "hornn-gated auto graph" "lstm - graph"; do
+  "hornn-max auto graph" "hornn-sum auto graph" "hornn-gated auto graph" "lstm - graph" \
+  "hornn-max auto graph amp" "hornn-gated auto graph amp"; do
   set -- $run
-  variant=$1 engine=$2 mode=$3
+  variant=$1 engine=$2 mode=$3 precision=fp32
+  [ "${4:-}" = amp ] && precision=autocast
   arch=${variant%%-*}
   pooling=${variant#*-}
-  label="$variant $engine $mode"
+  label="$variant $engine $mode${4:+ $4}"
   [ "$arch" = lstm ] && pooling=fofe engine=fused && label="$variant $mode"
   name=${label// /_}
   HORNN_TRITON_TILES=$PAPER_TILES step "speed_$name" 45 "$OUT/train_speed.log" \
     "$PY" -m hornn_dist.train configs/demo.toml --no-resume \
     --set model.arch=$arch --set model.pooling=$pooling --set model.engine=$engine \
     --set model.hidden_size=400 --set model.embedding_size=400 --set model.activation=sigmoid \
-    --set optim.max_col_norm=4.0 \
+    --set model.recurrence_precision=$precision --set optim.max_col_norm=4.0 \
     --set train.mixed_precision=bf16 \
     --set train.cuda_graph=$([ "$mode" = graph ] && echo true || echo false) \
     --set train.max_steps=400 --set train.output_dir="$WORK/speed_$name" \

@@ -104,7 +104,11 @@ VARIANTS: dict[str, ModelConfig] = {
     "hornn-max-triton": _hornn("max", engine="triton"),
     "hornn-fofe-triton": _hornn("fofe", engine="triton"),
     "hornn-gated-triton": _hornn("gated", engine="triton"),
-    "hornn-fofe-triton-amp": _hornn("fofe", engine="triton", precision="autocast"),
+    # both: the triton engine's GEMM inputs in autocast's dtype (its state stays float32)
+    **{
+        f"hornn-{pooling}-triton-amp": _hornn(pooling, engine="triton", precision="autocast")
+        for pooling in ("sum", "max", "fofe", "gated")
+    },
 }
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:
 TRITON_VARIANTS = "hornn-sum-triton,hornn-max-triton,hornn-fofe-triton,hornn-gated-triton"
@@ -394,12 +398,13 @@ def row_head(case: Case, shape: Shape) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     """Print tokens/s, the ratio to the group's best LSTM and the peak memory of each row."""
+    width = max([len(r["variant"]) + 2 for r in rows] + [22])
     print(
-        f"{'variant':<22}{'config':<7}{'prec':<6}{'mode':<10}{'params':>8}{'tokens/s':>11}"
+        f"{'variant':<{width}}{'config':<7}{'prec':<6}{'mode':<10}{'params':>8}{'tokens/s':>11}"
         f"{'vs LSTM':>9}{'peak MiB':>10}{'kernels':>9}{'kern ms':>9}"
     )
     for r in rows:
-        head = f"{r['variant']:<22}{r['config']:<7}{r['precision']:<6}{r['mode']:<10}"
+        head = f"{r['variant']:<{width}}{r['config']:<7}{r['precision']:<6}{r['mode']:<10}"
         if "error" in r:
             print(f"{head}  failed: {r['error']}")
             continue
@@ -423,11 +428,15 @@ def print_best(rows: list[dict]) -> None:
             key not in best or r["tokens_per_s"] > best[key]["tokens_per_s"]
         ):
             best[key] = r
-    print(f"{'variant':<22}{'config':<7}{'prec':<6}{'best mode':<10}{'tokens/s':>11}{'vs LSTM':>9}")
+    width = max([len(variant) + 2 for _, _, variant in best] + [22])
+    print(
+        f"{'variant':<{width}}{'config':<7}{'prec':<6}{'best mode':<10}{'tokens/s':>11}"
+        f"{'vs LSTM':>9}"
+    )
     for (config, precision, variant), r in best.items():
         ratio = f"{r['ratio_to_best_lstm']:.2f}x" if "ratio_to_best_lstm" in r else "-"
         print(
-            f"{variant:<22}{config:<7}{precision:<6}{r['mode']:<10}{r['tokens_per_s']:>11.0f}"
+            f"{variant:<{width}}{config:<7}{precision:<6}{r['mode']:<10}{r['tokens_per_s']:>11.0f}"
             f"{ratio:>9}"
         )
 
