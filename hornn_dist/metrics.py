@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 
 import torch
 
@@ -18,12 +19,14 @@ def perplexity(loss_sum: float, count: int) -> float:
     return math.exp(mean) if mean < 700 else math.inf
 
 
-def total_grad_norm(parameters: list[torch.nn.Parameter]) -> torch.Tensor:
+def total_grad_norm(parameters: Iterable[torch.nn.Parameter]) -> torch.Tensor:
     """Return the global L2 norm of all gradients (as a 0-d tensor, no host sync)."""
-    grads = [p.grad for p in parameters if p.grad is not None]
+    params = list(parameters)
+    grads = [p.grad for p in params if p.grad is not None]
     if not grads:
-        return torch.zeros(())
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        return torch.zeros((), device=params[0].device if params else None)
+    # one multi-tensor reduction for all the per-gradient norms (one kernel per launch on CUDA)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
 class Throughput:

@@ -195,8 +195,8 @@ class TrainStep:
             acc.unscale_gradients()
         if measure:
             with torch.no_grad():
-                norms = [total_grad_norm(self.params), *self.core.path_grad_norms().values()]
-                self.norms.copy_(torch.stack([n.to(self.norms.device) for n in norms]))
+                total = total_grad_norm(self.params).reshape(1)
+                self.norms.copy_(torch.cat([total, self.core.path_grad_norm_vector()]))
         clip_gradients(self.params, cfg.optim)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -142,6 +144,62 @@ def test_path_grad_norms_before_backward_are_zero():
     assert len(norms) == 2 * (3 + 3) and all(v.item() == 0 for v in norms.values())
 
 
+def float64_path_norms(model: RecurrentLM) -> dict[str, float]:
+    """Return each path's gradient norm from its slices, in float64 (missing grads count 0)."""
+    want = {}
+    for key, pieces in model.feedback_path_slices().items():
+        squares = [
+            param.grad[idx].double().norm() ** 2 for param, idx in pieces if param.grad is not None
+        ]
+        want[key] = float(sum(squares, torch.zeros((), dtype=torch.float64)).sqrt())
+    return want
+
+
+def backward_once(model: RecurrentLM) -> None:
+    """Run one LM loss backward on a tiny random batch."""
+    tokens = torch.randint(0, V, (6, 3))
+    logits, _ = model(tokens[:-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[1:].reshape(-1))
+    loss.backward()
+
+
+@pytest.mark.parametrize("arch,pooling", ARCH_CASES)
+def test_path_grad_norm_vector_matches_a_float64_reference(arch, pooling):
+    model = small(arch, pooling)
+    before = model.path_grad_norm_vector()
+    assert before.shape == (len(model.feedback_path_slices()),) and not before.any()
+    assert all(v.item() == 0 for v in model.path_grad_norms().values())
+    backward_once(model)
+    vector = model.path_grad_norm_vector()
+    norms = model.path_grad_norms()
+    want = float64_path_norms(model)
+    assert vector.dtype == torch.float32 and vector.shape == (len(want),)
+    assert list(norms) == list(want)  # the keys of feedback_path_slices, in its order
+    assert torch.equal(torch.stack(list(norms.values())), vector)
+    for key, value in want.items():
+        assert value > 0, key
+        assert norms[key].dim() == 0
+        assert norms[key].item() == pytest.approx(value, rel=1e-6), key
+
+
+def test_gate_norm_with_one_gradient_missing():
+    model = small("hornn", "gated")
+    backward_once(model)
+    model.layers[0].weight_ih.grad = None  # the W1n pieces: the gate norms are |W2n grad| alone
+    norms = model.path_grad_norms()
+    for key, value in float64_path_norms(model).items():
+        assert norms[key].item() == pytest.approx(value, rel=1e-6), key
+
+
+def test_path_grad_norms_of_a_float64_model():
+    model = small("hornn", "gated").double()
+    backward_once(model)
+    vector = model.path_grad_norm_vector()
+    assert vector.dtype == torch.float32
+    want = torch.tensor(list(float64_path_norms(model).values()), dtype=torch.float32)
+    assert torch.allclose(vector, want, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("arch,pooling", ARCH_CASES)
 def test_column_normalize_caps_norms(arch, pooling):
     model = small(arch, pooling, init_std=1.0)
@@ -162,6 +220,37 @@ def test_column_normalize_caps_norms(arch, pooling):
     if arch == "hornn":
         w = model.layers[0].weight_hh
         assert torch.linalg.vector_norm(w, dim=0).max().item() <= 1.5 + 1e-5
+
+
+def old_column_normalize_(model: RecurrentLM, max_norm: float) -> None:
+    """The formula column_normalize_ used before it was shortened: the bitwise reference."""
+    with torch.no_grad():
+        for weight, dim in model.max_norm_vectors():
+            norms = torch.linalg.vector_norm(weight, dim=dim, keepdim=True)
+            weight.mul_((max_norm / norms.clamp_min(1e-12)).clamp(max=1.0))
+
+
+# 1.7 and 2.9: x.reciprocal() * x is not 1 in float32 there (below-cap factors must stay 1)
+@pytest.mark.parametrize("max_norm", [1.5, 1.7, 2.0, 2.9, 3.3, 1e-13])
+@pytest.mark.parametrize("arch,pooling", [("hornn", "gated"), ("hornn", "fofe"), ("lstm", "sum")])
+def test_column_normalize_is_bitwise_the_old_formula(arch, pooling, max_norm):
+    model = small(arch, pooling, init_std=1.0)
+    with torch.no_grad():
+        for w, dim in model.max_norm_vectors():  # spread the norms around the cap
+            scale = torch.rand(w.shape[1 - dim], generator=torch.Generator().manual_seed(1))
+            w.mul_(2 * scale.unsqueeze(dim) * (max_norm / w.shape[dim] ** 0.5))
+            w.select(1 - dim, 0).zero_()  # a zero vector
+            w.select(1 - dim, 1).mul_(1e-14)  # one under the old 1e-12 floor
+    ref = copy.deepcopy(model)
+    spread = [
+        torch.linalg.vector_norm(w, dim=dim) / max_norm for w, dim in model.max_norm_vectors()
+    ]
+    if max_norm > 1e-6:
+        assert all((s < 1).any() and (s > 1).any() for s in spread)
+    column_normalize_(model, max_norm)
+    old_column_normalize_(ref, max_norm)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q), name
 
 
 def test_column_normalize_noop_when_disabled():

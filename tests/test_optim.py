@@ -193,3 +193,15 @@ def test_total_grad_norm_equals_the_norm_of_the_concatenated_grads() -> None:
 def test_total_grad_norm_without_gradients_is_zero() -> None:
     assert float(total_grad_norm([torch.nn.Parameter(torch.ones(2))])) == 0.0
     assert float(total_grad_norm([])) == 0.0
+
+
+def test_total_grad_norm_matches_a_float64_reference() -> None:
+    gen = torch.Generator().manual_seed(1)
+    shapes = [(40, 30), (30,), (5, 6, 7), (), (1000,)]
+    grads = [torch.randn(shape, generator=gen) * 10.0**i for i, shape in enumerate(shapes)]
+    params = params_with_grads(*grads)
+    params.insert(2, torch.nn.Parameter(torch.ones(4)))  # no grad: skipped
+    want = math.sqrt(sum(float(g.double().norm()) ** 2 for g in grads))
+    got = total_grad_norm(iter(params))  # any iterable of parameters
+    assert got.dim() == 0 and got.dtype == torch.float32
+    assert float(got) == pytest.approx(want, rel=1e-6)

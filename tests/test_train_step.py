@@ -66,6 +66,19 @@ def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
     return TrainStep(cfg, accelerator, model, core, optimizer, B)
 
 
+def float64_total_norm(params: list[torch.nn.Parameter]) -> float:
+    """Return the global gradient norm summed in float64."""
+    return math.sqrt(sum(float(p.grad.double().norm()) ** 2 for p in params))
+
+
+def float64_path_norms(model) -> list[float]:
+    """Return the per-path gradient norms from feedback_path_slices, summed in float64."""
+    return [
+        math.sqrt(sum(float(param.grad[idx].double().norm()) ** 2 for param, idx in pieces))
+        for pieces in model.feedback_path_slices().values()
+    ]
+
+
 @pytest.mark.parametrize("pooling", ["fofe", "gated"])
 def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
     cfg = run_config(pooling)
@@ -82,6 +95,7 @@ def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
         params = [p for p in ref.parameters() if p.requires_grad]
         if i == 4:
             ref_norms = [total_grad_norm(params), *ref.path_grad_norms().values()]
+            exact = [float64_total_norm(params), *float64_path_norms(ref)]
         clip_gradients(params, cfg.optim)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -96,6 +110,7 @@ def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
     assert norms["grad_norm/total"] > 0
     assert any(k.startswith("grad_norm/layer0/path3") for k in norms)
     assert [norms[k] for k in step.norm_names] == pytest.approx([float(n) for n in ref_norms])
+    assert [norms[k] for k in step.norm_names] == pytest.approx(exact, rel=1e-6)
     assert int(step.step_id) == 5 and int(step.bad_step) == 0
 
 
