@@ -29,9 +29,12 @@ The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The mode
   is written straight into the N path slots and the X slot with one ``mul(out=)``: the
   gradient w.r.t. xp is then the X view of dU. After the loop dW = H_all^T @ dU_all[..., :K·H]
   in ONE GEMM and dL/dhistory = dU_hist @ W^T in one more.
+* Max (eq. 4): xin_t is copied into every path term step t reads, before the loop, and the
+  GEMMs accumulate onto it (addmm), so a step's amax over the view is already max_n P_n + xin_t
+  (exactly: rounding is monotone, so max_n fl(P_n + x) = fl(max_n P_n + x)).
 * Ops per time step, forward + backward: sum / fofe 3 + 2 (sum over the view, f, GEMM;
-  addmm, mul); max 4 + 2 (amax, add xin, f, GEMM; the winner of every step is found after the
-  loop, vectorised); gated 5 + 3 (σ, r·P, sum, f, GEMM; addmm, mul, mul into the gate view).
+  addmm, mul); max 3 + 2 (amax, f, GEMM; the winner of every step is found after the loop,
+  vectorised); gated 5 + 3 (σ, r·P, sum, f, GEMM; addmm, mul, mul into the gate view).
   On CUDA cuBLAS may add a split-K reduce to a small GEMM (H200, B=20, H=400, N=3: 7, 8 and
   10 kernels a step).
 * Saved for backward: the outputs h (f' is computed from h), the winning path index for max,
@@ -220,18 +223,22 @@ class HornnScan(torch.autograd.Function):
             if low is not None:
                 W, history, xp = W.to(low), history.to(low), xp.to(low)
             # U_all (N+T, B, (K+1)·H): row N+s = [U of h_s | xin_s], s = -N..T-1.
-            # Gated accumulates its GEMMs onto the pre-added gate inputs, so zeros first.
+            # Gated accumulates its GEMMs onto the pre-added gate inputs, so zeros first; max
+            # onto xin_t in each path term of step t (locations no step reads are never used).
+            prefilled = gated or pooling == "max"
             U = (xp.new_zeros if gated else xp.new_empty)(N + T, B, KH + H)
             paths = _Paths(U, H)
             xin = xp[..., :H]  # (T, B, H) W_in x_t + b
-            if pooling != "max":
+            if pooling == "max":  # max_n (P_n + xin) is max_n P_n + xin: rounding is monotone
+                paths.every(T, p0, N).copy_(xin.unsqueeze(1).expand(T, N, B, H))
+            else:
                 U[N:, :, KH:].copy_(xin)  # entry N of each step's path view
             if gated:  # W1n x_t + c_n, internal order i, into the gate terms step t reads
                 xg = xp[..., H:].reshape(T, B, N, H).flip(2).transpose(1, 2)
                 paths.every(T, 0, N).copy_(xg)
                 R = xp.new_empty(T, N, B, H)  # gate values r_n (eq. 7)
             hist_rows = U[:N].view(N * B, KH + H)[:, :KH]
-            if gated:
+            if prefilled:
                 hist_rows.addmm_(history.reshape(N * B, H), W)
             else:
                 torch.mm(history.reshape(N * B, H), W, out=hist_rows)
@@ -239,8 +246,8 @@ class HornnScan(torch.autograd.Function):
             out = xp.new_empty(T, B, H)  # (T, B, H)
             for t in range(T):
                 h = out[t]
-                if pooling == "max":  # eq. 4
-                    torch.amax(paths.at(t, p0, N), 0, out=h).add_(xin[t])
+                if pooling == "max":  # eq. 4, the path terms already hold + xin_t
+                    torch.amax(paths.at(t, p0, N), 0, out=h)
                 else:  # eq. 3 (sum), 5 (fofe: α^n folded into W), 6-7 (gated)
                     if gated:  # P <- r ⊙ P in place: U's path terms are not read again
                         P = paths.at(t, p0, N)  # (N, B, H): W_hn h_{t-n}
@@ -249,12 +256,12 @@ class HornnScan(torch.autograd.Function):
                 f_(h)
                 if t < T - 1:  # U of the last output is not needed inside this call
                     row = U[N + t, :, :KH]
-                    if gated:
+                    if prefilled:
                         row.addmm_(h, W)
                     else:
                         torch.mm(h, W, out=row)
             if pooling == "max":  # winner i of every step; ties to the highest i = lowest n
-                P_all = paths.every(T, p0, N)  # (T, N, B, H)
+                P_all = paths.every(T, p0, N)  # (T, N, B, H) P_n + xin_t
                 idx_dtype = torch.uint8 if N <= 256 else torch.int64
                 i = torch.arange(N, dtype=idx_dtype, device=xp.device).view(1, N, 1, 1)
                 ctx.idx_all = torch.where(P_all == P_all.amax(1, keepdim=True), i, 0).amax(1)
