@@ -43,7 +43,8 @@ The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The mode
 
 Max pooling (eq. 4) sends the gradient to the winning path only. Ties go to the lowest n (the
 same as a walk over n = 1..N with strict ``>``): the winner is the lowest n whose term equals
-the maximum exactly, the same on CPU and CUDA.
+the maximum exactly, the same on CPU and CUDA. (The terms compared are the rounded P_n + xin_t,
+so two terms within a rounding of each other count as a tie: either is a valid subgradient.)
 
 Precision (``precision`` of `fused_scan`, ``model.recurrence_precision``):
 
