@@ -108,7 +108,7 @@ def hornn_forward(
     dtype = recurrence_dtype(x, history, weight_ih, weight_hh)
     xp = (x.reshape(T * B, x.shape[2]) @ weight_ih).view(T, B, weight_ih.shape[1])  # (T, B, ·)
     biases = bias if gate_bias is None else torch.cat([bias, gate_bias])
-    xp = xp.to(dtype) + biases.to(dtype)  # bias b inside f, gate biases inside σ
+    xp = xp + biases.to(dtype)  # in `dtype` (type promotion); b inside f, gate biases inside σ
     device = xp.device
     engine = pick_engine(engine, device, B, H, torch.is_autocast_enabled(device.type))
     if engine == "fused":
@@ -123,8 +123,9 @@ def hornn_forward(
         out = scan(xp, history, weight_hh, pooling, alpha, activation, precision)
     else:  # the plain reference: always the recurrence dtype
         out = loop_scan(xp, history, weight_hh, pooling, alpha, activation)  # (T, B, H)
-    new_history = torch.cat([history.to(out.dtype), out], 0)[-N:]  # (N, B, H)
-    return out, new_history
+    if T >= N:  # the newest N outputs: a view, no copy
+        return out, out[T - N :]
+    return out, torch.cat([history.to(out.dtype), out], 0)[-N:]  # (N, B, H)
 
 
 class HornnLayer(nn.Module):
