@@ -336,14 +336,25 @@ def test_cuda_triton_agrees_with_fused(monkeypatch, pooling, autocast, tiles):
     assert torch.equal(again, results[1][0])
 
 
-def test_buffers_past_32_bit_offsets_are_refused():
+@pytest.mark.parametrize("pooling", ["gated", "max"])
+def test_buffers_past_32_bit_offsets_are_refused(monkeypatch, pooling):
     """Sizes whose buffers the kernels cannot index are refused before anything is allocated."""
-    T, B, H, N = 2048, 512, 1024, 4  # (T + 2N)·N·B·H > 2^31 for gated; nothing is materialised
-    xp = torch.empty(T, B, (1 + N) * H, device="meta")
+    # (T + 2N)·N·B·H > 2^31: the backward's per-path operands; nothing is materialised
+    T, B, H, N = 2048, 256, 1024, 4
+    gated = pooling == "gated"
+    xp = torch.empty(T, B, (1 + N if gated else 1) * H, device="meta")
     history = torch.empty(N, B, H, device="meta")
-    weight = torch.empty(H, 2 * N * H, device="meta")
+    weight = torch.empty(H, (2 * N if gated else N) * H, device="meta")
     with pytest.raises(ValueError, match="32-bit offsets.*engine 'fused'"):
-        ts.triton_scan(xp, history, weight, "gated", 0.6, "tanh")
+        ts.triton_scan(xp, history, weight, pooling, 0.6, "tanh")
+
+    def reached(device):
+        raise LookupError("past the size check")
+
+    monkeypatch.setattr(ts, "check_available", reached)
+    small = xp[: T // 8]  # (T/8 + 2N)·N·B·H < 2^31: on to the next check
+    with pytest.raises(LookupError, match="past the size check"):
+        ts.triton_scan(small, history, weight, pooling, 0.6, "tanh")
 
 
 @on_cpu

@@ -693,7 +693,8 @@ def triton_scan(
     T, B, _ = xp.shape
     N, _, H = history.shape
     split = _tiles(B, H, _multiprocessors(xp.device))["SPLIT"]
-    paths = N if pooling == "gated" else 1  # elements of the largest buffer: state, gates, parts
+    # (T + 2N) rows of B x H per path: the backward's operands (gated: + its gate gradients)
+    paths = {"max": N, "gated": N + 1}.get(pooling, 1)
     largest = max((T + 2 * N) * paths, split * _partials(pooling, N)) * B * H
     if largest >= 2**31:
         raise ValueError(
