@@ -142,25 +142,31 @@ def _path_coefs(pooling: str, order: int, alpha: float, ref: Tensor) -> Tensor |
     return alpha**n
 
 
+def _reverse_blocks(w: Tensor, size: int) -> Tensor:
+    """Return a copy of w (rows, K·size) with its K column blocks in reverse order.
+
+    One `torch.cat` (one kernel on CUDA, and on CPU ~3x faster than `flip`)."""
+    return torch.cat(w.reshape(w.shape[0], -1, size).unbind(1)[::-1], 1)
+
+
 def _to_internal(weight_hh: Tensor, order: int, coefs: Tensor | None) -> Tensor:
     """Return W with its path blocks reversed (block i = path N - i) and FOFE-scaled, (H, K·H).
 
     Gated: the two groups swap too, internal W = [W2 reversed | W_h reversed].
     """
     H = weight_hh.shape[0]
-    w = weight_hh.reshape(H, -1, order, H).flip(1, 2)  # (H, G, N, H), G = 2 gated else 1
-    if coefs is not None:
-        w = w * coefs.view(1, 1, order, 1)
-    return w.reshape(H, -1).contiguous()
+    w = _reverse_blocks(weight_hh, H)  # reversing all K blocks reverses each group and swaps them
+    if coefs is not None:  # fofe: K = N
+        w.view(H, order, H).mul_(coefs.view(1, order, 1))
+    return w
 
 
 def _from_internal(grad_int: Tensor, order: int, coefs: Tensor | None) -> Tensor:
     """Map a gradient w.r.t. the internal W back to the parameter layout of weight_hh."""
     H = grad_int.shape[0]
-    g = grad_int.reshape(H, -1, order, H)
     if coefs is not None:
-        g = g * coefs.view(1, 1, order, 1)
-    return g.flip(1, 2).reshape(H, -1)
+        grad_int = (grad_int.view(H, order, H) * coefs.view(1, order, 1)).view(H, -1)
+    return _reverse_blocks(grad_int, H)
 
 
 class _Paths:
@@ -235,7 +241,8 @@ class HornnScan(torch.autograd.Function):
             else:
                 U[N:, :, KH:].copy_(xin)  # entry N of each step's path view
             if gated:  # W1n x_t + c_n, internal order i, into the gate terms step t reads
-                xg = xp[..., H:].reshape(T, B, N, H).flip(2).transpose(1, 2)
+                xg = _reverse_blocks(xp[..., H:].reshape(T * B, N * H), H)
+                xg = xg.view(T, B, N, H).transpose(1, 2)
                 paths.every(T, 0, N).copy_(xg)
                 R = xp.new_empty(T, N, B, H)  # gate values r_n (eq. 7)
             hist_rows = U[:N].view(N * B, KH + H)[:, :KH]
@@ -273,6 +280,7 @@ class HornnScan(torch.autograd.Function):
             ctx.save_for_backward(history, weight_hh, out)
             ctx.R = R if gated else None
             ctx.U = U if gated else None  # its path slots hold r ⊙ P, all the gate gradient needs
+            ctx.W = W  # the internal weight (a copy), for the backward's GEMMs
         return out.to(result_dtype)  # one cast after the loop when `low` is set
 
     @staticmethod
@@ -290,7 +298,7 @@ class HornnScan(torch.autograd.Function):
             p0 = KH // H - N
             gated = pooling == "gated"
             coefs = _path_coefs(pooling, N, ctx.alpha, weight_hh)
-            W = _to_internal(weight_hh, N, coefs).to(out.dtype)  # (H, K·H)
+            W = ctx.W  # (H, K·H), in out's dtype
             Wt = W.t()  # (K·H, H)
             H_all = torch.cat([history, out], 0)  # (N+T, B, H)
             dU = out.new_zeros(N + T, B, KH + H)  # dL/dU_all, X block: dL/dxin
@@ -327,8 +335,8 @@ class HornnScan(torch.autograd.Function):
             if ctx.needs_input_grad[0]:
                 g_xp = dU[N:, :, KH:]  # (T, B, H) dL/d(W_in x_t + b)
                 if gated:  # back to the parameter layout: blocks [W_in | W1_1..W1_N]
-                    dxg = dpaths.every(T, 0, N).transpose(1, 2).flip(2).reshape(T, B, N * H)
-                    g_xp = torch.cat([g_xp, dxg], 2)
+                    dxg = dpaths.every(T, 0, N).unbind(1)[::-1]  # (T, B, H) each, path order
+                    g_xp = torch.cat([g_xp, *dxg], 2)
                 g_xp = g_xp.to(dtype)
             if ctx.needs_input_grad[1]:
                 g_hist = (dU[:N].view(N * B, KH + H)[:, :KH] @ Wt).view(N, B, H).to(dtype)
