@@ -82,7 +82,10 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
-    if _shutdown_process_group():
+    # Accelerate's end_training may have torn torch.distributed down already: WORLD_SIZE (set
+    # by the launcher) still says whether the process had a process group and its threads.
+    had_group = _shutdown_process_group() or int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if had_group:
         _exit_now(code)
     sys.exit(code)
 
