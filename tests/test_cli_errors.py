@@ -113,3 +113,47 @@ def _assert_one_line_error(proc: subprocess.CompletedProcess, expected: str) -> 
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr[-2000:]
     assert expected in errors[0], errors[0]
+
+
+_EXIT_PROBE = """
+import atexit, logging, sys
+from hornn_dist.errors import ConfigError
+from hornn_dist.runtime import run_cli, setup_logging
+
+def main(argv):
+    setup_logging(True)
+    atexit.register(lambda: print("interpreter shutdown", flush=True))
+    logging.getLogger("hornn_dist").info("last log line")
+    print("buffered stdout line", end="")  # no newline: only a flush writes it
+    if argv == ["fail"]:
+        raise ConfigError("train.bptt must be >= 1; set train.bptt")
+    return 0
+
+run_cli(main, sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("world_size", [None, "2"])
+@pytest.mark.parametrize("fail", [False, True])
+def test_cli_exit_of_a_process_with_peers_skips_interpreter_shutdown(world_size, fail) -> None:
+    """Under a multi-process launch the CLI ends with os._exit (a gloo worker thread can abort a
+    finalising interpreter), after flushing the logs; alone it exits normally."""
+    child_env = env()
+    if world_size is not None:
+        child_env["WORLD_SIZE"] = world_size
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_PROBE, *(["fail"] if fail else [])],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=child_env,
+        timeout=120,
+    )
+    assert proc.returncode == (2 if fail else 0), proc.stderr
+    assert "last log line" in proc.stderr
+    assert proc.stdout.startswith("buffered stdout line")
+    assert ("interpreter shutdown" in proc.stdout) == (world_size is None)
+    if fail:
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "error: train.bptt must be >= 1; set train.bptt"
+        )
