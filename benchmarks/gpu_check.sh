@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU check of the speed issue, run from the repo root on a machine with one CUDA GPU:
 #
-#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~6-7 min on an H100, hard stop at 560 s
+#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~7-8 min on an H100, hard stop at 560 s
 #
 # Run it with the device tool's timeout_s 600: the steps come in order of what they prove, and
 # each one's limit is cut to what is left, so a late step is skipped rather than the run lost.
