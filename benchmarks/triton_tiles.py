@@ -51,7 +51,7 @@ from torch import Tensor
 from hornn_dist.models import HornnLayer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import comma_list, write_json  # noqa: E402
+from throughput import comma_list, error_line, write_json  # noqa: E402
 
 ORDER = 3
 WARMUP = 3  # eager iterations on the side stream before the capture
@@ -167,12 +167,6 @@ def measure(
         row["max_abs_diff"] = (out - ref).abs().max().item()
     del graph
     return row, out
-
-
-def error_line(exc: BaseException) -> str:
-    """Return the first line of an exception, prefixed by its type."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
 def run_group(
