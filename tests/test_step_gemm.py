@@ -1,0 +1,111 @@
+"""The fused engine's CPU step GEMM (oneDNN's linear) against float64 products and the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hornn_dist.models import HornnLayer
+from hornn_dist.models.step_gemm import StepGemm, onednn_linear_works
+
+try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
+    from tests.reference_hornn import reference_layer
+except ImportError:
+    from reference_hornn import reference_layer
+
+POOLINGS = ("sum", "max", "fofe", "gated")
+needs_onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN"
+)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Return ||a - b|| / ||b||."""
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@needs_onednn
+def test_onednn_linear_is_found_on_this_build():
+    """The CPU wheel has oneDNN's linear: the fast path is really what the tests below run."""
+    assert onednn_linear_works()
+    assert StepGemm(torch.randn(5, 7)).onednn
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows,k,n", [(20, 40, 120), (3, 16, 96), (1, 8, 8)])
+def test_step_gemm_matches_the_float64_product(rows, k, n):
+    """x @ w, out += x @ w and out = x @ w into strided views, to float32 rounding."""
+    g = torch.Generator().manual_seed(rows * k + n)
+    w = torch.randn(k, n, generator=g)
+    x = torch.randn(rows, k, generator=g)
+    gemm = StepGemm(w)
+    assert gemm.onednn
+    want = x.double() @ w.double()
+    assert rel_err(gemm(x), want) < 1e-6
+    buf = torch.randn(2, rows, n + 5, generator=g)
+    row = buf[1, :, :n]  # a strided slice, as in the engine's U buffer
+    untouched = buf.clone()
+    before = row.clone()
+    gemm.add_to(row, x)
+    assert rel_err(row, before.double() + want) < 1e-6
+    gemm.write_to(row, x)
+    assert rel_err(row, want) < 1e-6
+    assert torch.equal(buf[0], untouched[0]) and torch.equal(buf[1, :, n:], untouched[1, :, n:])
+
+
+@pytest.mark.parametrize(
+    "make_w",
+    [
+        lambda: torch.randn(6, 10, dtype=torch.float64),  # float64: the reference precision
+        lambda: torch.randn(10, 6).t(),  # a non-contiguous w: the fast form would need a copy
+        lambda: torch.randn(6, 10, dtype=torch.bfloat16),
+    ],
+)
+def test_step_gemm_falls_back_to_mm(make_w):
+    """Anything but a contiguous float32 CPU weight multiplies exactly as torch.mm does."""
+    w = make_w()
+    x = torch.randn(4, 6, dtype=w.dtype)
+    gemm = StepGemm(w)
+    assert not gemm.onednn
+    assert torch.equal(gemm(x), x @ w)
+    out = torch.randn(4, 10, dtype=w.dtype)
+    want = out.addmm(x, w)
+    gemm.add_to(out, x)
+    assert torch.equal(out, want)
+    gemm.write_to(out, x)
+    assert torch.equal(out, torch.mm(x, w))
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_float32_fused_engine_matches_the_float64_reference(pooling):
+    """The float32 path (oneDNN steps) gives the eq. 3-7 outputs and gradients to 1e-5."""
+    torch.manual_seed(len(pooling))
+    T, B, N, H = 7, 3, 3, 16
+    layer = HornnLayer(5, H, order=N, pooling=pooling, activation="tanh", init_std=0.3)
+    x = torch.randn(T, B, 5, requires_grad=True)
+    hist = torch.randn(N, B, H, requires_grad=True)
+    weights = torch.randn(T, B, H)
+    out, _ = layer(x, hist)
+    got = torch.autograd.grad((out * weights).sum(), [x, hist, *layer.parameters()])
+    layer64 = layer.double()
+    x64, hist64 = x.detach().double().requires_grad_(), hist.detach().double().requires_grad_()
+    ref, _ = reference_layer(layer64, x64, hist64)
+    want = torch.autograd.grad((ref * weights.double()).sum(), [x64, hist64, *layer64.parameters()])
+    assert rel_err(out, ref) < 1e-5
+    for a, b in zip(got, want, strict=True):
+        assert rel_err(a, b) < 1e-5
+
+
+def test_step_gemm_under_torch_compile_uses_mm():
+    """A graph torch.compile traces gets mm (inductor cannot lower oneDNN's linear on a plain
+    weight), and the compiled product is the same."""
+
+    def product(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        gemm = StepGemm(w)
+        out = torch.zeros(x.shape[0], w.shape[1])
+        gemm.add_to(out, x)
+        return out
+
+    w, x = torch.randn(8, 12), torch.randn(3, 8)
+    compiled = torch.compile(product, backend="inductor", fullgraph=True)
+    assert rel_err(compiled(w, x), x.double() @ w.double()) < 1e-6
