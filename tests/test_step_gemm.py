@@ -76,6 +76,15 @@ def test_step_gemm_falls_back_to_mm(make_w):
     assert torch.equal(out, torch.mm(x, w))
 
 
+def test_step_gemm_respects_onednn_turned_off():
+    """torch.backends.mkldnn.flags(enabled=False) sends the product to mm."""
+    w, x = torch.randn(6, 10), torch.randn(4, 6)
+    with torch.backends.mkldnn.flags(enabled=False):
+        gemm = StepGemm(w)
+        assert not gemm.onednn
+        assert torch.equal(gemm(x), x @ w)
+
+
 @pytest.mark.parametrize("pooling", POOLINGS)
 def test_float32_fused_engine_matches_the_float64_reference(pooling):
     """The float32 path (oneDNN steps) gives the eq. 3-7 outputs and gradients to 1e-5."""

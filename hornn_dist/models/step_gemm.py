@@ -14,7 +14,8 @@ transposed copy of W, and that copy cost what the faster steps saved (benchmarks
 
 Only a contiguous float32 W on CPU takes this path; float64 (the tests' reference
 precision), bf16/fp16, CUDA, a graph that torch.compile traces (inductor's lowering of the op
-expects a packed weight) and a torch build without oneDNN use `torch.mm`. Both are
+expects a packed weight), oneDNN turned off (`torch.backends.mkldnn.flags(enabled=False)`)
+and a torch build without oneDNN use `torch.mm`. Both are
 float32 GEMMs; they differ only in the order of their rounding.
 """
 
@@ -49,6 +50,7 @@ class StepGemm:
             w.device.type == "cpu"
             and w.dtype == torch.float32
             and w.is_contiguous()
+            and torch.backends.mkldnn.enabled  # a user's torch.backends.mkldnn.flags(enabled=False)
             and not torch.compiler.is_compiling()  # inductor lowers this op for packed weights only
             and onednn_linear_works()
         )
