@@ -276,6 +276,27 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
     assert [r["default"] for r in rows if r["engine"] == "triton"] == [True, False] * 2
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+def test_step_gemm_benchmark_times_both_products_and_the_layer(tmp_path):
+    sg = _load("step_gemm")
+    out = tmp_path / "s.json"
+    argv = ["--poolings", "sum,gated", "--hidden", "256", "--batch", "2", "--bptt", "3"]
+    rows = sg.main([*argv, "--rounds", "1", "--repeats", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["results"] == json.loads(json.dumps(rows))
+    assert data["meta"]["command"].startswith("python benchmarks/step_gemm.py --poolings sum")
+    products = [r["case"] for r in rows if r["table"] == "product"]
+    assert len(products) == 10 and "gated forward oneDNN" in products
+    layers = [r["case"] for r in rows if r["table"] == "layer"]
+    assert layers == [  # H 256: the engine takes oneDNN
+        "sum layer, engine (oneDNN)",
+        "sum layer, mm",
+        "gated layer, engine (oneDNN)",
+        "gated layer, mm",
+    ]
+    assert all(r["ms"] > 0 for r in rows)
+
+
 def test_markdown_table_of_a_real_run(tmp_path):
     """benchmarks/markdown_table.py: one row per variant, a column per config, the LSTM's own
     tokens/s; bold exactly where a HORNN row meets the issue's goal (gated: 0.8)."""

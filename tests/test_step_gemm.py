@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hornn_dist.models import HornnLayer
-from hornn_dist.models.step_gemm import StepGemm, onednn_linear_works
+from hornn_dist.models import HornnLayer, step_gemm
+from hornn_dist.models.step_gemm import (
+    ONEDNN_MIN_HIDDEN,
+    ONEDNN_MIN_MACS,
+    StepGemm,
+    onednn_linear_works,
+    onednn_pays,
+)
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
     from tests.reference_hornn import reference_layer
@@ -28,17 +34,29 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_onednn_linear_is_found_on_this_build():
     """The CPU wheel has oneDNN's linear: the fast path is really what the tests below run."""
     assert onednn_linear_works()
-    assert StepGemm(torch.randn(5, 7)).onednn
 
 
 @needs_onednn
-@pytest.mark.parametrize("rows,k,n", [(20, 40, 120), (3, 16, 96), (1, 8, 8)])
+def test_onednn_runs_only_where_it_pays():
+    """oneDNN from H 256, or from 4M multiply-adds a step; mm below (the demo's H 128)."""
+    assert onednn_pays(20, torch.empty(ONEDNN_MIN_HIDDEN, 8))
+    assert not onednn_pays(20, torch.empty(128, 384))  # the demo: B 20, H 128, sum
+    assert onednn_pays(128, torch.empty(128, 384))  # 6.3M multiply-adds
+    rows = -(-ONEDNN_MIN_MACS // (64 * 128))  # the fewest rows that reach the threshold
+    assert onednn_pays(rows, torch.empty(64, 128))
+    assert not onednn_pays(rows - 1, torch.empty(64, 128))
+    assert StepGemm(torch.randn(400, 1200), 20).onednn
+    assert not StepGemm(torch.randn(128, 384), 20).onednn
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows,k,n", [(20, 256, 120), (3, 300, 96), (1, 256, 8)])
 def test_step_gemm_matches_the_float64_product(rows, k, n):
     """x @ w, out += x @ w and out = x @ w into strided views, to float32 rounding."""
     g = torch.Generator().manual_seed(rows * k + n)
     w = torch.randn(k, n, generator=g)
     x = torch.randn(rows, k, generator=g)
-    gemm = StepGemm(w)
+    gemm = StepGemm(w, rows)
     assert gemm.onednn
     want = x.double() @ w.double()
     assert rel_err(gemm(x), want) < 1e-6
@@ -65,7 +83,7 @@ def test_step_gemm_falls_back_to_mm(make_w):
     """Anything but a contiguous float32 CPU weight multiplies exactly as torch.mm does."""
     w = make_w()
     x = torch.randn(4, 6, dtype=w.dtype)
-    gemm = StepGemm(w)
+    gemm = StepGemm(w, 10**9)  # large enough to pay, were it a float32 contiguous w
     assert not gemm.onednn
     assert torch.equal(gemm(x), x @ w)
     out = torch.randn(4, 10, dtype=w.dtype)
@@ -76,18 +94,23 @@ def test_step_gemm_falls_back_to_mm(make_w):
     assert torch.equal(out, torch.mm(x, w))
 
 
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
 def test_step_gemm_respects_onednn_turned_off():
     """torch.backends.mkldnn.flags(enabled=False) sends the product to mm."""
     w, x = torch.randn(6, 10), torch.randn(4, 6)
+    assert StepGemm(w, 10**9).onednn == onednn_linear_works()
     with torch.backends.mkldnn.flags(enabled=False):
-        gemm = StepGemm(w)
+        gemm = StepGemm(w, 10**9)
         assert not gemm.onednn
         assert torch.equal(gemm(x), x @ w)
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
-def test_float32_fused_engine_matches_the_float64_reference(pooling):
-    """The float32 path (oneDNN steps) gives the eq. 3-7 outputs and gradients to 1e-5."""
+def test_float32_fused_engine_matches_the_float64_reference(pooling, monkeypatch):
+    """The float32 path with oneDNN steps (at any size here) gives the eq. 3-7 outputs and
+    gradients to 1e-5."""
+    monkeypatch.setattr(step_gemm, "ONEDNN_MIN_HIDDEN", 1)
+    assert StepGemm(torch.randn(16, 48), 3).onednn == onednn_linear_works()
     torch.manual_seed(len(pooling))
     T, B, N, H = 7, 3, 3, 16
     layer = HornnLayer(5, H, order=N, pooling=pooling, activation="tanh", init_std=0.3)
@@ -110,7 +133,7 @@ def test_step_gemm_under_torch_compile_uses_mm():
     weight), and the compiled product is the same."""
 
     def product(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        gemm = StepGemm(w)
+        gemm = StepGemm(w, 10**9)
         out = torch.zeros(x.shape[0], w.shape[1])
         gemm.add_to(out, x)
         return out

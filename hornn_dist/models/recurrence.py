@@ -36,8 +36,9 @@ The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The mode
   addmm, mul); max 3 + 2 (amax, f, GEMM; the winner of every step is found after the loop,
   vectorised); gated 5 + 3 (σ, r·P, sum, f, GEMM; addmm, mul, mul into the gate view).
   On CUDA cuBLAS may add a split-K reduce to a small GEMM (H200, B=20, H=400, N=3: 7, 8 and
-  10 kernels a step). On a float32 CPU the forward's step GEMM goes through oneDNN
-  (`step_gemm.py`: 1.4-1.8x faster than BLAS at B=20) and is added or copied into U.
+  10 kernels a step). On a float32 CPU the forward's step GEMM goes through oneDNN where
+  that pays (`step_gemm.py`: from H 256; 1.4-1.8x faster than BLAS at B=20, H=400) and is
+  added or copied into U.
 * Saved for backward: the outputs h (f' is computed from h), the winning path index for max,
   and for gated the gate values r and U_all, whose path slots the forward left holding r·P:
   the gate gradient f'·P·r(1-r) is f'·(r·P)·(1-r), so nothing is recomputed.
@@ -254,7 +255,7 @@ class HornnScan(torch.autograd.Function):
             else:
                 torch.mm(history.reshape(N * B, H), W, out=hist_rows)
             f_ = _activation_(activation)
-            step_gemm = StepGemm(W)  # h_t @ W: oneDNN on a float32 CPU
+            step_gemm = StepGemm(W, B)  # h_t @ W: oneDNN on a float32 CPU where it pays
             out = xp.new_empty(T, B, H)  # (T, B, H)
             for t in range(T):
                 h = out[t]

@@ -2,21 +2,23 @@
 
 A HORNN step multiplies a small batch (B rows, 20 at the paper's size) by the same weight
 W (H, K·H) every step. `torch.mm` sends it to BLAS (MKL), which at these sizes runs at about
-60% of its large-GEMM rate (115-125 against 175-195 GFLOP/s on the machine below). oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`,
-the op inductor's CPU path emits), given the linear's (out, in) weight as the transposed view
-of the contiguous W, does the same product much faster: at B 20 x H 400 on a 2-core AVX-512
-CPU, 116 µs against 168 µs for K·H 1200 (sum, max, fofe) and 201 µs against 357 µs for
-K·H 2400 (gated), with no set-up cost. That is also where `torch.nn.LSTM` on CPU, the CPU
-baseline, gets its speed (it runs oneDNN's RNN).
+60% of its large-GEMM rate (115-125 against 175-195 GFLOP/s on the machine below). oneDNN's
+linear (`torch.ops.mkldnn._linear_pointwise`, the op inductor's CPU path emits), given the
+linear's (out, in) weight as the transposed view of the contiguous W, does the same product
+faster once it is large enough to repay oneDNN's larger cost per call (`onednn_pays`): at
+B 20 x H 400 on a 2-core AVX-512 CPU, 116 µs against 168 µs for K·H 1200 (sum, max, fofe)
+and 201 µs against 357 µs for K·H 2400 (gated), with no set-up cost; at the demo's H 128 it
+is slower, and mm runs. oneDNN is also where `torch.nn.LSTM`, the CPU baseline, gets its
+speed (it runs oneDNN's RNN).
 
 Only the forward uses it: backward's dU_t @ W^T takes oneDNN's fast form only from a
 transposed copy of W, and that copy cost what the faster steps saved (benchmarks/README.md).
 
-Only a contiguous float32 W on CPU takes this path; float64 (the tests' reference
-precision), bf16/fp16, CUDA, a graph that torch.compile traces (inductor's lowering of the op
-expects a packed weight), oneDNN turned off (`torch.backends.mkldnn.flags(enabled=False)`)
-and a torch build without oneDNN use `torch.mm`. Both are float32 GEMMs; they differ only in
-the order of their rounding.
+Only a contiguous float32 W on CPU, in a product that large, takes this path; float64 (the
+tests' reference precision), bf16/fp16, CUDA, a graph that torch.compile traces (inductor's
+lowering of the op expects a packed weight), oneDNN turned off
+(`torch.backends.mkldnn.flags(enabled=False)`) and a torch build without oneDNN use
+`torch.mm`. Both are float32 GEMMs; they differ only in the order of their rounding.
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ import functools
 
 import torch
 from torch import Tensor
+
+# oneDNN's linear costs ~15-20 µs a call more than BLAS, which pays off from here (2 cores,
+# B 10-128 x H 64-1024, K·H 3H and 6H; benchmarks/README.md): H >= 256 won at every batch
+# (0.25-0.86 of mm's time), and smaller H from 4M multiply-adds a step (0.78-0.92); below
+# both it ranged from 0.73 to 3.5, e.g. 1.45 at the demo's B 20 x H 128 x 3H.
+ONEDNN_MIN_HIDDEN = 256
+ONEDNN_MIN_MACS = 4_000_000
 
 
 @functools.cache
@@ -41,14 +50,20 @@ def onednn_linear_works() -> bool:
     return bool(torch.equal(y, x @ w))
 
 
-class StepGemm:
-    """x @ w for many small x and one w (K, N): oneDNN on a contiguous float32 CPU w, else mm."""
+def onednn_pays(rows: int, w: Tensor) -> bool:
+    """Return True if x (rows, K) @ w (K, N) is large enough for oneDNN to beat BLAS."""
+    return w.shape[0] >= ONEDNN_MIN_HIDDEN or rows * w.numel() >= ONEDNN_MIN_MACS
 
-    def __init__(self, w: Tensor) -> None:
+
+class StepGemm:
+    """x @ w for many x of `rows` rows and one w (K, N): oneDNN where it is faster, else mm."""
+
+    def __init__(self, w: Tensor, rows: int) -> None:
         self.w = w
         self.onednn = (
             w.device.type == "cpu"
             and w.dtype == torch.float32
+            and onednn_pays(rows, w)
             and w.is_contiguous()
             and torch.backends.mkldnn.enabled  # a user's torch.backends.mkldnn.flags(enabled=False)
             and not torch.compiler.is_compiling()  # inductor lowers this op for packed weights only
