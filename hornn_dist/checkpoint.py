@@ -213,14 +213,27 @@ def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
     return {"stream": states[0]["stream"], "history": history}
 
 
-def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> None:
-    """Raise CheckpointError listing every difference that makes `folder` unusable for this run."""
+# [model] keys that pick how the same parameters are computed, not what they are: a resume
+# may change them (e.g. a run trained with the triton engine on a GPU, resumed on a CPU)
+EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
+
+
+def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> list[str]:
+    """Raise CheckpointError listing every difference that makes `folder` unusable for this run.
+
+    Return the execution keys (`EXECUTION_MODEL_KEYS`) that differ, as "key: old -> new".
+    """
     saved_cfg = read_config(folder)
     state = read_trainer_state(folder)
-    diffs = [
-        f"model.{k}: checkpoint {v!r} != config {getattr(cfg.model, k)!r}"
+    changed = [
+        (f"model.{k}", v, getattr(cfg.model, k))
         for k, v in saved_cfg.to_dict()["model"].items()
         if getattr(cfg.model, k) != v
+    ]
+    diffs = [
+        f"{key}: checkpoint {old!r} != config {new!r}"
+        for key, old, new in changed
+        if key.removeprefix("model.") not in EXECUTION_MODEL_KEYS
     ]
     if state.get("vocab_hash") != vocab_hash:
         diffs.append(f"vocabulary hash: checkpoint {state.get('vocab_hash')} != data {vocab_hash}")
@@ -235,6 +248,11 @@ def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> None:
             + "; ".join(diffs)
             + " (use --no-resume or another train.output_dir)"
         )
+    return [
+        f"{key}: {old!r} -> {new!r}"
+        for key, old, new in changed
+        if key.removeprefix("model.") in EXECUTION_MODEL_KEYS
+    ]
 
 
 def to_toml(sections: dict[str, dict[str, Any]]) -> str:

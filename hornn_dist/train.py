@@ -156,7 +156,13 @@ class Trainer:
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator
-        ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash)
+        changed = ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash)
+        if changed:
+            logger.info(
+                "resuming with another way to compute the same model (%s): same parameters, "
+                "different rounding, so not bit-identical to an uninterrupted run",
+                "; ".join(changed),
+            )
         acc.load_state(str(folder))
         state = ckpt.read_trainer_state(folder)
         self.progress = Progress(

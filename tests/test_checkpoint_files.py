@@ -264,6 +264,22 @@ def test_compatible_checkpoint_passes(tmp_path: Path) -> None:
     ckpt.check_compatible(folder, now, VOCAB_HASH)
 
 
+def test_engine_and_precision_may_change_on_resume(tmp_path: Path) -> None:
+    folder = make_checkpoint(tmp_path, 10)
+    same = load_config(None, [])
+    assert ckpt.check_compatible(folder, same, VOCAB_HASH) == []
+    now = load_config(None, ["model.engine=loop", "model.recurrence_precision=autocast"])
+    assert ckpt.check_compatible(folder, now, VOCAB_HASH) == [
+        "model.engine: 'auto' -> 'loop'",
+        "model.recurrence_precision: 'fp32' -> 'autocast'",
+    ]
+    both = load_config(None, ["model.engine=loop", "model.order=2"])
+    with pytest.raises(CheckpointError) as info:  # a real difference is still refused, alone
+        ckpt.check_compatible(folder, both, VOCAB_HASH)
+    assert "model.order: checkpoint 3 != config 2" in str(info.value)
+    assert "model.engine" not in str(info.value) and str(info.value).count(" != ") == 1
+
+
 def test_incompatible_checkpoint_lists_every_difference_in_one_line(tmp_path: Path) -> None:
     saved = load_config(None, ["model.order=3", "model.hidden_size=64", "train.bptt=30"])
     folder = make_checkpoint(tmp_path, 10, cfg=saved, world_size=2)

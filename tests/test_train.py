@@ -224,6 +224,21 @@ def test_resume_refuses_a_different_model(workdir: Path, straight_1: Path) -> No
     assert "Traceback" not in proc.stderr
 
 
+def test_resume_with_another_engine(workdir: Path, straight_1: Path) -> None:
+    """The engine is how, not what: a run resumes under another one and trains on the same."""
+    name = "engine_switch"
+    check_ok(_train(workdir, name, "--set", f"train.max_steps={K_FIRST}"))
+    second = _train(
+        workdir, name, "--set", "model.engine=loop", "--set", f"train.max_steps={K_STEPS}"
+    )
+    check_ok(second)
+    assert "resuming from" in second.stderr
+    assert "another way to compute the same model (model.engine: 'auto' -> 'loop')" in second.stderr
+    got, want = final_weights(_out(workdir, name)), final_weights(straight_1)
+    for key in want:  # the same model and data; the engines sum in different orders
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)
+
+
 def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
     one = run_module("hornn_dist.evaluate", str(straight_1), "--split", "valid")
     two = launch_two_ranks("hornn_dist.evaluate", str(straight_1), "--split", "valid", port=29614)
