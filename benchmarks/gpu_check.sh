@@ -20,8 +20,8 @@
 #                                    (c2) bf16 only, every pooling with -amp on both engines
 #   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
 #                                    T 30, bf16) on the demo corpus, CUDA graph: HORNN-3 (fused
-#                                    fofe; sum/max/fofe/gated with the default engine, max
-#                                    and gated also with recurrence_precision autocast) and LSTM
+#                                    fofe; sum/max/fofe/gated with the default engine, each
+#                                    also with recurrence_precision autocast) and LSTM
 #   extra.log                    (e) kernels per step and their GPU time (paper, bf16);
 #                                (f) optional, if time is left: demo training in bf16 (CUDA
 #                                    graph) and fp16 (eager), 300 steps, then resumed to 600;
@@ -145,7 +145,8 @@ fi
 #     A 4th word "amp" sets model.recurrence_precision = "autocast".
 want trainer && for run in "hornn-fofe fused graph" "hornn-fofe auto graph" \
   "hornn-max auto graph" "hornn-sum auto graph" "hornn-gated auto graph" "lstm - graph" \
-  "hornn-max auto graph amp" "hornn-gated auto graph amp"; do
+  "hornn-max auto graph amp" "hornn-gated auto graph amp" "hornn-sum auto graph amp" \
+  "hornn-fofe auto graph amp"; do
   set -- $run
   variant=$1 engine=$2 mode=$3 precision=fp32
   [ "${4:-}" = amp ] && precision=autocast
