@@ -226,14 +226,14 @@ def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> list[str]
     saved_cfg = read_config(folder)
     state = read_trainer_state(folder)
     changed = [
-        (f"model.{k}", v, getattr(cfg.model, k))
-        for k, v in saved_cfg.to_dict()["model"].items()
-        if getattr(cfg.model, k) != v
+        (key, old, getattr(cfg.model, key))
+        for key, old in saved_cfg.to_dict()["model"].items()
+        if getattr(cfg.model, key) != old
     ]
     diffs = [
-        f"{key}: checkpoint {old!r} != config {new!r}"
+        f"model.{key}: checkpoint {old!r} != config {new!r}"
         for key, old, new in changed
-        if key.removeprefix("model.") not in EXECUTION_MODEL_KEYS
+        if key not in EXECUTION_MODEL_KEYS
     ]
     if state.get("vocab_hash") != vocab_hash:
         diffs.append(f"vocabulary hash: checkpoint {state.get('vocab_hash')} != data {vocab_hash}")
@@ -249,9 +249,9 @@ def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> list[str]
             + " (use --no-resume or another train.output_dir)"
         )
     return [
-        f"{key}: {old!r} -> {new!r}"
+        f"model.{key}: {old!r} -> {new!r}"
         for key, old, new in changed
-        if key.removeprefix("model.") in EXECUTION_MODEL_KEYS
+        if key in EXECUTION_MODEL_KEYS
     ]
 
 
