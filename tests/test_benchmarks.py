@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from hornn_dist.models.step_gemm import onednn_linear_works
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--vocab", "50", "--hidden", "16", "--batch", "4", "--bptt", "5"]
 FAST = [*TINY, "--steps", "2", "--warmup", "1", "--rounds", "1"]
@@ -276,7 +278,7 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
     assert [r["default"] for r in rows if r["engine"] == "triton"] == [True, False] * 2
 
 
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+@pytest.mark.skipif(not onednn_linear_works(), reason="needs oneDNN's linear on an x86-64 CPU")
 def test_step_gemm_benchmark_times_both_products_and_the_layer(tmp_path):
     sg = _load("step_gemm")
     out = tmp_path / "s.json"

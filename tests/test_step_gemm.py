@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 import torch
 
@@ -20,8 +22,10 @@ except ImportError:
     from reference_hornn import reference_layer
 
 POOLINGS = ("sum", "max", "fofe", "gated")
+X86 = ("x86_64", "amd64")
 needs_onednn = pytest.mark.skipif(
-    not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN"
+    not torch.backends.mkldnn.is_available() or platform.machine().lower() not in X86,
+    reason="the oneDNN step runs on x86-64 CPUs with a torch built with oneDNN",
 )
 
 
@@ -92,6 +96,18 @@ def test_step_gemm_falls_back_to_mm(make_w):
     assert torch.equal(out, want)
     gemm.write_to(out, x)
     assert torch.equal(out, torch.mm(x, w))
+
+
+def test_other_cpus_keep_mm(monkeypatch):
+    """oneDNN's step was measured on x86-64 only: an arm64 CPU keeps mm (its own BLAS)."""
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    onednn_linear_works.cache_clear()
+    try:
+        assert not onednn_linear_works()
+        assert not StepGemm(torch.randn(400, 1200), 20).onednn
+    finally:
+        monkeypatch.undo()
+        onednn_linear_works.cache_clear()
 
 
 @pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
