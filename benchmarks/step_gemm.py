@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from hornn_dist.models.recurrence import POOLINGS, fused_scan
-from hornn_dist.models.step_gemm import onednn_linear_works, onednn_pays
+from hornn_dist.models.step_gemm import onednn_linear_works, onednn_mm, onednn_pays
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
 from throughput import comma_list, device_name, write_json  # noqa: E402
@@ -52,11 +52,6 @@ def best_of(fn: Callable[[], object], repeats: int) -> float:
     return min(times) * 1e3
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ weight^T with oneDNN's linear (weight (out, in), here a transposed view)."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-
-
 def product_cases(batch: int, hidden: int, order: int, pooling: str) -> dict[str, Callable]:
     """Return the step products of one pooling, by name."""
     blocks = 2 * order if pooling == "gated" else order
@@ -66,9 +61,9 @@ def product_cases(batch: int, hidden: int, order: int, pooling: str) -> dict[str
     du = torch.randn(batch, blocks * hidden)
     return {
         f"{pooling} forward mm": lambda: torch.mm(h, w),
-        f"{pooling} forward oneDNN": lambda: linear(h, w.t()),
+        f"{pooling} forward oneDNN": lambda: onednn_mm(h, w),
         f"{pooling} backward mm": lambda: torch.mm(du, w.t()),
-        f"{pooling} backward oneDNN (given W^T)": lambda: linear(du, w_t.t()),
+        f"{pooling} backward oneDNN (given W^T)": lambda: onednn_mm(du, w_t),
         f"{pooling} backward: the copy of W^T": lambda: w.t().contiguous(),
     }
 

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
+from hornn_dist.models.recurrence import POOLINGS
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "throughput.json"
 LR, MOMENTUM, CLIP = 0.5, 0.5, 5.0  # the demo recipe; lr is a Python float: fixed under capture
@@ -107,7 +108,7 @@ VARIANTS: dict[str, ModelConfig] = {
     # both: the triton engine's GEMM inputs in autocast's dtype (its state stays float32)
     **{
         f"hornn-{pooling}-triton-amp": _hornn(pooling, engine="triton", precision="autocast")
-        for pooling in ("sum", "max", "fofe", "gated")
+        for pooling in POOLINGS
     },
 }
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hornn_dist.models import HornnLayer, step_gemm
+from hornn_dist.models.recurrence import POOLINGS
 from hornn_dist.models.step_gemm import (
     ONEDNN_MIN_HIDDEN,
     ONEDNN_MIN_MACS,
@@ -21,7 +22,6 @@ try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
 except ImportError:
     from reference_hornn import reference_layer
 
-POOLINGS = ("sum", "max", "fofe", "gated")
 X86 = ("x86_64", "amd64")
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available() or platform.machine().lower() not in X86,

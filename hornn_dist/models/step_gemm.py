@@ -51,10 +51,17 @@ def onednn_linear_works() -> bool:
     x = torch.arange(6.0).view(2, 3)
     w = torch.arange(12.0).view(3, 4)
     try:
-        y = torch.ops.mkldnn._linear_pointwise(x, w.t(), None, "none", [], "")
+        y = onednn_mm(x, w)
     except (AttributeError, RuntimeError, TypeError):  # op missing or its signature changed
         return False
     return bool(torch.equal(y, x @ w))
+
+
+def onednn_mm(x: Tensor, w: Tensor) -> Tensor:
+    """Return x @ w by oneDNN's linear, whose (out, in) weight is the transposed view of w.
+
+    Fast when w (K, N) is contiguous (no copy); always float32 CPU tensors."""
+    return torch.ops.mkldnn._linear_pointwise(x, w.t(), None, "none", [], "")
 
 
 def onednn_pays(rows: int, w: Tensor) -> bool:
@@ -79,10 +86,7 @@ class StepGemm:
 
     def __call__(self, x: Tensor) -> Tensor:
         """Return x @ w as a new tensor."""
-        if not self.onednn:
-            return x @ self.w
-        # a linear's weight is (out, in): w^T, here a view of the contiguous w (no copy)
-        return torch.ops.mkldnn._linear_pointwise(x, self.w.t(), None, "none", [], "")
+        return onednn_mm(x, self.w) if self.onednn else x @ self.w
 
     def add_to(self, out: Tensor, x: Tensor) -> None:
         """out += x @ w, in place (out may be a strided view)."""
