@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--repeats", type=int, default=5, help="calls per round (best reported)")
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/step_gemm.json"))
     args = p.parse_args(argv)
+    for flag in ("rounds", "repeats", "batch", "hidden", "order", "bptt"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if not onednn_linear_works():
         p.error("this torch build has no working oneDNN linear: nothing to compare")
     torch.manual_seed(0)
