@@ -10,14 +10,16 @@
 #   summary.txt                  environment, then one line per step: exit code and seconds
 #   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
 #                                    benchmark step == eager, trainer's graphed step == eager,
-#                                    triton engine vs fused
+#                                    triton engine vs fused; (a2) benchmarks/precision.py:
+#                                    rounding of each recurrence_precision vs float64
 #   triton_tiles.log / .json     (b) benchmarks/triton_tiles.py: the triton engine's tile sizes
 #                                    and K splits (bf16 fofe+max+gated; fp32 fofe in the log
 #                                    only); GPU_CHECK_TUNED=1: the fastest bf16 fofe tiles of
 #                                    each config are used below instead of the engine's
 #   throughput.log / .json       (c) benchmarks/throughput.py, paper+big, fp32+bf16, eager+graphed;
 #                                    the default variants, with the triton engine's four; then
-#                                    (c2) bf16 only, every pooling with -amp on both engines
+#                                    (c2) bf16 only, every pooling with -autocastrec and
+#                                    -fp32rec on both engines
 #   train_speed.log              (d) hornn_dist.train itself at the paper's sizes (H 400, B 20,
 #                                    T 30, bf16) on the demo corpus, CUDA graph: HORNN-3 (fused
 #                                    fofe; sum/max/fofe/gated with the default engine, each
@@ -82,6 +84,9 @@ if want tests; then
     "$PY" -m pytest tests/test_models_*.py tests/test_benchmarks.py tests/test_train_step.py \
     tests/test_triton_scan.py -q -k cuda -p no:cacheprovider -rf
   tail -n 3 "$OUT/cuda_tests.log" >>"$SUMMARY"
+  # (a2) each precision's rounding against float64, with cuDNN's LSTM beside it (log only)
+  step precision 60 "$OUT/cuda_tests.log" \
+    "$PY" benchmarks/precision.py --device cuda --json "$WORK/precision.json"
 fi
 
 # (b) The triton engine's tiles and K splits: one layer's forward+backward in a CUDA graph,
@@ -113,43 +118,43 @@ echo "triton tiles for what follows: ${TILES:-the engine defaults}" >>"$SUMMARY"
 PAPER_TILES=$(echo "$TILES" | tr ',' '\n' | sed -n 's/^paper=//p')
 
 # (c) The throughput table: the default variants with the triton engine's four, and fofe with
-#     the recurrence's GEMMs in bf16 on both engines (-amp); both configs, fp32 and bf16,
-#     eager and graphed.
+#     the layer kept in fp32 under bf16 on both engines (-fp32rec); both configs, fp32 and
+#     bf16, eager and graphed.
 if want throughput; then
   step throughput 300 "$OUT/throughput.log" \
     "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 \
     --variants hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm,hornn-sum-triton,\
-hornn-max-triton,hornn-fofe-triton,hornn-gated-triton,hornn-fofe-amp,hornn-fofe-triton-amp \
+hornn-max-triton,hornn-fofe-triton,hornn-gated-triton,hornn-fofe-fp32rec,hornn-fofe-triton-fp32rec \
     --rounds 3 --triton-tiles "$TILES" --json "$OUT/throughput.json"
   sed -n '/^== best mode/,$p' "$OUT/throughput.log" >>"$SUMMARY"
   "$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
 fi
 
-# (c2) The same under bf16 only, with every pooling's recurrence GEMMs in bf16 on both engines
-#      (-amp, model.recurrence_precision = "autocast"; under fp32 they equal the plain rows),
-#      against the LSTM of the same run. Log appended to throughput.log, table to summary.txt.
+# (c2) The same under bf16 only (graphed), every pooling on both engines with the layer in bf16
+#      (-autocastrec, model.recurrence_precision = "autocast") and in fp32 (-fp32rec, "fp32");
+#      the default runs it in fp16. Against the LSTM of the same run. Log appended to
+#      throughput.log, table to summary.txt.
 if want throughput; then
-  echo "== bf16 -amp rows (separate run, own LSTM)" >>"$SUMMARY"
-  step throughput_amp 150 "$OUT/throughput.log" \
+  echo "== bf16 -autocastrec and -fp32rec rows (separate run, own LSTM)" >>"$SUMMARY"
+  step throughput_other_precisions 150 "$OUT/throughput.log" \
     "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions bf16 \
-    --variants hornn-sum-amp,hornn-max-amp,hornn-fofe-amp,hornn-gated-amp,hornn-sum-triton-amp,\
-hornn-max-triton-amp,hornn-fofe-triton-amp,hornn-gated-triton-amp,lstm \
-    --rounds 3 --triton-tiles "$TILES" --json "$WORK/throughput_amp.json"
-  "$PY" benchmarks/markdown_table.py "$WORK/throughput_amp.json" >>"$SUMMARY" 2>&1
+    --modes graphed --variants "$(echo hornn-{sum,max,fofe,gated}{,-triton}-{autocast,fp32}rec \
+    | tr ' ' ,),lstm" \
+    --rounds 3 --triton-tiles "$TILES" --json "$WORK/throughput_other_precisions.json"
+  "$PY" benchmarks/markdown_table.py "$WORK/throughput_other_precisions.json" >>"$SUMMARY" 2>&1
 fi
 
 # (d) The trainer's own tokens/s at the paper's sizes, bf16, on the demo corpus (vocab ~5k),
 #     with the paper configs' sigmoid and column norm: the rate logged at step 400 covers steps
 #     301-400, after the warm-up and the capture. Each run is "VARIANT ENGINE MODE"; "auto" is
 #     the default engine, and summary.txt says what it picked (the start-up line).
-#     A 4th word "amp" sets model.recurrence_precision = "autocast".
+#     A 4th word sets model.recurrence_precision (the default: fp16).
 want trainer && for run in "hornn-fofe fused graph" "hornn-fofe auto graph" \
   "hornn-max auto graph" "hornn-sum auto graph" "hornn-gated auto graph" "lstm - graph" \
-  "hornn-max auto graph amp" "hornn-gated auto graph amp" "hornn-sum auto graph amp" \
-  "hornn-fofe auto graph amp"; do
+  "hornn-max auto graph autocast" "hornn-gated auto graph autocast" \
+  "hornn-sum auto graph autocast" "hornn-fofe auto graph autocast"; do
   set -- $run
-  variant=$1 engine=$2 mode=$3 precision=fp32
-  [ "${4:-}" = amp ] && precision=autocast
+  variant=$1 engine=$2 mode=$3 precision=${4:-fp16}
   arch=${variant%%-*}
   pooling=${variant#*-}
   label="$variant $engine $mode${4:+ $4}"

@@ -23,7 +23,10 @@ Configs (order 3, one layer, E = H):
 Default variants: hornn-{sum,max,fofe,gated} (fused engine), rnn, lstm; on CUDA, when the
 triton engine can run there, also hornn-{sum,max,fofe,gated}-triton (model.engine = "triton",
 one Triton kernel per time step). On CPU a -triton row runs only under Triton's interpreter
-(TRITON_INTERPRET=1, very slow: tests and tiny sizes); otherwise it is an error row.
+(TRITON_INTERPRET=1, very slow: tests and tiny sizes); otherwise it is an error row. The HORNN
+rows run what the trainer runs by default: under bf16/fp16 on CUDA each layer in fp16, as cuDNN
+runs its RNNs (model.recurrence_precision = "fp16"); a -autocastrec row runs it in autocast's
+dtype, a -fp32rec row in fp32 (TF32 GEMMs on CUDA).
 
 Each (config, precision) is one group: its variants × modes are built together and timed in
 interleaved rounds (median reported), so a burst of other load hits one round of every row
@@ -79,7 +82,9 @@ CONFIGS: dict[str, Shape] = {
 }
 
 
-def _hornn(pooling: str, engine: str = "fused", precision: str = "fp32") -> ModelConfig:
+def _hornn(
+    pooling: str, engine: str = "fused", precision: str = ModelConfig.recurrence_precision
+) -> ModelConfig:
     return ModelConfig(
         arch="hornn", pooling=pooling, order=3, engine=engine, recurrence_precision=precision
     )
@@ -94,20 +99,18 @@ VARIANTS: dict[str, ModelConfig] = {
     "lstm": ModelConfig(arch="lstm"),
     "gru": ModelConfig(arch="gru"),
     "hornn-fofe-loop": _hornn("fofe", engine="loop"),
-    # the recurrence in autocast's dtype (model.recurrence_precision = "autocast"); under fp32
-    # these equal the rows above
-    "hornn-sum-amp": _hornn("sum", precision="autocast"),
-    "hornn-max-amp": _hornn("max", precision="autocast"),
-    "hornn-fofe-amp": _hornn("fofe", precision="autocast"),
-    "hornn-gated-amp": _hornn("gated", precision="autocast"),
     # the triton engine (one Triton kernel per time step; CUDA, or Triton's interpreter)
-    "hornn-sum-triton": _hornn("sum", engine="triton"),
-    "hornn-max-triton": _hornn("max", engine="triton"),
-    "hornn-fofe-triton": _hornn("fofe", engine="triton"),
-    "hornn-gated-triton": _hornn("gated", engine="triton"),
-    # both: the triton engine's GEMM inputs in autocast's dtype (its state stays float32)
+    **{f"hornn-{pooling}-triton": _hornn(pooling, engine="triton") for pooling in POOLINGS},
+    # under mixed precision the rows above run each layer in fp16, as cuDNN runs its RNNs
+    # (model.recurrence_precision = "fp16", the default); these in autocast's dtype
+    # (-autocastrec) or in fp32 with TF32 GEMMs (-fp32rec), on both engines; under fp32 they
+    # equal the rows above
     **{
-        f"hornn-{pooling}-triton-amp": _hornn(pooling, engine="triton", precision="autocast")
+        f"hornn-{pooling}{engine_suffix}-{precision}rec": _hornn(
+            pooling, engine=engine, precision=precision
+        )
+        for precision in ("autocast", "fp32")
+        for engine, engine_suffix in (("fused", ""), ("triton", "-triton"))
         for pooling in POOLINGS
     },
 }

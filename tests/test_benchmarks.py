@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hornn_dist.models.recurrence import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,8 +135,9 @@ def test_triton_variants_are_cuda_defaults_only_where_the_engine_runs(monkeypatc
     from hornn_dist.models import triton_scan
 
     assert {"hornn-sum-triton", "hornn-max-triton", "hornn-fofe-triton"} < set(TRITON_VARIANTS)
-    assert {"hornn-gated-triton", "hornn-fofe-triton-amp"} < set(TRITON_VARIANTS)
-    assert tp.VARIANTS["hornn-fofe-triton-amp"].recurrence_precision == "autocast"
+    assert {"hornn-gated-triton", "hornn-fofe-triton-fp32rec"} < set(TRITON_VARIANTS)
+    assert tp.VARIANTS["hornn-fofe-triton-fp32rec"].recurrence_precision == "fp32"
+    assert tp.VARIANTS["hornn-fofe-triton"].recurrence_precision == "fp16"  # the default
     assert all(tp.VARIANTS[v].arch == "hornn" for v in TRITON_VARIANTS)
     assert tp.parse_args([]).variants == DEFAULT_VARIANTS  # CPU: never the triton ones
     four = [f"hornn-{p}-triton" for p in ("sum", "max", "fofe", "gated")]
@@ -297,6 +299,30 @@ def test_step_gemm_benchmark_times_both_products_and_the_layer(tmp_path):
         "gated layer, mm",
     ]
     assert all(r["ms"] > 0 for r in rows)
+
+
+def test_precision_benchmark_measures_each_precision_against_float64(tmp_path):
+    """benchmarks/precision.py on CPU: a row per pooling and recurrence precision and one for
+    the LSTM peer, errors against float64 in the range bf16 gives; "fp16" is "autocast" here."""
+    pb = _load("precision")
+    out = tmp_path / "p.json"
+    argv = ["--hidden", "16", "--batch", "3", "--bptt", "5", "--seeds", "2", "--json", str(out)]
+    rows = pb.main(argv)
+    assert json.loads(out.read_text())["results"] == json.loads(json.dumps(rows))
+    keyed = {(r["pooling"], r["recurrence_precision"]): r for r in rows}
+    assert set(keyed) == {(p, q) for p in POOLINGS for q in ("fp32", "autocast", "fp16")} | {
+        ("lstm", "-")
+    }
+    for row in rows:
+        assert row["dtype"] == "bf16" and "error" not in row
+        grad_limit = 1.0 if row["pooling"] == "max" else 5e-2  # max: a flipped winner moves it
+        assert 1e-4 < row["output_err"] < 3e-2 and 1e-4 < row["grad_err"] < grad_limit
+    for pooling in POOLINGS:  # on a CPU precision "fp16" runs autocast's dtype: the same bits
+        fp16, autocast = keyed[(pooling, "fp16")], keyed[(pooling, "autocast")]
+        assert fp16["output_err"] == autocast["output_err"]
+        assert keyed[(pooling, "fp32")]["output_err"] != autocast["output_err"]
+    with pytest.raises(SystemExit):
+        pb.main(["--seeds", "0"])
 
 
 def test_markdown_table_of_a_real_run(tmp_path):

@@ -271,7 +271,7 @@ def test_engine_and_precision_may_change_on_resume(tmp_path: Path) -> None:
     now = load_config(None, ["model.engine=loop", "model.recurrence_precision=autocast"])
     assert ckpt.check_compatible(folder, now, VOCAB_HASH) == [
         "model.engine: 'auto' -> 'loop'",
-        "model.recurrence_precision: 'fp32' -> 'autocast'",
+        "model.recurrence_precision: 'fp16' -> 'autocast'",
     ]
     both = load_config(None, ["model.engine=loop", "model.order=2"])
     with pytest.raises(CheckpointError) as info:  # a real difference is still refused, alone

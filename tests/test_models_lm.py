@@ -331,9 +331,10 @@ def test_bad_state_length():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["fp32", "autocast", "fp16"])
 @pytest.mark.parametrize("arch,pooling", ARCH_CASES)
-def test_cuda_lm_bf16_agrees_with_fp32(arch, pooling):
-    model = small(arch, pooling).cuda()
+def test_cuda_lm_bf16_agrees_with_fp32(arch, pooling, precision):
+    model = small(arch, pooling, recurrence_precision=precision).cuda()
     tokens = torch.randint(0, V, (10, 4), device="cuda")
     ref, _ = model(tokens)
     with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -10,7 +10,7 @@ ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
 ENGINES = ("auto", "fused", "loop", "triton")
-RECURRENCE_PRECISIONS = ("fp32", "autocast")
+RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")
 
 
 @dataclass
@@ -30,9 +30,11 @@ class ModelConfig:
     # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
     # autograd, slow reference)
     engine: str = "auto"
-    # under mixed precision, the fused recurrence runs in fp32 (TF32 GEMMs on CUDA) or in the
-    # autocast dtype like cuDNN's RNNs (GEMMs and sums accumulate in fp32): fp32 | autocast
-    recurrence_precision: str = "fp32"
+    # under mixed precision (CUDA), each HORNN layer runs in: fp16 (whatever the autocast dtype,
+    # as cuDNN runs its RNNs; on CPU: autocast's) | autocast (its dtype) | fp32 (TF32 GEMMs).
+    # GEMMs and sums accumulate in fp32. Without mixed precision all are the same fp32 math.
+    # Speed and rounding of each: hornn_dist/models/recurrence.py, benchmarks/README.md.
+    recurrence_precision: str = "fp16"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""

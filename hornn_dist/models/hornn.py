@@ -38,19 +38,21 @@ from hornn_dist.models.recurrence import (
     POOLINGS,
     PRECISIONS,
     fused_scan,
+    input_projection_autocast,
     loop_scan,
     recurrence_dtype,
 )
 
 ENGINES = ("auto", "fused", "loop", "triton")
 # engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16
-# autocast it beat "fused" at B 20 x H 400 (1.03-1.09x of cuDNN LSTM, against 0.80x) and lost
-# at B 128 x H 1024 (0.94x against 1.00x); benchmarks/README.md. Between them: a guess.
+# autocast it beat "fused" at B 20 x H 400 (1.03-1.07x of cuDNN LSTM, against 0.86-0.90x;
+# layers in fp16) and lost at B 128 x H 1024 (0.97-0.99x against 1.03-1.07x);
+# benchmarks/README.md. Between them: a guess.
 AUTO_TRITON_MAX_OUTPUTS = 2**15
 
 
 def check_hornn_args(
-    order: int, pooling: str, alpha: float, activation: str, engine: str, precision: str = "fp32"
+    order: int, pooling: str, alpha: float, activation: str, engine: str, precision: str
 ) -> None:
     """Raise a one-line ValueError naming the first bad argument and the allowed values."""
     if isinstance(order, bool) or not isinstance(order, int) or order < 1:
@@ -98,15 +100,17 @@ def hornn_forward(
     alpha: float,
     activation: str,
     engine: str = "auto",
-    precision: str = "fp32",
+    precision: str = "fp16",
 ) -> tuple[Tensor, Tensor]:
     """Return (outputs (T, B, H), new history (N, B, H)) of one HORNN layer (eq. 3-7)."""
     N, _, H = history.shape
     T, B, _ = x.shape
     # All input-side terms for every token in one GEMM: W_in x_t (+ W1n x_t for gated).
-    # Under autocast this GEMM may run in bf16/fp16; everything after it runs in `dtype`.
+    # Under autocast this GEMM may run in bf16/fp16 (fp16 for precision "fp16"); what follows
+    # runs in `dtype`, or in the precision's low dtype inside the engine.
     dtype = recurrence_dtype(x, history, weight_ih, weight_hh)
-    xp = (x.reshape(T * B, x.shape[2]) @ weight_ih).view(T, B, weight_ih.shape[1])  # (T, B, ·)
+    with input_projection_autocast(precision, x):
+        xp = (x.reshape(T * B, x.shape[2]) @ weight_ih).view(T, B, weight_ih.shape[1])  # (T, B, ·)
     biases = bias if gate_bias is None else torch.cat([bias, gate_bias])
     xp = xp + biases.to(dtype)  # in `dtype` (type promotion); b inside f, gate biases inside σ
     device = xp.device
@@ -141,7 +145,7 @@ class HornnLayer(nn.Module):
         activation: str = "tanh",
         engine: str = "auto",
         init_std: float = 0.1,
-        precision: str = "fp32",
+        precision: str = "fp16",
     ) -> None:
         super().__init__()
         check_hornn_args(order, pooling, alpha, activation, engine, precision)

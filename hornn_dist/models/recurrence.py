@@ -50,7 +50,7 @@ so two terms within a rounding of each other count as a tie: either is a valid s
 
 Precision (``precision`` of `fused_scan`, ``model.recurrence_precision``):
 
-* "fp32" (default): the recurrence runs in float32 (float64 when the inputs are float64), with
+* "fp32": the recurrence runs in float32 (float64 when the inputs are float64), with
   autocast turned off inside, whatever dtype autocast used for the input projection; it
   returns that dtype. Under CUDA autocast (bf16 or fp16) its recurrent GEMMs (the per-step
   GEMMs and those of the backward) run with TF32 allowed (``float32_matmul_precision`` "high"
@@ -58,17 +58,24 @@ Precision (``precision`` of `fused_scan`, ``model.recurrence_precision``):
   float32, only the GEMM inputs are rounded to TF32 (10-bit mantissa, finer than bf16's 7),
   which is what cuDNN's fp32 RNNs do by default. On CPU, and without autocast, the GEMMs
   stay strict float32/float64.
-* "autocast": under autocast (CPU or CUDA) the buffers, per-step math and GEMMs use autocast's
-  dtype (bf16/fp16; GEMMs and the pooled sums accumulate in float32, f' and the per-step
-  backward factors stay float32), as cuDNN's RNNs do under autocast; outputs and gradients
-  are returned in float32. Fewer and faster kernels, about 1.4x the rounding error of "fp32"
-  (tests/test_models_hornn.py). Without autocast it is exactly "fp32".
+* "autocast": under autocast (CPU or CUDA) the buffers, per-step math and GEMMs use
+  autocast's dtype (bf16/fp16; GEMMs and the pooled sums accumulate in float32, f' and the
+  per-step backward factors stay float32); outputs and gradients are returned in float32.
+  Fewer and faster kernels than "fp32", and in bf16 the most rounding: sum's weight gradients
+  came 1.3-1.6e-2 from float64 (benchmarks/precision.py, H100).
+* "fp16" (the default): as "autocast", but under CUDA autocast in float16 whatever autocast's
+  dtype, the layer's input GEMM too: what cuDNN's RNNs do under autocast (PyTorch casts them
+  to fp16 for bf16 autocast as well). The same speed as bf16 on tensor cores with 3 more
+  mantissa bits: gradients within 2e-3 of float64 where bf16 gave 1.6e-2, as cuDNN's LSTM
+  (6.4e-4). fp16's range (6.5e4) holds tanh/sigmoid states; unbounded relu states could
+  overflow, where "autocast" (bf16) or "fp32" is the choice. On a CPU it is "autocast" (no
+  native fp16 there: 17x slower). Without autocast every precision is exactly "fp32".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 from torch import Tensor
@@ -78,7 +85,7 @@ from hornn_dist.models.step_gemm import StepGemm
 
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
-PRECISIONS = ("fp32", "autocast")  # what the fused recurrence runs in under autocast
+PRECISIONS = ("fp32", "autocast", "fp16")  # what the recurrence runs in under autocast
 
 
 def recurrence_dtype(*tensors: Tensor) -> torch.dtype:
@@ -86,11 +93,30 @@ def recurrence_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+def input_projection_autocast(precision: str, x: Tensor) -> AbstractContextManager:
+    """Return the context of the layer's input projection: float16 autocast for precision
+    "fp16" under CUDA autocast (cuDNN's RNNs run their input GEMM in it too), else a no-op."""
+    if precision == "fp16" and x.dtype == torch.float32 and _fp16_applies(x.device.type):
+        # no cast cache: autocast keys it by tensor alone, so a cast cached in one dtype would
+        # be handed out in the other
+        return torch.autocast("cuda", dtype=torch.float16, cache_enabled=False)
+    return nullcontext()
+
+
+def _fp16_applies(device: str) -> bool:
+    """Whether precision "fp16" means float16 here: under CUDA autocast only (CPUs without
+    native fp16 ran a layer 17x slower in it than in bf16; there it follows autocast)."""
+    return device == "cuda" and torch.is_autocast_enabled(device)
+
+
 def low_precision_dtype(precision: str, dtype: torch.dtype, device: str) -> torch.dtype | None:
-    """Return autocast's dtype if precision "autocast" applies (float32 under autocast), else None."""
-    if precision == "autocast" and dtype == torch.float32 and torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return None
+    """Return the dtype the recurrence runs in under autocast (float32 inputs only): autocast's
+    for precision "autocast", float16 for "fp16" on CUDA; None when it runs in `dtype`."""
+    if precision == "fp32" or dtype != torch.float32 or not torch.is_autocast_enabled(device):
+        return None
+    if precision == "fp16" and _fp16_applies(device):
+        return torch.float16
+    return torch.get_autocast_dtype(device)
 
 
 def _activation_(name: str) -> Callable[[Tensor], Tensor]:
@@ -358,12 +384,13 @@ def fused_scan(
     pooling: str,
     alpha: float,
     activation: str,
-    precision: str = "fp32",
+    precision: str = "fp16",
 ) -> Tensor:
     """Return outputs (T, B, H) of the fused recurrence; casts to the recurrence dtype first.
 
-    precision "autocast": under autocast, run the recurrence in autocast's dtype (see the
-    module docstring); "fp32" (or no autocast, or float64 inputs): in the recurrence dtype.
+    precision "autocast": under autocast, run the recurrence in autocast's dtype; "fp16": in
+    float16 under CUDA autocast (see the module docstring); "fp32" (or no autocast, or float64
+    inputs): in the recurrence dtype.
     """
     dtype = recurrence_dtype(xp, history, weight_hh)
     low = low_precision_dtype(precision, dtype, xp.device.type)

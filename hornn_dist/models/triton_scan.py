@@ -47,7 +47,8 @@ made one layer's step 1.7x faster at the paper's size (benchmarks/README.md).
 Precision: the state, the accumulators and all element-wise math are float32 (float64 for
 float64 inputs). The GEMMs use TF32 under CUDA autocast (as the fused engine and cuDNN do) and
 strict IEEE float32 otherwise; precision "autocast" also stores the weight in autocast's dtype
-and casts h to it at the GEMM input (accumulation stays float32).
+and casts h to it at the GEMM input (accumulation stays float32); "fp16" (the default) does
+the same in float16 whatever autocast's dtype (recurrence.py's module docstring).
 
 On CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` set before this
 module is first imported), which the tests use to check the kernels against the plain loop in
@@ -681,12 +682,12 @@ def triton_scan(
     pooling: str,
     alpha: float,
     activation: str,
-    precision: str = "fp32",
+    precision: str = "fp16",
 ) -> Tensor:
     """Return outputs (T, B, H) of the recurrence run by the Triton kernels (module docstring).
 
-    xp: (T, B, ≥H), columns 0..H-1 = W_in x_t + b; precision "autocast": under autocast, the
-    GEMM inputs use autocast's dtype, the state stays float32.
+    xp: (T, B, ≥H), columns 0..H-1 = W_in x_t + b; precision "autocast" ("fp16"): under
+    autocast, the GEMM inputs use autocast's dtype (float16), the state stays float32.
     """
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
