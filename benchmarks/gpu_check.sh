@@ -171,7 +171,7 @@ want trainer && for run in "hornn-fofe fused graph" "hornn-fofe auto graph" \
     --set data.cache_dir="$WORK/data_cache" --set train.checkpoint_every=0 \
     --set log.every=100 --set log.progress=false --set log.tensorboard=false
   rate=$(grep -o "step 400: .*tokens/s" "$OUT/train_speed.log" | tail -n 1 | grep -o "[0-9]* tokens/s")
-  picked=$(grep -o "(auto engine: [a-z]*)" "$OUT/train_speed.log" | tail -n 1)
+  picked=$(grep -o "(auto engine: [a-z]*, [a-z]* in [a-z0-9]*)" "$OUT/train_speed.log" | tail -n 1)
   [ "$engine" = auto ] || picked=""
   echo "trainer ${label}: ${rate:-no rate} ${picked}" >>"$SUMMARY"
   sed -i "s/step 400: /step 400 ($label): /" "$OUT/train_speed.log"

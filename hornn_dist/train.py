@@ -24,7 +24,7 @@ from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.evaluation import EvalResult, evaluate_split
 from hornn_dist.metrics import RunningLoss, Throughput, perplexity
-from hornn_dist.models import build_model, check_engine, engine_label
+from hornn_dist.models import build_model, check_engine, engine_label, layer_precision_label
 from hornn_dist.optim import LrSchedule, build_optimizer
 from hornn_dist.runtime import StopFlag, build_accelerator, run_cli, setup_logging
 from hornn_dist.session import open_prepared_corpus
@@ -207,7 +207,8 @@ class Trainer:
             "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
             "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
             f"hornn/{cfg.model.pooling} order {cfg.model.order} "
-            f"({engine_label(cfg.model, acc.device, cfg.train.batch_size // world, autocast)})"
+            f"({engine_label(cfg.model, acc.device, cfg.train.batch_size // world, autocast)}, "
+            f"{layer_precision_label(cfg.model, acc.device, acc.mixed_precision)})"
             if cfg.model.arch == "hornn"
             else cfg.model.arch,
             f"{self.core.num_parameters():,}",

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from hornn_dist.errors import ConfigError
-from hornn_dist.models import ModelConfig, RecurrentLM, build_model, column_normalize_
+from hornn_dist.models import (
+    ModelConfig,
+    RecurrentLM,
+    build_model,
+    column_normalize_,
+    layer_precision_label,
+)
 
 V, H, E = 50, 8, 6
 ARCH_CASES = [
@@ -317,6 +323,22 @@ def test_build_model_rejects_bad_config(kw, key):
     with pytest.raises(ConfigError) as excinfo:
         build_model(ModelConfig(**kw), V)
     assert key in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_layer_precision_label_names_what_the_layers_run_in():
+    """The trainer's start-up line: fp16 layers under any CUDA mixed precision by default."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    default, bf16, fp32 = (
+        ModelConfig(recurrence_precision=p) for p in ("fp16", "autocast", "fp32")
+    )
+    assert default.recurrence_precision == ModelConfig().recurrence_precision
+    assert layer_precision_label(default, cuda, "bf16") == "layers in fp16"
+    assert layer_precision_label(bf16, cuda, "bf16") == "layers in bf16"
+    assert layer_precision_label(bf16, cuda, "fp16") == "layers in fp16"
+    assert layer_precision_label(fp32, cuda, "bf16") == "recurrence in fp32"
+    for cfg in (default, bf16, fp32):  # no autocast: every precision is the same fp32 math
+        assert layer_precision_label(cfg, cuda, "no") == "layers in fp32"
+        assert layer_precision_label(cfg, cpu, "bf16") == "layers in fp32"
 
 
 def test_build_model_rejects_bad_vocab():

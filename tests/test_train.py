@@ -80,7 +80,7 @@ def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) ->
     check_ok(second)
     assert f"resuming from {_out(workdir, 'resumed1') / 'checkpoints'}" in second.stderr
     assert f"step_{K_FIRST:08d}" in second.stderr
-    assert "(auto engine: fused)" in second.stderr  # the default engine, as resolved on a CPU
+    assert "(auto engine: fused, layers in fp32)" in second.stderr  # the defaults, on a CPU
     state = read_trainer_state(list_checkpoints(_out(workdir, "resumed1"))[-1])
     assert state["step"] == K_STEPS and state["epoch"] == 2  # crossed two epoch boundaries
     _assert_bit_identical(final_weights(straight_1), final_weights(_out(workdir, "resumed1")))

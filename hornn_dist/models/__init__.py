@@ -8,6 +8,7 @@ from hornn_dist.models.lm import (
     check_engine,
     column_normalize_,
     engine_label,
+    layer_precision_label,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "check_engine",
     "column_normalize_",
     "engine_label",
+    "layer_precision_label",
 ]

@@ -255,6 +255,16 @@ def engine_label(cfg: ModelConfig, device: torch.device, batch: int, autocast: b
     return f"auto engine: {engine}" if cfg.engine == "auto" else f"{engine} engine"
 
 
+def layer_precision_label(cfg: ModelConfig, device: torch.device, mixed_precision: str) -> str:
+    """Return the dtype a HORNN layer runs in under the trainer's mixed precision, as the
+    start-up log names it: "layers in fp16" (model.recurrence_precision, on CUDA)."""
+    if device.type != "cuda" or mixed_precision == "no":
+        return "layers in fp32"
+    if cfg.recurrence_precision == "fp32":  # the input GEMM in autocast's dtype, TF32 steps
+        return "recurrence in fp32"
+    return f"layers in {'fp16' if cfg.recurrence_precision == 'fp16' else mixed_precision}"
+
+
 @torch.no_grad()
 def column_normalize_(model: nn.Module, max_norm: float) -> None:
     """Rescale in place each weight vector whose L2 norm exceeds max_norm; no-op if max_norm <= 0.
