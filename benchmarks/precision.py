@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -33,7 +31,7 @@ from hornn_dist.models.config import RECURRENCE_PRECISIONS
 from hornn_dist.models.recurrence import POOLINGS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import comma_list, device_name, error_line, write_json  # noqa: E402
+from throughput import comma_list, error_line, script_meta, write_json  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -146,15 +144,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             row["error"] = errs = error_line(exc)
         rows.append(row)
         print(f"{pooling:8s} {dtype:5s} {engine:7s} {precision:10s} {errs}")
-    meta = {
-        "command": shlex.join(
-            ["python", "benchmarks/precision.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device_name": device_name(torch.device(args.device)),
-        "torch": torch.__version__,
-        "args": {k: str(v) for k, v in vars(args).items()},
-    }
+    meta = script_meta("precision.py", argv, args, torch.device(args.device))
     write_json(args.json, meta, rows)
     print(f"wrote {args.json}")
     return rows

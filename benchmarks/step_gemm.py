@@ -19,13 +19,11 @@ Then the rows as JSON (`--json`, default benchmarks/results/step_gemm.json).
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -34,7 +32,7 @@ from hornn_dist.models.recurrence import POOLINGS, fused_scan
 from hornn_dist.models.step_gemm import onednn_linear_works, onednn_mm, onednn_pays
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import comma_list, device_name, write_json  # noqa: E402
+from throughput import comma_list, script_meta, write_json  # noqa: E402
 
 # torch.backends.mkldnn.flags() also sets oneDNN's TF32 switch, and says that only Intel GPUs
 # have it: noise for a CPU A/B
@@ -131,16 +129,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     if table == "product"
                     else f"{name:42s} {ms:10.2f} ms"
                 )
-    meta = {
-        "command": shlex.join(
-            ["python", "benchmarks/step_gemm.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device_name": device_name(torch.device("cpu")),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "args": {k: str(v) for k, v in vars(args).items()},
-    }
+    meta = script_meta("step_gemm.py", argv, args, torch.device("cpu"))
     write_json(args.json, meta, rows)
     print(f"wrote {args.json}")
     return rows

@@ -650,6 +650,22 @@ def measure_group_with_tiles(
         triton_scan.TILES = None
 
 
+def script_meta(
+    script: str, argv: list[str] | None, args: argparse.Namespace, device: torch.device
+) -> dict:
+    """Return the JSON metadata of a smaller benchmark script's run: its command line, date,
+    device, torch version, threads and options."""
+    given = sys.argv[1:] if argv is None else argv
+    return {
+        "command": shlex.join(["python", f"benchmarks/{script}", *given]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device_name": device_name(device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+
+
 def write_json(path: Path, meta: dict, rows: list[dict]) -> None:
     """Write the metadata and the rows so far to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
