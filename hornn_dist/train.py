@@ -303,7 +303,9 @@ class Trainer:
         if bad:
             raise NonFiniteLossError(
                 f"training loss became NaN/inf at step {int(bad_step) or bad}; nothing was saved "
-                f'after it. Lower optim.lr, set optim.clip, or try train.mixed_precision="no"'
+                f'after it. Lower optim.lr, set optim.clip, or try train.mixed_precision="no" '
+                f'(under mixed precision, model.recurrence_precision="autocast" keeps HORNN '
+                f"layers out of fp16, whose range ends at 65504)"
             )
 
     def _stop_requested(self) -> bool:
