@@ -7,8 +7,9 @@ For each pooling and seed, one layer at the paper's sizes (E = H 400, B 20, T 30
 runs forward and backward (loss: sum of squared outputs plus the new history's sum) in
 float64 on the CPU with the fused engine (the reference, itself checked against the plain
 eq. 3-7 loop in tests/test_models_hornn.py), then on --device under autocast, once per
-`model.recurrence_precision` (fp32: the recurrence in fp32, TF32 GEMMs on CUDA; autocast:
-in autocast's dtype, the default) and engine. Each row reports the largest relative error
+`model.recurrence_precision` (fp32: the recurrence in fp32, TF32 GEMMs on CUDA; autocast: the
+layer in autocast's dtype; fp16, the default: in fp16 on CUDA, as autocast's dtype on a CPU)
+and engine, and the torch.nn.LSTM peer the same way. Each row reports the largest relative error
 ‖a - ref‖ / ‖ref‖ over the seeds, of the outputs and of the worst parameter gradient; the
 speed issue asks for <= 1e-2. Max pooling sends each gradient to one winning path, so a
 winner flipped by rounding moves a few per cent of a gradient whatever the precision
@@ -42,24 +43,16 @@ def rel_err(a: Tensor, ref: Tensor) -> float:
     return ((a.double().cpu() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
 
 
-def run_layer(layer: HornnLayer, x: Tensor, autocast: torch.dtype | None) -> list[Tensor]:
-    """Return [outputs, new history, *parameter gradients] of one forward + backward."""
-    layer.zero_grad(set_to_none=True)
+def run_once(module: nn.Module, x: Tensor, autocast: torch.dtype | None) -> list[Tensor]:
+    """Return [outputs, last state, *parameter gradients] of one forward + backward of a
+    HornnLayer (state: the new history) or an nn.LSTM (state: h_T)."""
+    module.zero_grad(set_to_none=True)
     device = x.device.type
     with torch.autocast(device, dtype=autocast or torch.float32, enabled=autocast is not None):
-        out, hist = layer(x)
-    (out.float().pow(2).sum() + hist.float().sum()).backward()
-    return [out.detach(), hist.detach(), *(p.grad for p in layer.parameters())]
-
-
-def run_lstm(lstm: nn.LSTM, x: Tensor, autocast: torch.dtype | None) -> list[Tensor]:
-    """Return [outputs, last hidden state, *parameter gradients] of the peer, as run_layer."""
-    lstm.zero_grad(set_to_none=True)
-    device = x.device.type
-    with torch.autocast(device, dtype=autocast or torch.float32, enabled=autocast is not None):
-        out, (h, _) = lstm(x)
-    (out.float().pow(2).sum() + h.float().sum()).backward()
-    return [out.detach(), h.detach(), *(p.grad for p in lstm.parameters())]
+        out, state = module(x)
+    last = state[0] if isinstance(state, tuple) else state  # LSTM: (h, c)
+    (out.float().pow(2).sum() + last.float().sum()).backward()
+    return [out.detach(), last.detach(), *(p.grad for p in module.parameters())]
 
 
 def measure(args: argparse.Namespace, pooling: str, dtype: str, engine: str, precision: str):
@@ -70,18 +63,17 @@ def measure(args: argparse.Namespace, pooling: str, dtype: str, engine: str, pre
         torch.manual_seed(seed)
         x = torch.randn(args.bptt, args.batch, args.hidden, dtype=torch.float64)
         if pooling == "lstm":
-            run, layer = run_lstm, nn.LSTM(args.hidden, args.hidden)
-            ref = run(copy.deepcopy(layer).double(), x, None)
+            layer = nn.LSTM(args.hidden, args.hidden)
+            ref = run_once(copy.deepcopy(layer).double(), x, None)
         else:
-            run = run_layer
             kwargs = {"order": args.order, "pooling": pooling, "init_std": args.init_std}
             ref_layer = HornnLayer(args.hidden, args.hidden, engine="fused", **kwargs).double()
-            ref = run(ref_layer, x, None)
+            ref = run_once(ref_layer, x, None)
             layer = HornnLayer(
                 args.hidden, args.hidden, engine=engine, precision=precision, **kwargs
             )
             layer.load_state_dict(ref_layer.state_dict())
-        got = run(layer.to(args.device), x.float().to(args.device), DTYPES[dtype])
+        got = run_once(layer.to(args.device), x.float().to(args.device), DTYPES[dtype])
         out_err = max(out_err, rel_err(got[0], ref[0]))
         grad_err = max(grad_err, *(rel_err(g, r) for g, r in zip(got[2:], ref[2:], strict=True)))
     return out_err, grad_err

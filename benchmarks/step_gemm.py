@@ -99,7 +99,7 @@ def measure(cases: dict[str, Callable], rounds: int, repeats: int) -> dict[str, 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Run the two tables; print them and write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--poolings", default="sum,max,fofe,gated", help="comma list")
+    p.add_argument("--poolings", default=",".join(POOLINGS), help="comma list")
     p.add_argument("--batch", type=int, default=20)
     p.add_argument("--hidden", type=int, default=400)
     p.add_argument("--order", type=int, default=3)

@@ -19,19 +19,16 @@ from hornn_dist.models.step_gemm import (
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
     from tests.reference_hornn import reference_layer
+    from tests.test_models_hornn import rel_err
 except ImportError:
     from reference_hornn import reference_layer
+    from test_models_hornn import rel_err
 
 X86 = ("x86_64", "amd64")
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available() or platform.machine().lower() not in X86,
     reason="the oneDNN step runs on x86-64 CPUs with a torch built with oneDNN",
 )
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Return ||a - b|| / ||b||."""
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 @needs_onednn

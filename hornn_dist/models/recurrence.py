@@ -114,7 +114,7 @@ def low_precision_dtype(precision: str, dtype: torch.dtype, device: str) -> torc
     for precision "autocast", float16 for "fp16" on CUDA; None when it runs in `dtype`."""
     if precision == "fp32" or dtype != torch.float32 or not torch.is_autocast_enabled(device):
         return None
-    if precision == "fp16" and _fp16_applies(device):
+    if precision == "fp16" and device == "cuda":  # see _fp16_applies
         return torch.float16
     return torch.get_autocast_dtype(device)
 
