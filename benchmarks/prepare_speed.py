@@ -27,7 +27,7 @@ import numpy as np
 CHILD = r"""
 import json, resource, sys, time
 from hornn_dist.data.config import DataConfig
-from hornn_dist.data.prepare import prepare_corpus
+from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import open_corpus
 path, cache, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cfg = DataConfig(train=[path], name="bench", heldout_chars=1_000_000, valid_chars=500_000,

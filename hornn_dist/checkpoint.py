@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from hornn_dist.config import RunConfig, load_config
+from hornn_dist.config import RunConfig, load_config, to_toml
 from hornn_dist.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -253,54 +253,6 @@ def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> list[str]
         for key, old, new in changed
         if key in EXECUTION_MODEL_KEYS
     ]
-
-
-def to_toml(sections: dict[str, dict[str, Any]]) -> str:
-    """Return TOML text for nested sections of str/int/float/bool/list-of-str values."""
-    lines: list[str] = []
-    for section, values in sections.items():
-        lines.append(f"[{section}]")
-        for key, value in values.items():
-            lines.append(f"{key} = {_toml_value(value)}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def _toml_string(text: str) -> str:
-    """Return `text` as a pure-ASCII TOML basic string (quotes, controls, non-ASCII escaped)."""
-    short = {
-        '"': '\\"',
-        "\\": "\\\\",
-        "\b": "\\b",
-        "\t": "\\t",
-        "\n": "\\n",
-        "\f": "\\f",
-        "\r": "\\r",
-    }
-    out = []
-    for char in text:
-        code = ord(char)
-        if char in short:
-            out.append(short[char])
-        elif 0x20 <= code < 0x7F:
-            out.append(char)
-        elif code <= 0xFFFF:
-            out.append(f"\\u{code:04X}")
-        else:
-            out.append(f"\\U{code:08X}")
-    return '"' + "".join(out) + '"'
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Run configuration: typed dataclasses filled from a TOML file plus `--set section.key=value` overrides."""
+"""Run configuration: typed dataclasses read from TOML plus `--set section.key=value` overrides, and written back as TOML."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class TrainConfig:
     eval_batch_size: int = 10  # global number of evaluation streams
     eval_every: int = 0  # also validate every N steps (0 = only at the end of each epoch)
     mixed_precision: str = "no"  # no | bf16 | fp16 (CUDA only; CPU runs fp32)
-    cuda_graph: bool = True  # replay the step from a CUDA graph where it applies (train_step.py)
+    cuda_graph: bool = True  # replay the step from a CUDA graph where it applies (training/step.py)
     seed: int = 1234
     output_dir: str = "runs/demo"
     checkpoint_every: int = 1000  # steps (0 = only at epoch ends and at the end)
@@ -182,6 +182,54 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     except tomllib.TOMLDecodeError:
         value = text  # a bare string such as train.output_dir=runs/x
     return section, key, value
+
+
+def to_toml(sections: dict[str, dict[str, Any]]) -> str:
+    """Return TOML text for nested sections of str/int/float/bool/list-of-str values."""
+    lines: list[str] = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _toml_string(text: str) -> str:
+    """Return `text` as a pure-ASCII TOML basic string (quotes, controls, non-ASCII escaped)."""
+    short = {
+        '"': '\\"',
+        "\\": "\\\\",
+        "\b": "\\b",
+        "\t": "\\t",
+        "\n": "\\n",
+        "\f": "\\f",
+        "\r": "\\r",
+    }
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in short:
+            out.append(short[char])
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(f"\\U{code:08X}")
+    return '"' + "".join(out) + '"'
 
 
 _SECTION_TYPES: dict[str, type] = {

@@ -11,10 +11,9 @@ import argparse
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
-from hornn_dist.evaluation import evaluate_split
-from hornn_dist.inference import load_model
+from hornn_dist.loading import load_model, open_prepared_corpus
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
-from hornn_dist.session import open_prepared_corpus
+from hornn_dist.training.scoring import evaluate_split
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -8,9 +8,8 @@ import torch
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.errors import ConfigError
-from hornn_dist.inference import load_model
+from hornn_dist.loading import load_model, open_prepared_corpus
 from hornn_dist.runtime import build_accelerator, run_cli
-from hornn_dist.session import open_prepared_corpus
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

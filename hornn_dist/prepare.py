@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         cfg = load_data_section(args.config, args.overrides)
-        from hornn_dist.data.prepare import prepare_corpus
+        from hornn_dist.data.pipeline import prepare_corpus
         from hornn_dist.data.shards import open_corpus
 
         folder = prepare_corpus(

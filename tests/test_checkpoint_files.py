@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.config import RunConfig, load_config
+from hornn_dist.config import RunConfig, load_config, to_toml
 from hornn_dist.errors import CheckpointError
 
 VOCAB_HASH = "abc123"
@@ -37,7 +37,7 @@ def make_checkpoint(
         "world_size": world_size,
     }
     (folder / ckpt.STATE_FILE).write_text(json.dumps(state))
-    (folder / ckpt.CONFIG_FILE).write_text(ckpt.to_toml((cfg or RunConfig()).to_dict()))
+    (folder / ckpt.CONFIG_FILE).write_text(to_toml((cfg or RunConfig()).to_dict()))
     if done:
         (folder / ckpt.DONE).write_text(f"step {step}\n")
     return folder
@@ -67,7 +67,7 @@ def test_to_toml_reloads_into_an_equal_config(tmp_path: Path) -> None:
         ],
     )
     path = tmp_path / "config.toml"
-    path.write_text(ckpt.to_toml(cfg.to_dict()))
+    path.write_text(to_toml(cfg.to_dict()))
     again = load_config(path)
     assert again == cfg
     assert again.optim.weight_decay == 1e-7 and again.data.train == ["a.txt", "b c.txt"]
@@ -78,7 +78,7 @@ def test_to_toml_escapes_strings_into_valid_ascii_toml(tmp_path: Path) -> None:
     cfg = RunConfig()
     cfg.train.output_dir = awkward
     cfg.data.train = ["line\nbreak", "ü"]
-    text = ckpt.to_toml(cfg.to_dict())
+    text = to_toml(cfg.to_dict())
     assert text.isascii()
     path = tmp_path / "config.toml"
     path.write_text(text)
@@ -89,7 +89,7 @@ def test_to_toml_escapes_strings_into_valid_ascii_toml(tmp_path: Path) -> None:
 
 def test_to_toml_rejects_unsupported_values() -> None:
     with pytest.raises(TypeError):
-        ckpt.to_toml({"train": {"x": None}})
+        to_toml({"train": {"x": None}})
 
 
 # ---------------------------------------------------------------- listing

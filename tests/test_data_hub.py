@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.data.config import DataConfig
-from hornn_dist.data.prepare import prepare_corpus
+from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import open_corpus
 from hornn_dist.errors import DataError
 
@@ -126,7 +126,7 @@ def test_script_based_dataset_points_to_the_parquet_conversion(tmp_path: Path) -
 def test_offline_hub_says_to_use_local_files(tmp_path: Path) -> None:
     code = (
         "from hornn_dist.data.config import DataConfig\n"
-        "from hornn_dist.data.prepare import prepare_corpus\n"
+        "from hornn_dist.data.pipeline import prepare_corpus\n"
         "from hornn_dist.errors import DataError\n"
         "try:\n"
         f"    prepare_corpus(DataConfig(preset='wikitext103', cache_dir={str(tmp_path / 'c')!r}), progress=False)\n"

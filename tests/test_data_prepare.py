@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hornn_dist.data.config import DataConfig
-from hornn_dist.data.prepare import corpus_folder, prepare_corpus
+from hornn_dist.data.pipeline import corpus_folder, prepare_corpus
 from hornn_dist.data.shards import open_corpus
 from hornn_dist.errors import ConfigError, DataError
 
@@ -125,7 +125,7 @@ def test_rerun_is_a_noop_and_a_changed_config_makes_a_new_folder(
     cfg = _cfg(tmp_path, preset="ptb", path=str(ptb))
     folder = prepare_corpus(cfg, progress=False)
     stamps = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
-    with caplog.at_level(logging.INFO, logger="hornn_dist.data.prepare"):
+    with caplog.at_level(logging.INFO, logger="hornn_dist.data.pipeline"):
         assert prepare_corpus(cfg, progress=False, verify=True) == folder
     assert "already prepared" in caplog.text and "nothing to do" in caplog.text
     assert {p: p.stat().st_mtime_ns for p in folder.iterdir()} == stamps
@@ -143,7 +143,7 @@ def test_noop_imports_neither_datasets_nor_tokenizers(tmp_path: Path, ptb: Path)
     code = (
         "import sys\n"
         "from hornn_dist.data.config import DataConfig\n"
-        "from hornn_dist.data.prepare import prepare_corpus\n"
+        "from hornn_dist.data.pipeline import prepare_corpus\n"
         f"f = prepare_corpus(DataConfig(preset='ptb', path={str(ptb)!r}, cache_dir={cfg.cache_dir!r}))\n"
         "bad = [m for m in ('datasets', 'tokenizers') if m in sys.modules]\n"
         "print(f, bad)\n"

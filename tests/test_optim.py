@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hornn_dist.config import OptimConfig
-from hornn_dist.metrics import perplexity, total_grad_norm
-from hornn_dist.optim import LrSchedule, build_optimizer, clip_gradients
+from hornn_dist.training.metrics import perplexity, total_grad_norm
+from hornn_dist.training.optim import LrSchedule, build_optimizer, clip_gradients
 
 
 def schedule(**overrides: object) -> LrSchedule:

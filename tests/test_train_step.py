@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from hornn_dist.config import config_from_dict
-from hornn_dist.metrics import total_grad_norm
 from hornn_dist.models import build_model, column_normalize_
-from hornn_dist.optim import build_optimizer, clip_gradients
-from hornn_dist.train_step import WARMUP_STEPS, TrainStep, graph_unavailable_reason
+from hornn_dist.training.metrics import total_grad_norm
+from hornn_dist.training.optim import build_optimizer, clip_gradients
+from hornn_dist.training.step import WARMUP_STEPS, TrainStep, graph_unavailable_reason
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 V, T, B = 50, 6, 4

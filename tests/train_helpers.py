@@ -60,7 +60,7 @@ def write_tiny_config(folder: Path, train_words: int = 420, **sections: dict) ->
     }
     for name, values in sections.items():
         base[name].update(values)
-    from hornn_dist.checkpoint import to_toml
+    from hornn_dist.config import to_toml
 
     path = folder / "config.toml"
     path.write_text(to_toml(base))

@@ -1,17 +1,27 @@
-"""Load a trained language model from a checkpoint for evaluation or generation."""
+"""Open what the commands share from disk: a prepared corpus and a trained model."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
 
 from hornn_dist.checkpoint import read_trainer_state
 from hornn_dist.config import RunConfig
-from hornn_dist.data.shards import Corpus
+from hornn_dist.data.config import DataConfig
+from hornn_dist.data.pipeline import prepare_corpus
+from hornn_dist.data.shards import Corpus, open_corpus
 from hornn_dist.errors import CheckpointError
 from hornn_dist.models import build_model
+
+
+def open_prepared_corpus(cfg: DataConfig, accelerator: Any) -> Corpus:
+    """Return the corpus of `cfg`, preparing its shards first if they are missing (main process first)."""
+    with accelerator.main_process_first():
+        folder = prepare_corpus(cfg, workers=1, progress=accelerator.is_main_process)
+    return open_corpus(folder)
 
 
 def load_model(

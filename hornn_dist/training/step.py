@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from hornn_dist.config import RunConfig
-from hornn_dist.metrics import total_grad_norm
 from hornn_dist.models import RecurrentLM, column_normalize_
-from hornn_dist.optim import clip_gradients
+from hornn_dist.training.metrics import total_grad_norm
+from hornn_dist.training.optim import clip_gradients
 
 logger = logging.getLogger("hornn_dist")
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from hornn_dist.data.streams import EvalStream
-from hornn_dist.metrics import perplexity
+from hornn_dist.training.metrics import perplexity
 
 
 @dataclass

@@ -1,0 +1,384 @@
+"""The training loop: wires config, data, model, optimiser, checkpoints and logging (TBPTT).
+
+`Trainer(cfg).run()` trains until `train.epochs` / `train.max_steps` are done or a stop
+signal arrives, resuming from the newest complete checkpoint of `train.output_dir`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import RunConfig, to_toml
+from hornn_dist.data.streams import EvalStream, TBPTTStream
+from hornn_dist.errors import HornnError
+from hornn_dist.loading import open_prepared_corpus
+from hornn_dist.models import build_model, check_engine, engine_label, layer_precision_label
+from hornn_dist.runtime import StopFlag, build_accelerator, setup_logging
+from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
+from hornn_dist.training.optim import LrSchedule, build_optimizer
+from hornn_dist.training.scoring import EvalResult, evaluate_split
+from hornn_dist.training.step import TrainStep
+
+logger = logging.getLogger("hornn_dist.train")
+
+
+class NonFiniteLossError(HornnError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass
+class Progress:
+    """What the loop has done so far; saved in every checkpoint's trainer_state.json."""
+
+    step: int = 0  # optimizer steps taken
+    best_valid: float = math.inf
+    best_checkpoint: str = ""
+    last_saved_step: int = -1
+
+
+class Trainer:
+    """Wires config, data, model, optimiser, checkpoints and logging into the TBPTT loop."""
+
+    def __init__(self, cfg: RunConfig, stop: StopFlag | None = None) -> None:
+        self.cfg = cfg
+        self.stop = stop or StopFlag()
+        self.out = Path(cfg.train.output_dir)
+        self.accelerator = build_accelerator(
+            cfg.train.mixed_precision, self.out, cfg.log.tensorboard
+        )
+        acc = self.accelerator
+        setup_logging(acc.is_main_process)
+        from accelerate.utils import set_seed
+
+        set_seed(cfg.train.seed)
+        self.corpus = open_prepared_corpus(cfg.data, acc)
+        check_engine(cfg.model, acc.device)
+        model = build_model(cfg.model, self.corpus.vocab_size)
+        optimizer = build_optimizer(model, cfg.optim)
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        self.core = acc.unwrap_model(self.model)
+        rank, world = acc.process_index, acc.num_processes
+        # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
+        self.train_stream = TBPTTStream(
+            self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
+        )
+        self.valid_stream = self._eval_stream("valid")
+        self.schedule = LrSchedule.from_config(cfg.optim)
+        self.progress = Progress()
+        self.step = TrainStep(
+            cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
+        )
+
+    # ------------------------------------------------------------------ set-up
+
+    def run(self, resume_from: str | None = None, fresh: bool = False) -> EvalResult | None:
+        """Train until epochs/max_steps are done or a stop signal arrives; return the test result."""
+        acc = self.accelerator
+        resumed = None if fresh else self._find_resume_point(resume_from)
+        if resumed is not None:
+            self._restore(resumed)
+        elif fresh and acc.is_main_process:
+            moved = ckpt.set_aside_previous_run(self.out)
+            if moved is not None:
+                logger.info(
+                    "--no-resume: moved the previous run's checkpoints and logs to %s", moved
+                )
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / ckpt.CONFIG_FILE).write_text(to_toml(self.cfg.to_dict()))
+        self._start_trackers(resumed is not None)
+        self._log_start()
+        stopped = self._loop()
+        if self.progress.last_saved_step != self.progress.step:
+            self._save()
+        result = None
+        if not stopped:
+            result = self._evaluate("test")
+            self._track({"test/loss": result.loss, "test/ppl": result.ppl})
+            logger.info(
+                "test: %d tokens, loss %.4f, ppl %.2f", result.tokens, result.loss, result.ppl
+            )
+        acc.end_training()
+        return result
+
+    def _find_resume_point(self, resume_from: str | None) -> Path | None:
+        if resume_from is not None:
+            return ckpt.resolve_checkpoint(resume_from)
+        complete = ckpt.list_checkpoints(self.out, warn=self.accelerator.is_main_process)
+        return complete[-1] if complete else None
+
+    def _restore(self, folder: Path) -> None:
+        acc = self.accelerator
+        changed = ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash)
+        if changed:
+            logger.info(
+                "resuming with another way to compute the same model (%s): same parameters, "
+                "different rounding, so not bit-identical to an uninterrupted run",
+                "; ".join(changed),
+            )
+        acc.load_state(str(folder))
+        state = ckpt.read_trainer_state(folder)
+        self.progress = Progress(
+            step=state["step"],
+            best_valid=state["best_valid"],
+            best_checkpoint=state["best_checkpoint"],
+            last_saved_step=state["step"],
+        )
+        self.schedule.load_state_dict(state["schedule"])
+        self.schedule.apply(self.optimizer)
+        rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
+        self.train_stream.load_state_dict(rank_state["stream"])
+        self.step.load_state(
+            tuple(h.to(acc.device) for h in rank_state["history"]), self.progress.step
+        )
+        saved_world = state.get("world_size", 1)
+        logger.info(
+            "resuming from %s (step %d, epoch %d, batch %d of %d)%s",
+            folder,
+            self.progress.step,
+            self.train_stream.epoch,
+            self.train_stream.step,
+            self.train_stream.steps_per_epoch,
+            f"; written by {saved_world} processes, now {acc.num_processes}"
+            if saved_world != acc.num_processes
+            else "",
+        )
+
+    def _start_trackers(self, resumed: bool) -> None:
+        if not self.cfg.log.tensorboard:
+            return
+        kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
+        hparams = None if resumed else self.cfg.flat()  # hyper-parameters once per run
+        self.accelerator.init_trackers("tensorboard", config=hparams, init_kwargs=kwargs)
+
+    def _log_start(self) -> None:
+        cfg, acc, corpus = self.cfg, self.accelerator, self.corpus
+        world = acc.num_processes
+        autocast = acc.device.type == "cuda" and acc.mixed_precision != "no"
+        sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
+        logger.info(
+            "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
+            "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
+            f"hornn/{cfg.model.pooling} order {cfg.model.order} "
+            f"({engine_label(cfg.model, acc.device, cfg.train.batch_size // world, autocast)}, "
+            f"{layer_precision_label(cfg.model, acc.device, acc.mixed_precision)})"
+            if cfg.model.arch == "hornn"
+            else cfg.model.arch,
+            f"{self.core.num_parameters():,}",
+            corpus.vocab_size,
+            cfg.train.batch_size * cfg.train.bptt,
+            cfg.train.batch_size,
+            cfg.train.bptt,
+            cfg.train.batch_size // world,
+            world,
+            self.train_stream.steps_per_epoch,
+            cfg.train.epochs,
+            f", max_steps {cfg.train.max_steps}" if cfg.train.max_steps else "",
+            sizes,
+            acc.device,
+            f"mixed precision {acc.mixed_precision}",
+            self.step.describe(),
+        )
+
+    # ------------------------------------------------------------------ loop
+
+    def _total_steps(self) -> int:
+        total = self.train_stream.steps_per_epoch * self.cfg.train.epochs
+        return min(total, self.cfg.train.max_steps) if self.cfg.train.max_steps else total
+
+    def _loop(self) -> bool:
+        """Run epochs from the current position; return True when stopped by a signal."""
+        bar = tqdm(
+            total=self._total_steps(),
+            initial=self.progress.step,
+            disable=not (self.accelerator.is_main_process and self.cfg.log.progress),
+            unit="step",
+            dynamic_ncols=True,
+        )
+        try:
+            with logging_redirect_tqdm():  # log lines print above the bar
+                return self._run_epochs(bar)
+        finally:
+            bar.close()
+
+    def _run_epochs(self, bar: Any) -> bool:
+        cfg, stream = self.cfg.train, self.train_stream
+        running, speed = RunningLoss(), Throughput()
+        tokens_per_step = cfg.batch_size * cfg.bptt
+        while stream.epoch < cfg.epochs and not self._reached_max_steps():
+            if stream.step == 0:  # a new epoch starts from a zero history
+                self.step.reset_state()
+            for x, y in stream.epoch_batches():
+                log_now = (self.progress.step + 1) % self.cfg.log.every == 0
+                loss = self.step.run(x, y, measure=log_now)
+                self.progress.step += 1
+                running.add(loss)
+                speed.add(tokens_per_step)
+                bar.update(1)
+                if log_now:
+                    loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
+                    self._log_train(loss_mean, speed.rate(), self.step.grad_norms(), bar)
+                epoch_end = stream.step == stream.steps_per_epoch
+                if cfg.eval_every and self.progress.step % cfg.eval_every == 0 and not epoch_end:
+                    self._validate_and_save()
+                elif (
+                    cfg.checkpoint_every
+                    and self.progress.step % cfg.checkpoint_every == 0
+                    and not epoch_end
+                ):
+                    self._save()
+                if self._stop_requested():
+                    logger.info(
+                        "%s received: checkpointing at step %d and exiting",
+                        self.stop.signal_name,
+                        self.progress.step,
+                    )
+                    self._save()
+                    return True
+                if self._reached_max_steps():
+                    break
+            else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
+                result = self._validate_and_save(end_of_epoch=True)
+                logger.info(
+                    "epoch %d done: valid ppl %.2f, lr for next epoch %.4g",
+                    stream.epoch,
+                    result.ppl,
+                    self.schedule.lr,
+                )
+        return False
+
+    def _reached_max_steps(self) -> bool:
+        return bool(self.cfg.train.max_steps) and self.progress.step >= self.cfg.train.max_steps
+
+    def _check_finite(self) -> None:
+        bad_step = self.step.bad_step
+        bad = int(self.accelerator.reduce(bad_step.clone(), reduction="sum"))
+        if bad:
+            raise NonFiniteLossError(
+                f"training loss became NaN/inf at step {int(bad_step) or bad}; nothing was saved "
+                f'after it. Lower optim.lr, set optim.clip, or try train.mixed_precision="no" '
+                f'(under mixed precision, model.recurrence_precision="autocast" keeps HORNN '
+                f"layers out of fp16, whose range ends at 65504)"
+            )
+
+    def _stop_requested(self) -> bool:
+        if self.accelerator.num_processes == 1:  # no device round trip: the step stays async
+            return self.stop.requested
+        flag = torch.tensor(int(self.stop.requested), device=self.accelerator.device)
+        requested = bool(self.accelerator.reduce(flag, reduction="sum").item())
+        if requested and not self.stop.signal_name:
+            self.stop.signal_name = "stop signal (another rank)"
+        return requested
+
+    # ------------------------------------------------------------------ evaluation, logging, saving
+
+    def _eval_stream(self, split: str) -> EvalStream:
+        acc = self.accelerator
+        return EvalStream(
+            self.corpus.split(split),
+            self.cfg.train.eval_batch_size,
+            self.cfg.train.bptt,
+            acc.process_index,
+            acc.num_processes,
+            split=split,
+            batch_key="train.eval_batch_size",
+        )
+
+    def _evaluate(self, split: str) -> EvalResult:
+        stream = self.valid_stream if split == "valid" else self._eval_stream(split)
+        return evaluate_split(self.core, stream, self.accelerator)
+
+    def _validate_and_save(self, end_of_epoch: bool = False) -> EvalResult:
+        self._check_finite()
+        result = self._evaluate("valid")
+        if not math.isfinite(result.loss):
+            raise NonFiniteLossError(
+                f"validation loss is not finite at step {self.progress.step}; lower optim.lr"
+            )
+        if end_of_epoch:
+            self.schedule.end_epoch(result.loss)
+            self.schedule.apply(self.optimizer)
+        is_best = result.loss < self.progress.best_valid
+        if is_best:
+            self.progress.best_valid = result.loss
+            self.progress.best_checkpoint = ckpt.step_dir_name(self.progress.step)
+        self._track(
+            {"valid/loss": result.loss, "valid/ppl": result.ppl, "train/lr": self.schedule.lr}
+        )
+        logger.info(
+            "step %d: valid loss %.4f, ppl %.2f%s",
+            self.progress.step,
+            result.loss,
+            result.ppl,
+            " (best)" if is_best else "",
+        )
+        self._save()
+        return result
+
+    def _log_train(
+        self, loss: float, tokens_per_sec: float, norms: dict[str, float], bar: Any
+    ) -> None:
+        ppl = perplexity(loss, 1) if math.isfinite(loss) else math.inf
+        values = {
+            "train/loss": loss,
+            "train/ppl": ppl,
+            "train/lr": self.schedule.lr,
+            "train/tokens_per_sec": tokens_per_sec,
+            **norms,
+        }
+        self._track(values)
+        bar.set_postfix(
+            loss=f"{loss:.3f}",
+            ppl=f"{ppl:.1f}",
+            lr=f"{self.schedule.lr:.3g}",
+            tok_s=f"{tokens_per_sec:,.0f}",
+            refresh=False,
+        )
+        logger.info(
+            "step %d: loss %.4f, ppl %.2f, lr %.4g, %.0f tokens/s, grad norm %.3f",
+            self.progress.step,
+            loss,
+            ppl,
+            self.schedule.lr,
+            tokens_per_sec,
+            norms.get("grad_norm/total", math.nan),
+        )
+
+    def _track(self, values: dict[str, float]) -> None:
+        if self.cfg.log.tensorboard:
+            self.accelerator.log(values, step=self.progress.step)
+
+    def _save(self) -> Path:
+        self._check_finite()
+        acc, step = self.accelerator, self.progress.step
+        trainer_state = {
+            "step": step,
+            "epoch": self.train_stream.epoch,
+            "schedule": self.schedule.state_dict(),
+            "best_valid": self.progress.best_valid,
+            "best_checkpoint": self.progress.best_checkpoint,
+            "vocab_hash": self.corpus.vocab_hash,
+            "world_size": acc.num_processes,
+        }
+        rank_state = {
+            "stream": self.train_stream.state_dict(),
+            "history": tuple(h.detach().cpu() for h in self.step.state),
+        }
+        folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
+        if acc.is_main_process:
+            ckpt.prune_checkpoints(
+                self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint
+            )
+        acc.wait_for_everyone()
+        self.progress.last_saved_step = step
+        return folder
