@@ -23,6 +23,7 @@ from hornn_dist.errors import HornnError
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, check_engine, engine_label, layer_precision_label
 from hornn_dist.runtime import StopFlag, build_accelerator, setup_logging
+from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import LrSchedule, build_optimizer
 from hornn_dist.training.scoring import EvalResult, evaluate_split
@@ -74,6 +75,7 @@ class Trainer:
         self.valid_stream = self._eval_stream("valid")
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.progress = Progress()
+        self.cadence = Cadence.from_config(cfg, world)
         self.step = TrainStep(
             cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
         )
@@ -219,25 +221,22 @@ class Trainer:
             if stream.step == 0:  # a new epoch starts from a zero history
                 self.step.reset_state()
             for x, y in stream.epoch_batches():
-                log_now = (self.progress.step + 1) % self.cfg.log.every == 0
-                loss = self.step.run(x, y, measure=log_now)
+                then = self.cadence.after(
+                    self.progress.step + 1, epoch_end=stream.step == stream.steps_per_epoch
+                )
+                loss = self.step.run(x, y, measure=then.log)
                 self.progress.step += 1
                 running.add(loss)
                 speed.add(tokens_per_step)
                 bar.update(1)
-                if log_now:
+                if then.log:
                     loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
                     self._log_train(loss_mean, speed.rate(), self.step.grad_norms(), bar)
-                epoch_end = stream.step == stream.steps_per_epoch
-                if cfg.eval_every and self.progress.step % cfg.eval_every == 0 and not epoch_end:
+                if then.validate:
                     self._validate_and_save()
-                elif (
-                    cfg.checkpoint_every
-                    and self.progress.step % cfg.checkpoint_every == 0
-                    and not epoch_end
-                ):
+                elif then.save:
                     self._save()
-                if self._stop_requested():
+                if then.check_stop and self._stop_requested():
                     logger.info(
                         "%s received: checkpointing at step %d and exiting",
                         self.stop.signal_name,
@@ -299,7 +298,7 @@ class Trainer:
         return evaluate_split(self.core, stream, self.accelerator)
 
     def _validate_and_save(self, end_of_epoch: bool = False) -> EvalResult:
-        self._check_finite()
+        self._check_finite()  # before validating: a NaN model is reported as training's NaN
         result = self._evaluate("valid")
         if not math.isfinite(result.loss):
             raise NonFiniteLossError(
@@ -322,7 +321,7 @@ class Trainer:
             result.ppl,
             " (best)" if is_best else "",
         )
-        self._save()
+        self._write_checkpoint()  # finiteness checked above
         return result
 
     def _log_train(
@@ -359,7 +358,11 @@ class Trainer:
             self.accelerator.log(values, step=self.progress.step)
 
     def _save(self) -> Path:
+        """Check the loss stayed finite, then write a checkpoint of this step."""
         self._check_finite()
+        return self._write_checkpoint()
+
+    def _write_checkpoint(self) -> Path:
         acc, step = self.accelerator, self.progress.step
         trainer_state = {
             "step": step,
