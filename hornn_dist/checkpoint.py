@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from hornn_dist.config import RunConfig, load_config, to_toml
+from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def save_checkpoint(
     _atomic_torch_save(rank_state, tmp / f"rank_{accelerator.process_index}.pt")
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        (tmp / CONFIG_FILE).write_text(to_toml(cfg.to_dict()), encoding="utf-8")
+        (tmp / CONFIG_FILE).write_text(cfg.to_toml(), encoding="utf-8")
         (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
         _fsync_dir(tmp)
         (tmp / DONE).write_text(f"step {step}\n")

@@ -116,6 +116,12 @@ class RunConfig:
         """Return the config as nested plain dicts (the TOML layout)."""
         return dataclasses.asdict(self)
 
+    def to_toml(self) -> str:
+        """Return the config as TOML text that `load_config` reads back into the same run."""
+        sections = self.to_dict()
+        sections["data"] = self.data.toml_table()
+        return to_toml(sections)
+
     def flat(self) -> dict[str, bool | int | float | str]:
         """Return `section.key -> value` with lists joined, for TensorBoard hparams."""
         out: dict[str, bool | int | float | str] = {}
@@ -165,8 +171,16 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
         cls = _SECTION_TYPES[section]
         sections[section] = cls(**_checked_fields(section, cls, values))
     cfg = RunConfig(**sections)
+    cfg.data.user_keys = _user_keys(raw.get("data", {}))
     cfg.validate()
     return cfg
+
+
+def _user_keys(table: dict[str, Any]) -> frozenset[str] | None:
+    """Return the [data] keys a file or --set gave, or None for a table that lists every key
+    (written before the writer kept only the set keys: judge by defaults there, as it was)."""
+    every = {f.name for f in dataclasses.fields(DataConfig)}
+    return None if every <= set(table) else frozenset(table)
 
 
 def parse_override(item: str) -> tuple[str, str, Any]:

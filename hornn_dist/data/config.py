@@ -46,6 +46,34 @@ class DataConfig:
     chunk_bytes: int = 1 << 20  # read size; does not change the tokens
     cache_dir: str = "data_cache"
 
+    def __post_init__(self) -> None:
+        # The keys the user set (in the TOML file or by --set), recorded by the config loader;
+        # None for a DataConfig built in Python, where a key counts as set when off its default.
+        self.user_keys: frozenset[str] | None = None
+
+    def keys_set(self) -> frozenset[str]:
+        """Return the keys the user set: as the loader recorded them, else those off their default."""
+        if self.user_keys is not None:
+            return self.user_keys
+        defaults = DataConfig()
+        return frozenset(
+            f.name
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        )
+
+    def toml_table(self) -> dict[str, Any]:
+        """Return the [data] table to write so that reading it back resolves the same corpus.
+
+        Under a preset only the keys the user set are written (with the preset): the preset
+        fills in the others on every read, as it did for this config.
+        """
+        values = dataclasses.asdict(self)
+        if not self.preset:
+            return values
+        kept = self.keys_set() | {"preset"}
+        return {key: value for key, value in values.items() if key in kept}
+
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         if self.preset not in PRESETS:
@@ -151,13 +179,13 @@ _PRESETS = {"ptb": _ptb, "text8": _text8, "wikitext103": _wikitext103, "demo": _
 
 
 def apply_preset(cfg: DataConfig) -> DataConfig:
-    """Return a copy of cfg with its preset's values in every key still at its default."""
+    """Return a copy of cfg with its preset's values in every key the user did not set."""
     cfg.validate()
     if not cfg.preset:
         return dataclasses.replace(cfg)
-    defaults = DataConfig()
     values = _PRESETS[cfg.preset](cfg)
-    changes = {k: v for k, v in values.items() if getattr(cfg, k) == getattr(defaults, k)}
+    chosen = cfg.keys_set()
+    changes = {k: v for k, v in values.items() if k not in chosen}
     resolved = dataclasses.replace(cfg, **changes)
     resolved.validate()
     return resolved
