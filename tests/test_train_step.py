@@ -63,7 +63,7 @@ def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
     model = build_model(cfg.model, V)
     model, optimizer = accelerator.prepare(model, build_optimizer(model, cfg.optim))
     core = accelerator.unwrap_model(model)
-    return TrainStep(cfg, accelerator, model, core, optimizer, B)
+    return TrainStep.for_accelerator(cfg, accelerator, model, core, optimizer, B)
 
 
 def float64_total_norm(params: list[torch.nn.Parameter]) -> float:
@@ -157,6 +157,49 @@ def test_graph_reason_names_what_rules_it_out(make_accelerator):
     assert graph_unavailable_reason(off, acc) == "train.cuda_graph = false"
     step = make_step(off, acc)
     assert step.describe() == "eager (train.cuda_graph = false)"
+    with pytest.raises(ValueError, match="a CUDA graph needs a CUDA device, not cpu"):
+        bare_step(run_config(), graph_reason=None)
+
+
+def bare_step(cfg, seed: int = 0, **kwargs) -> TrainStep:
+    """Return a TrainStep over a fresh model (seeded init) with no Accelerator around it."""
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, V)
+    optimizer = build_optimizer(model, cfg.optim)
+    plain = dict(device=torch.device("cpu"), batch_size=B, bptt=T, optim=cfg.optim)
+    return TrainStep(model, model, optimizer, **{**plain, "graph_reason": "eager", **kwargs})
+
+
+def test_a_bare_step_takes_the_same_steps_as_the_trainers(make_accelerator):
+    """The step without Accelerate (as benchmarks/throughput.py builds it) is the trainer's."""
+    cfg = run_config("gated")
+    ours, bare = make_step(cfg, make_accelerator()), bare_step(cfg)
+    for i, (x, y) in enumerate(batches(4)):
+        assert torch.equal(ours.run(x, y, measure=i % 2 == 1), bare.run(x, y, measure=i % 2 == 1))
+    for p, q in zip(ours.core.parameters(), bare.core.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert torch.equal(ours.norms, bare.norms) and torch.equal(ours.state[0], bare.state[0])
+
+
+def test_backward_unscale_and_autocast_are_called_where_the_step_needs_them():
+    calls = []
+
+    def backward(loss):
+        calls.append(("backward", torch.is_autocast_enabled("cpu")))
+        loss.backward()
+
+    def unscale():
+        calls.append(("unscale", all(p.grad is not None for p in step.params)))
+
+    def autocast():
+        calls.append(("autocast", None))
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    step = bare_step(run_config(), backward=backward, unscale=unscale, autocast=autocast)
+    loss = step.run(*batches(1)[0], measure=False)
+    assert calls == [("autocast", None), ("backward", False), ("unscale", True)]
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert all(p.grad is None for p in step.params)  # zeroed after the SGD step
 
 
 def _graph_vs_eager(

@@ -20,17 +20,28 @@ it at an epoch end) re-captures it, since the graph holds the lr as a constant. 
 (CPU, several processes with DDP's all-reduce, fp16's GradScaler, which reads its overflow
 flag on the host) the same `_body` runs eagerly, so CPU runs exercise the code path that
 the GPU replays.
+
+The step knows nothing of the run's config or of Accelerate: it takes the model, the
+optimizer, the sizes, the `OptimConfig` (clip, max-norm) and what a launcher adds as plain
+callables (`backward`: Accelerate's, with fp16's loss scaling and DDP's all-reduce; `unscale`:
+fp16's unscaling; `autocast`: the forward's autocast where the model does not autocast itself)
+and the graph decision. `TrainStep.for_accelerator` builds the trainer's step from its config
+and Accelerator, and `benchmarks/throughput.py` builds the same step around a bare model, so
+the benchmark times what the trainer runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
-from hornn_dist.config import RunConfig
+from hornn_dist.config import OptimConfig, RunConfig
 from hornn_dist.models import RecurrentLM, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import clip_gradients
@@ -54,22 +65,42 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
 
 
 class TrainStep:
-    """The training step with static buffers; `run` calls it eagerly or replays its graph."""
+    """The training step with static buffers; `run` calls it eagerly or replays its graph.
+
+    model: what the forward calls (under the trainer Accelerate's prepared model, which
+        autocasts and under DDP all-reduces); core: the bare RecurrentLM inside it (state,
+        gradient norms, max-norm); optimizer: its SGD (or Accelerate's wrapper of it).
+    device, batch_size, bptt: where and what the static buffers hold (batch_size per process).
+    optim: the clip (`clip`, `clip_mode`) and max-norm (`max_col_norm`) settings.
+    graph_reason: why the step is not a CUDA graph, or None to capture and replay it (CUDA
+        only); the trainer's comes from `graph_unavailable_reason`.
+    backward: runs the backward of the loss (default `Tensor.backward`).
+    unscale: called after the backward, before the gradients are read (fp16's unscaling).
+    autocast: returns the context the forward runs in (default none).
+    """
 
     def __init__(
         self,
-        cfg: RunConfig,
-        accelerator: Any,
         model: torch.nn.Module,
         core: RecurrentLM,
         optimizer: Any,
+        *,
+        device: torch.device,
         batch_size: int,
+        bptt: int,
+        optim: OptimConfig,
+        graph_reason: str | None,
+        backward: Callable[[Tensor], Any] = Tensor.backward,
+        unscale: Callable[[], Any] | None = None,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     ) -> None:
-        self.cfg, self.accelerator = cfg, accelerator
+        if graph_reason is None and device.type != "cuda":
+            raise ValueError(f"a CUDA graph needs a CUDA device, not {device}")
         self.model, self.core, self.optimizer = model, core, optimizer
+        self.optim = optim
+        self._backward, self._unscale, self._autocast = backward, unscale, autocast
         self.params = [p for p in core.parameters() if p.requires_grad]
-        device = accelerator.device
-        T = cfg.train.bptt
+        T = bptt
         self.xy = torch.zeros(2, T, batch_size, dtype=torch.int64, device=device)  # (2, T, b)
         self.state = core.init_state(batch_size, device)  # carried state, copied in place
         self.loss = torch.zeros((), device=device)  # the last step's mean loss
@@ -79,7 +110,7 @@ class TrainStep:
         self.norms = torch.zeros(len(self.norm_names), device=device)
         self.step_id = torch.zeros((), dtype=torch.int64, device=device)  # steps taken
         self.bad_step = torch.zeros((), dtype=torch.int64, device=device)  # first non-finite
-        self.graph_reason = graph_unavailable_reason(cfg, accelerator)
+        self.graph_reason = graph_reason
         self.use_graph = self.graph_reason is None
         self.graph: torch.cuda.CUDAGraph | None = None
         self.graph_lr: float | None = None
@@ -94,6 +125,32 @@ class TrainStep:
             self._staging.append(torch.empty_like(self._staging[0]).pin_memory())
             self._uploaded = [torch.cuda.Event(), torch.cuda.Event()]
             self._slot = 0
+
+    @classmethod
+    def for_accelerator(
+        cls,
+        cfg: RunConfig,
+        accelerator: Any,
+        model: torch.nn.Module,
+        core: RecurrentLM,
+        optimizer: Any,
+        batch_size: int,
+    ) -> TrainStep:
+        """Return the trainer's step: Accelerate's backward (and fp16's unscaling) around the
+        prepared model and optimizer, a CUDA graph where `graph_unavailable_reason` allows."""
+        fp16 = accelerator.mixed_precision == "fp16"
+        return cls(
+            model,
+            core,
+            optimizer,
+            device=accelerator.device,
+            batch_size=batch_size,
+            bptt=cfg.train.bptt,
+            optim=cfg.optim,
+            graph_reason=graph_unavailable_reason(cfg, accelerator),
+            backward=accelerator.backward,
+            unscale=accelerator.unscale_gradients if fp16 else None,
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -179,11 +236,11 @@ class TrainStep:
 
     def _body(self, measure: bool) -> None:
         """The whole step on the static buffers; nothing here waits for the device."""
-        acc, cfg = self.accelerator, self.cfg
         x, y = self.xy[0], self.xy[1]
-        logits, new_state = self.model(x, self.state)  # (T, b, V)
+        with self._autocast():
+            logits, new_state = self.model(x, self.state)  # (T, b, V)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        acc.backward(loss)
+        self._backward(loss)
         with torch.no_grad():
             self.step_id.add_(1)
             first_bad = (self.bad_step == 0) & ~torch.isfinite(loss)
@@ -191,13 +248,13 @@ class TrainStep:
             self.loss.copy_(loss)
             for buf, new in zip(self.state, new_state, strict=True):
                 buf.copy_(new)  # after backward: the old state was saved for it
-        if acc.mixed_precision == "fp16":
-            acc.unscale_gradients()
+        if self._unscale is not None:
+            self._unscale()
         if measure:
             with torch.no_grad():
                 total = total_grad_norm(self.params).reshape(1)
                 self.norms.copy_(torch.cat([total, self.core.path_grad_norm_vector()]))
-        clip_gradients(self.params, cfg.optim)
+        clip_gradients(self.params, self.optim)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        column_normalize_(self.core, cfg.optim.max_col_norm)
+        column_normalize_(self.core, self.optim.max_col_norm)
