@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.config import RunConfig, to_toml
+from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.loading import open_prepared_corpus
@@ -97,7 +97,7 @@ class Trainer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / ckpt.CONFIG_FILE).write_text(to_toml(self.cfg.to_dict()))
+            (self.out / ckpt.CONFIG_FILE).write_text(self.cfg.to_toml())
         self._start_trackers(resumed is not None)
         self._log_start()
         stopped = self._loop()
