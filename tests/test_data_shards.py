@@ -140,3 +140,14 @@ def test_reader_of_uint32_shards(tmp_path: Path) -> None:
     assert (
         np.array_equal(reader.read(5, 45), tokens[5:45]) and reader.read(5, 45).dtype == np.uint32
     )
+
+
+def test_both_vocabulary_readers_reject_a_gap_in_the_ids(corpus_dir) -> None:
+    folder, _ = corpus_dir
+    path = folder / shards.TOKENIZER
+    table = json.loads(path.read_text())
+    table["model"]["vocab"]["c"] = 7  # ids 0..3 and 7: no word has id 4
+    path.write_text(json.dumps(table))
+    for read in (lambda c: c.itos(), lambda c: c.tokenizer()):
+        with pytest.raises(DataError, match=r"tokenizer.json: word 'c' has id 7, outside 0..4"):
+            read(open_corpus(folder))

@@ -238,13 +238,11 @@ class Corpus:
         if self._tokenizer is None:
             from tokenizers import Tokenizer  # lazy
 
-            tokenizer = Tokenizer.from_file(str(self.folder / TOKENIZER))
-            vocab = tokenizer.get_vocab(with_added_tokens=False)
-            itos = [""] * len(vocab)
-            for word, i in vocab.items():
-                if i < len(itos):
-                    itos[i] = word
-            self._check_vocab(itos)
+            from hornn_dist.data.vocab import itos_of
+
+            path = self.folder / TOKENIZER
+            tokenizer = Tokenizer.from_file(str(path))
+            self._check_vocab(itos_of(tokenizer.get_vocab(with_added_tokens=False), path))
             self._tokenizer = tokenizer
         return self._tokenizer
 

@@ -103,6 +103,22 @@ def save_tokenizer(itos: list[str], path: Path, lowercase: bool, add_eos: bool) 
     os.replace(tmp, path)
 
 
+def itos_of(vocab: dict[str, int], path: Path) -> list[str]:
+    """Return the id-to-word table of a word -> id map read from `path` (its tokenizer.json).
+
+    Raise DataError naming the file when the ids are not exactly 0 .. len - 1.
+    """
+    itos = [""] * len(vocab)
+    for word, i in vocab.items():
+        if not isinstance(i, int) or not 0 <= i < len(itos) or itos[i]:
+            raise DataError(
+                f"{path}: word {word!r} has id {i!r}, outside 0..{len(itos) - 1} or taken twice; "
+                "HINT: delete the folder and re-run prepare"
+            )
+        itos[i] = word
+    return itos
+
+
 def load_itos(path: Path) -> list[str]:
     """Return the id-to-word table stored in a tokenizer.json (no `tokenizers` import needed)."""
     try:
@@ -112,7 +128,4 @@ def load_itos(path: Path) -> list[str]:
         raise DataError(
             f"{path}: cannot read the vocabulary ({e}); HINT: delete the folder and re-run prepare"
         ) from None
-    itos = [""] * len(vocab)
-    for word, i in vocab.items():
-        itos[i] = word
-    return itos
+    return itos_of(vocab, path)
