@@ -102,12 +102,10 @@ def _exit_now(code: int) -> None:
     """Flush the logs and end the process without the interpreter's shutdown.
 
     After a gloo collective, a worker thread of the process group may still be releasing the
-    collective's tensors, which takes the GIL. If the interpreter is finalising by then, that
-    thread aborts the process ("terminate called without an active exception"): 4 of 235
-    2-process runs on 2 CPU cores before this exit, 0 of 150 with it. A core dump shows
-    ProcessGroupGloo::runLoop destroying an AsyncAllreduceWork while the main thread is in
-    Py_FinalizeEx (pytorch/pytorch#179291). Nothing is left to do once main has returned
-    (checkpoints are fsynced, trackers closed), so the process ends here.
+    collective's tensors, which takes the GIL; if the interpreter is finalising by then, that
+    thread aborts the process ("terminate called without an active exception"; how often:
+    benchmarks/README.md, "Numbers behind the code's choices"). Nothing is left to do once main
+    has returned (checkpoints are fsynced, trackers closed), so the process ends here.
     """
     logging.shutdown()
     sys.stdout.flush()
