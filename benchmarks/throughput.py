@@ -1,13 +1,24 @@
 """Training throughput (tokens/s) and peak memory of HORNN poolings vs torch.nn RNN/LSTM.
 
-One step = embedding -> recurrence -> softmax cross-entropy -> backward -> clip -> SGD with
-momentum, the state carried (detached) from step to step as in truncated BPTT. `train_step`
-is that step, and every mode runs that one function:
+One step is the trainer's own step, `hornn_dist.training.step.TrainStep` (what
+`hornn_dist.train` runs on each TBPTT window), around a bare model with the trainer's
+default recipe (`OptimConfig()`: SGD lr 0.5, momentum 0.5, weight decay 1e-6, element-wise
+clip at 5, no max-norm):
 
-    eager     Python calls train_step every step
-    graphed   (CUDA) the whole train_step captured once in a CUDA graph and replayed; tokens
-              and carried state live in static buffers, the new state is copied in-graph
-    compiled  torch.compile(train_step), default mode (--compile)
+    batch upload -> embedding -> recurrence -> softmax cross-entropy -> backward
+    -> (gradient norms) -> clip -> SGD -> max-norm (off) -> the state carried, detached
+
+The trainer measures the gradient norms only on its logging steps (every `log.every`), so
+eager and compiled steps are timed without them (`measure=False`); a CUDA graph computes
+them on every replay, as the trainer's graph does. Under bf16/fp16 the forward runs in
+`torch.autocast` as Accelerate's prepared model runs it; fp16 rows have no gradient scaler
+(the trainer's fp16 adds Accelerate's, which keeps its step eager). Every mode runs that step:
+
+    eager     TrainStep.run every step, as the trainer on CPU, under DDP or fp16
+    graphed   (CUDA) TrainStep's own CUDA graph, as the trainer on one GPU: WARMUP_STEPS
+              eager steps on a side stream, then captured and replayed; the warm-up runs at
+              least WARMUP_STEPS + 1 steps, so every timed step is a replay
+    compiled  torch.compile of TrainStep's body, default mode (--compile)
 
 Configs (order 3, one layer, E = H):
 
@@ -54,14 +65,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 
+from hornn_dist.config import OptimConfig
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 from hornn_dist.models.recurrence import POOLINGS
+from hornn_dist.training.optim import build_optimizer
+from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "throughput.json"
-LR, MOMENTUM, CLIP = 0.5, 0.5, 5.0  # the demo recipe; lr is a Python float: fixed under capture
+OPTIM = OptimConfig()  # the trainer's default recipe, as in configs/demo.toml
+STEP_SETTINGS = ("lr", "momentum", "weight_decay", "clip", "clip_mode", "max_col_norm")  # JSON
 BLOCKS = 16  # distinct (T+1, B) token blocks cycled through, so steps do not repeat one batch
 
 
@@ -145,50 +158,11 @@ def default_variants(device: str) -> str:
     return f"{DEFAULT_VARIANTS},{TRITON_VARIANTS}"
 
 
-def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """Return the autocast context for a precision (a null context for fp32).
-
-    The cast cache is off: under CUDA graph capture cached casts must not outlive the
-    region (PyTorch's make_graphed_callables requires the same), and each weight is cast
-    once per step anyway.
-    """
-    dtype = PRECISIONS[precision]
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=False)
-
-
-def train_step(
-    model: RecurrentLM,
-    opt: torch.optim.Optimizer,
-    tokens: Tensor,
-    state: tuple[Tensor, ...],
-    precision: str,
-) -> Tensor:
-    """Run one training step on tokens (T+1, B); return its loss (0-dim, detached).
-
-    The carried state is read from the `state` buffers and the new state copied back into
-    them, in place and detached, so a CUDA graph of this function carries it across replays.
-    Gradients are set to None first, so backward allocates them: under capture they come
-    from the graph's private pool, as in PyTorch's "whole-network capture" example.
-    """
-    opt.zero_grad(set_to_none=True)
-    with autocast_for(precision, tokens.device):
-        logits, new_state = model(tokens[:-1], state)  # (T, B, V)
-        loss = F.cross_entropy(logits.reshape(-1, model.vocab_size).float(), tokens[1:].reshape(-1))
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)  # no host sync: capturable
-    opt.step()  # SGD: the momentum buffers exist after the first step, then it is capturable
-    with torch.no_grad():
-        for buf, new in zip(state, new_state, strict=True):
-            buf.copy_(new)
-    return loss.detach()
-
-
 def build(
     variant: str, shape: Shape, device: torch.device, layers: int = 1, order: int = 3, seed: int = 0
 ) -> tuple[RecurrentLM, torch.optim.Optimizer]:
-    """Return a freshly initialised model of `variant` at `shape` on `device` and its SGD."""
+    """Return a freshly initialised model of `variant` at `shape` on `device` and the
+    trainer's SGD over it."""
     cfg = replace(
         VARIANTS[variant],
         hidden_size=shape.hidden,
@@ -199,12 +173,11 @@ def build(
     torch.manual_seed(seed)
     with device:  # parameters are created on the device (fast init of the big config on GPU)
         model = build_model(cfg, shape.vocab)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    return model, opt
+    return model, build_optimizer(model, OPTIM)
 
 
 class Runner:
-    """One case ready to time: model, optimizer, token blocks, static token and state buffers."""
+    """One case ready to time: the trainer's TrainStep around a fresh model, and token blocks."""
 
     def __init__(self, case: Case, shape: Shape, args: argparse.Namespace, device: torch.device):
         if case.mode == "graphed" and device.type != "cuda":
@@ -217,59 +190,53 @@ class Runner:
         self.case, self.shape, self.device = case, shape, device
         self.model, self.opt = build(case.variant, shape, device, args.layers, args.order)
         gen = torch.Generator().manual_seed(1)
+        # on the host, as the trainer's batches: TrainStep uploads each (pinned, on CUDA)
         self.data = torch.randint(
             0, shape.vocab, (BLOCKS, shape.bptt + 1, shape.batch), generator=gen
-        ).to(device)  # (BLOCKS, T+1, B)
-        self.tokens = torch.empty_like(self.data[0])  # (T+1, B) static input/target buffer
-        self.state = self.model.init_state(shape.batch, device)  # static state buffers
-        self.fn = train_step
+        )  # (BLOCKS, T+1, B)
+        dtype = PRECISIONS[case.precision]
+        self.train = TrainStep(
+            self.model,
+            self.model,
+            self.opt,
+            device=device,
+            batch_size=shape.batch,
+            bptt=shape.bptt,
+            optim=OPTIM,
+            graph_reason=None if case.mode == "graphed" else f"{case.mode} mode",
+            autocast=(
+                contextlib.nullcontext
+                if dtype is None
+                else lambda: torch.autocast(device_type=device.type, dtype=dtype)
+            ),
+        )
         if case.mode == "compiled":
             # Dynamo guards on the optimizer object: every compiled row adds entries for the
-            # same code (train_step, SGD.step); past the default limit of 8 it silently runs
-            # them eagerly, so raise the limit to cover every row of the run.
+            # same code (the step's body, SGD.step); past the default limit of 8 it silently
+            # runs them eagerly, so raise the limit to cover every row of the run.
             cfg = torch._dynamo.config
             name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
             setattr(cfg, name, max(getattr(cfg, name), 256))
-            self.fn = torch.compile(train_step)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.loss: Tensor | None = None  # under a graph: the static loss, rewritten each replay
+            self.train.compile()
         self.i = 0
 
     def step(self) -> None:
-        """Run one step on the next token block (eagerly, compiled, or by replaying the graph)."""
-        self.tokens.copy_(self.data[self.i % BLOCKS])
+        """Run one training step on the next token block (eager, compiled or a graph replay)."""
+        block = self.data[self.i % BLOCKS]
         self.i += 1
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            self.loss = self.fn(self.model, self.opt, self.tokens, self.state, self.case.precision)
+        self.train.run(block[:-1], block[1:], measure=False)
 
     def warmup(self, steps: int) -> None:
-        """Run `steps` untimed steps; in graphed mode on a side stream, then capture train_step.
-
-        Graphed mode runs at least one eager step first: it allocates SGD's momentum buffers
-        (a first SGD step under capture would re-create them on every replay) and initialises
-        cuBLAS/cuDNN on the capture stream.
-        """
+        """Run `steps` untimed steps; graphed mode at least TrainStep's eager warm-up and the
+        capture, so that every timed step replays the graph."""
         if self.case.mode == "compiled":
             steps = max(steps, 3)  # compile; recompile once SGD's momentum buffers exist
-        if self.case.mode != "graphed":
-            for _ in range(steps):
-                self.step()
-            return
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(max(steps, 1)):
-                self.step()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        self.opt.zero_grad(set_to_none=True)  # as the docs do; train_step repeats it in-graph
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):  # records, does not run: no step taken
-            self.loss = train_step(
-                self.model, self.opt, self.tokens, self.state, self.case.precision
-            )
-        self.graph = graph
+        if self.case.mode == "graphed":
+            steps = max(steps, WARMUP_STEPS + 1)  # the last captures the step and replays it
+        for _ in range(steps):
+            self.step()
+        if self.case.mode == "graphed" and self.train.graph is None:
+            raise RuntimeError("the step was not captured in a CUDA graph during the warm-up")
 
     def run(self, steps: int) -> float:
         """Return the wall-clock seconds of `steps` steps (GPU work included)."""
@@ -594,9 +561,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,  # cuBLAS: HORNN, decoder
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,  # cuDNN: the RNN/LSTM baselines
         "threads": torch.get_num_threads(),
-        "lr": LR,
-        "momentum": MOMENTUM,
-        "clip": CLIP,
+        "step": "hornn_dist.training.step.TrainStep",
+        **{k: getattr(OPTIM, k) for k in STEP_SETTINGS},  # lr, momentum, clip as before
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "triton_tiles_env": os.environ.get("HORNN_TRITON_TILES"),
         "configs": {c: asdict(shape_of(c, args)) for c in args.configs},

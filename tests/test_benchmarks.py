@@ -1,5 +1,6 @@
-"""Tests of benchmarks/throughput.py (its one training step, every row of its JSON, CUDA graphs)
-and of benchmarks/triton_tiles.py (CUDA only: its refusal without a GPU, one tiny run on one)."""
+"""Tests of benchmarks/throughput.py (the trainer's step it times, every row of its JSON, CUDA
+graphs) and of benchmarks/triton_tiles.py (CUDA only: its refusal without a GPU, one tiny run on
+one)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from hornn_dist.config import OptimConfig
 from hornn_dist.models.recurrence import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
+from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--vocab", "50", "--hidden", "16", "--batch", "4", "--bptt", "5"]
@@ -47,32 +50,52 @@ TRITON_VARIANTS = [v for v, cfg in tp.VARIANTS.items() if cfg.engine == "triton"
 STEP_VARIANTS = [v for v in tp.VARIANTS if v not in TRITON_VARIANTS] + ["hornn-fofe-triton"]
 
 
+def runner(variant: str, mode: str = "eager", precision: str = "fp32", device: str = "cpu"):
+    """Return a Runner of one case at the tiny SHAPE."""
+    args = tp.parse_args(["--device", device, *TINY])
+    return tp.Runner(tp.Case(variant, "paper", precision, mode), SHAPE, args, torch.device(device))
+
+
 @pytest.mark.parametrize("variant", STEP_VARIANTS)
-def test_train_step_lowers_loss_on_repeated_data_and_carries_state_in_place(variant):
+def test_the_timed_step_lowers_loss_on_repeated_data_and_carries_state_in_place(variant):
     if variant in TRITON_VARIANTS and triton_cpu_reason() is not None:
         pytest.skip(triton_cpu_reason())
-    device = torch.device("cpu")
-    model, opt = tp.build(variant, SHAPE, device)
+    run = runner(variant)
+    step = run.train
+    assert isinstance(step, TrainStep) and step.optim == OptimConfig()  # the trainer's recipe
+    assert step.describe() == "eager (eager mode)"
     tokens = torch.randint(0, SHAPE.vocab, (SHAPE.bptt + 1, SHAPE.batch), generator=gen(0))
-    state = model.init_state(SHAPE.batch, device)
-    shapes = [(s.shape, s.dtype, s.data_ptr()) for s in state]
-    losses = [tp.train_step(model, opt, tokens, state, "fp32").item() for _ in range(8)]
+    shapes = [(s.shape, s.dtype, s.data_ptr()) for s in step.state]
+    losses = [step.run(tokens[:-1], tokens[1:], measure=False).item() for _ in range(8)]
     assert losses[-1] < losses[0] - 0.1, losses
-    assert [(s.shape, s.dtype, s.data_ptr()) for s in state] == shapes  # same buffers, in place
-    assert all(not s.requires_grad and s.abs().sum() > 0 for s in state)  # detached, carried
-    assert all(opt.state[p]["momentum_buffer"] is not None for p in model.parameters())
+    assert [(s.shape, s.dtype, s.data_ptr()) for s in step.state] == shapes  # same buffers
+    assert all(not s.requires_grad and s.abs().sum() > 0 for s in step.state)  # detached, carried
+    assert all(run.opt.state[p]["momentum_buffer"] is not None for p in run.model.parameters())
+    assert int(step.step_id) == 8 and step.norms.abs().sum() == 0  # no norms: measure=False
 
 
-def test_train_step_carries_the_new_state_of_the_forward_pass():
-    device = torch.device("cpu")
-    model, opt = tp.build("hornn-fofe", SHAPE, device)
-    tokens = torch.randint(0, SHAPE.vocab, (SHAPE.bptt + 1, SHAPE.batch), generator=gen(1))
-    state = model.init_state(SHAPE.batch, device)
+def test_the_timed_step_carries_the_new_state_of_the_forward_pass():
+    run = runner("hornn-fofe")
+    block = run.data[0]
     with torch.no_grad():
-        _, want = model(tokens[:-1], tuple(s.clone() for s in state))
-    tp.train_step(model, opt, tokens, state, "fp32")
-    for got, ref in zip(state, want, strict=True):
+        _, want = run.model(block[:-1], tuple(s.clone() for s in run.train.state))
+    run.step()
+    assert run.i == 1
+    for got, ref in zip(run.train.state, want, strict=True):
         torch.testing.assert_close(got, ref)
+
+
+def test_compiled_mode_compiles_the_trainers_step_body():
+    """The compiled row takes the same steps as the eager one (Dynamo breaks its graph)."""
+    eager, compiled = runner("hornn-fofe"), runner("hornn-fofe", mode="compiled")
+    for run in (eager, compiled):
+        run.warmup(1)  # compiled: at least 3 (compile, recompile once momentum exists)
+        run.run(1)
+    assert eager.i == 2 and compiled.i == 4
+    eager.run(2)  # now both took 4 steps on the same blocks
+    torch.testing.assert_close(compiled.train.loss, eager.train.loss, rtol=1e-5, atol=1e-6)
+    for got, want in zip(compiled.model.parameters(), eager.model.parameters(), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_main_writes_every_row_to_the_json(tmp_path):
@@ -210,20 +233,19 @@ def gen(seed: int) -> torch.Generator:
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("variant", tp.default_variants("cuda").split(","))
 def test_cuda_graphed_step_matches_eager(variant, precision):
-    args = tp.parse_args(["--device", "cuda", *TINY])
-    device = torch.device("cuda")
-    runners = [
-        tp.Runner(tp.Case(variant, "paper", precision, mode), SHAPE, args, device)
-        for mode in ("eager", "graphed")
-    ]
-    for runner in runners:
-        runner.warmup(2)  # graphed: 2 eager steps, then the capture (which takes no step)
-        runner.run(3)
+    runners = [runner(variant, mode, precision, "cuda") for mode in ("eager", "graphed")]
+    for run in runners:
+        run.warmup(2)  # graphed: TrainStep's eager warm-up steps, then the capture and a replay
+        run.run(3)
     eager, graphed = runners
-    assert graphed.graph is not None and eager.i == graphed.i == 5
+    assert graphed.i == WARMUP_STEPS + 1 + 3
+    eager.run(graphed.i - eager.i)  # both took the same steps on the same blocks
+    step = graphed.train
+    assert step.use_graph and step.captures == 1 and step.eager_steps == WARMUP_STEPS
+    assert not eager.train.use_graph and eager.train.graph is None
     tol = {"fp32": 1e-4, "bf16": 2e-2}[precision]
-    torch.testing.assert_close(graphed.loss, eager.loss, rtol=tol, atol=tol)
-    for got, want in zip(graphed.state, eager.state, strict=True):
+    torch.testing.assert_close(step.loss, eager.train.loss, rtol=tol, atol=tol)
+    for got, want in zip(step.state, eager.train.state, strict=True):
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
     for got, want in zip(graphed.model.parameters(), eager.model.parameters(), strict=True):
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)

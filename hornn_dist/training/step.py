@@ -182,6 +182,12 @@ class TrainStep:
         """Return the last measured gradient norms by TensorBoard tag (one host sync)."""
         return dict(zip(self.norm_names, self.norms.tolist(), strict=True))
 
+    def compile(self) -> None:
+        """Run the body through `torch.compile` from now on (the benchmark's compiled mode;
+        Dynamo breaks its graph at the backward, around the optimizer's calls and inside the
+        recurrence engines)."""
+        self._body = torch.compile(self._body)
+
     # ------------------------------------------------------------------ running
 
     def run(self, x: torch.Tensor, y: torch.Tensor, measure: bool) -> torch.Tensor:
