@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,13 @@ def _write_corpus(folder: Path, tokens: np.ndarray, shard_tokens: int) -> None:
         "dtype": "uint16",
         "vocab_size": len(ITOS),
         "vocab_hash": vhash,
-        "splits": {"train": {"tokens": int(sum(r["tokens"] for r in records)), "shards": records}},
+        "splits": {
+            "train": {
+                "tokens": int(sum(r["tokens"] for r in records)),
+                "unk_tokens": int(np.count_nonzero(tokens == 0)),
+                "shards": records,
+            }
+        },
     }
     shards.write_json(folder / shards.MANIFEST, manifest)
 
@@ -151,3 +159,140 @@ def test_both_vocabulary_readers_reject_a_gap_in_the_ids(corpus_dir) -> None:
     for read in (lambda c: c.itos(), lambda c: c.tokenizer()):
         with pytest.raises(DataError, match=r"tokenizer.json: word 'c' has id 7, outside 0..4"):
             read(open_corpus(folder))
+
+
+# --- damage found when a corpus is opened for use ------------------------------------------
+
+
+def _damage(path: Path, token: int, values: list[int]) -> None:
+    """Overwrite the ids of a shard from token `token` on, keeping its size and header."""
+    ids = np.fromfile(path, dtype=np.uint16, offset=shards.HEADER_BYTES)
+    ids[token : token + len(values)] = values
+    path.write_bytes(path.read_bytes()[: shards.HEADER_BYTES] + ids.tobytes())
+
+
+def test_changed_valid_ids_are_found_when_shards_are_verified(corpus_dir) -> None:
+    folder, tokens = corpus_dir
+    corpus = open_corpus(folder)  # headers and sizes still agree
+    assert corpus.verify_shards() == 1000 * 2 + 16 * shards.HEADER_BYTES  # bytes read
+    path = folder / "train_000002.bin"
+    old = tokens[128 + 10 : 128 + 30]
+    _damage(path, 10, [(int(v) + 1) % len(ITOS) for v in old])  # 20 other, valid ids
+    with pytest.raises(DataError) as err:
+        open_corpus(folder).verify_shards()
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{path}: sha256 checksum mismatch")
+    assert f"HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again" in msg
+
+
+def test_an_id_past_the_vocabulary_names_the_shard_and_token(corpus_dir) -> None:
+    folder, _ = corpus_dir
+    path = folder / "train_000005.bin"
+    _damage(path, 37, [0xFFFF])
+    with pytest.raises(DataError) as err:
+        open_corpus(folder).verify_shards(["train"])
+    assert str(err.value).startswith(
+        f"{path}: token 37 (byte {64 + 37 * 2}) has id 65535, outside the vocabulary of 5 words"
+    )
+    assert "HINT: delete" in str(err.value)
+
+
+def test_verified_shards_are_not_read_again_until_they_change(corpus_dir) -> None:
+    """The per-machine record: an untouched shard is not hashed twice; a write is seen."""
+    folder, tokens = corpus_dir
+    time.sleep(0.05)  # past the clock tick of the shards' writes (else their entries are racy)
+    assert open_corpus(folder).verify_shards() == 1000 * 2 + 16 * 64
+    record = folder / shards.verified_record_name()
+    assert record.is_file()
+    assert open_corpus(folder).verify_shards() == 0  # nothing changed: nothing read
+    path = folder / "train_000007.bin"
+    _damage(path, 3, [int(tokens[7 * 64 + 3] + 1) % len(ITOS)])
+    for _ in range(2):  # a failed shard is never recorded
+        with pytest.raises(DataError, match="train_000007.bin: sha256 checksum mismatch"):
+            open_corpus(folder).verify_shards()
+    _damage(path, 3, [int(tokens[7 * 64 + 3])])  # repaired
+    assert open_corpus(folder).verify_shards() == 64 * 2 + 64  # only that shard is read again
+
+
+def test_a_shard_written_in_the_clock_tick_of_the_record_is_read_again(corpus_dir) -> None:
+    """As git's racy index entries: a coarse clock can give a later write the same mtime."""
+    folder, _ = corpus_dir
+    time.sleep(0.05)
+    open_corpus(folder).verify_shards()
+    assert open_corpus(folder).verify_shards() == 0
+    first = min(f.stat().st_mtime_ns for f in folder.glob("*.bin"))
+    os.utime(folder / shards.verified_record_name(), ns=(first, first))  # all in its tick or after
+    assert open_corpus(folder).verify_shards() == 1000 * 2 + 16 * 64
+
+
+def test_a_read_only_folder_is_verified_every_time(corpus_dir, monkeypatch) -> None:
+    folder, _ = corpus_dir
+
+    def cannot_write(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(shards, "_write_record", cannot_write)
+    corpus = open_corpus(folder)
+    assert corpus.verify_shards() == corpus.verify_shards() > 0
+    assert not (folder / shards.verified_record_name()).exists()
+
+
+@pytest.mark.parametrize(
+    "edit,problem",
+    [
+        (lambda m: m.pop("vocab_size"), "key 'vocab_size' is missing or not an int"),
+        (lambda m: m.pop("splits"), "key 'splits' is missing or not a dict"),
+        (lambda m: m.update(dtype="float32"), "dtype 'float32' is not uint16 or uint32"),
+        (
+            lambda m: m["splits"]["train"]["shards"][3].pop("sha256"),
+            "shard 3 of split 'train' lacks its file, tokens or sha256",
+        ),
+        (
+            lambda m: m["splits"]["train"].pop("shards"),
+            "split 'train' lacks its tokens, unk_tokens or list of shards",
+        ),
+    ],
+)
+def test_a_manifest_missing_a_key_is_one_line(corpus_dir, edit, problem) -> None:
+    folder, _ = corpus_dir
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError) as err:
+        open_corpus(folder)
+    assert str(err.value) == (
+        f"{folder / 'manifest.json'}: {problem}; "
+        f"HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again"
+    )
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"model": {}}', ""])
+def test_an_unreadable_tokenizer_is_one_line(corpus_dir, text) -> None:
+    folder, _ = corpus_dir
+    (folder / shards.TOKENIZER).write_text(text)
+    for use in (lambda c: c.tokenizer(), lambda c: c.encode("a b"), lambda c: c.decode([2])):
+        with pytest.raises(DataError) as err:
+            use(open_corpus(folder))
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith(f"{folder / shards.TOKENIZER}: ")
+        assert "HINT: delete" in msg and "prepare" in msg
+
+
+def test_streams_name_the_shard_of_an_id_past_the_vocabulary(corpus_dir) -> None:
+    """Where no verification ran (open_corpus alone), a batch still never hands out such an id."""
+    from hornn_dist.data.streams import EvalStream, TBPTTStream
+
+    folder, _ = corpus_dir
+    path = folder / "train_000009.bin"
+    _damage(path, 5, [0xFFFF])  # token 9 * 64 + 5 = 581 of the split
+    reader = open_corpus(folder).split("train")
+    train = TBPTTStream(reader, global_batch=3, bptt=4)  # streams of 333: 581 is in stream 1
+    want = f"{path}: token 5 (byte {64 + 5 * 2}) has id 65535, outside the vocabulary of 5 words"
+    train.batch(0)
+    with pytest.raises(DataError) as err:
+        train.batch((581 - 333) // 4)
+    assert str(err.value).startswith(want)
+    evaluation = EvalStream(reader, batch_size=3, bptt=4)
+    with pytest.raises(DataError) as err:
+        list(evaluation)
+    assert str(err.value).startswith(want)

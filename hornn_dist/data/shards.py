@@ -6,6 +6,8 @@ A prepared corpus is one folder:
     train_000000.bin ...     per split, shards of at most shard_tokens tokens
     manifest.json            written last: format version, splits, per-shard tokens + sha256,
                              dtype, vocabulary size and hash, source and preprocessing settings
+    .verified-HOST.json      written by `Corpus.verify_shards` on machine HOST: the shards whose
+                             sha256 it checked, each with its stat at the time (see there)
 
 Each .bin file is a 64-byte little-endian header, then the token ids (uint16 or uint32):
 
@@ -24,8 +26,13 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import logging
 import os
+import socket
 import struct
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +47,9 @@ HEADER_BYTES = HEADER.size  # 64
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 _REDO = "HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again"
+_HASH_THREADS = 8  # sha256 runs about 1-2 GB/s a core; more threads than that outrun most disks
+
+log = logging.getLogger(__name__)
 
 
 def sha256_file(path: Path) -> str:
@@ -137,9 +147,7 @@ def read_header(path: Path) -> tuple[int, int, int, int, str]:
         with open(path, "rb") as f:
             raw = f.read(HEADER_BYTES)
     except OSError as e:
-        raise DataError(
-            f"{path}: cannot read shard ({e.strerror}); HINT: the folder is incomplete, re-run prepare"
-        ) from None
+        raise _unreadable(path, e) from None
     if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
         raise DataError(
             f"{path}: not a hornn_dist token shard (bad magic); {_REDO.format(folder=path.parent)}"
@@ -148,13 +156,28 @@ def read_header(path: Path) -> tuple[int, int, int, int, str]:
     return version, itemsize, count, vocab_size, vhash.decode("ascii", "replace")
 
 
+def _unreadable(path: Path, error: OSError) -> DataError:
+    return DataError(
+        f"{path}: cannot read shard ({error.strerror}); HINT: the folder is incomplete, re-run prepare"
+    )
+
+
 class TokenReader:
-    """One split's tokens across its shards: len() tokens, read(a, b) returns tokens [a, b)."""
+    """One split's tokens across its shards: len() tokens, read(a, b) returns tokens [a, b).
+
+    `vocab_size` (when given) is the bound the streams check each batch's ids against, and
+    `bad_id(k)` their error for token k, naming its shard and place there."""
 
     def __init__(
-        self, folder: Path, split: str, shards: list[dict[str, Any]], dtype: np.dtype
+        self,
+        folder: Path,
+        split: str,
+        shards: list[dict[str, Any]],
+        dtype: np.dtype,
+        vocab_size: int | None = None,
     ) -> None:
         self.folder, self.split, self.dtype = folder, split, np.dtype(dtype)
+        self.vocab_size = vocab_size
         self._files = [folder / s["file"] for s in shards]
         counts = [int(s["tokens"]) for s in shards]
         self._starts = [0]
@@ -192,6 +215,21 @@ class TokenReader:
             i += 1
         return np.concatenate(parts) if parts else np.empty(0, dtype=self.dtype)
 
+    def bad_id(self, k: int) -> DataError:
+        """Return the error for token k of the split, an id past `vocab_size` (the streams')."""
+        i = bisect.bisect_right(self._starts, k) - 1
+        local = k - self._starts[i]
+        value = int(self._map(i)[local])
+        return _bad_id(self._files[i], local, value, self.vocab_size or 0, self.dtype.itemsize)
+
+
+def _bad_id(path: Path, token: int, value: int, vocab_size: int, itemsize: int) -> DataError:
+    return DataError(
+        f"{path}: token {token} (byte {HEADER_BYTES + token * itemsize}) has id {value}, outside "
+        f"the vocabulary of {vocab_size} words: the shard is damaged; "
+        + _REDO.format(folder=path.parent)
+    )
+
 
 class Corpus:
     """A prepared corpus folder: its manifest, split readers and tokenizer."""
@@ -219,7 +257,11 @@ class Corpus:
             )
         if name not in self._readers:
             self._readers[name] = TokenReader(
-                self.folder, name, self.manifest["splits"][name]["shards"], self.dtype
+                self.folder,
+                name,
+                self.manifest["splits"][name]["shards"],
+                self.dtype,
+                self.vocab_size,
             )
         return self._readers[name]
 
@@ -241,7 +283,12 @@ class Corpus:
             from hornn_dist.data.vocab import itos_of
 
             path = self.folder / TOKENIZER
-            tokenizer = Tokenizer.from_file(str(path))
+            try:
+                tokenizer = Tokenizer.from_file(str(path))
+            except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+                raise DataError(
+                    f"{path}: unreadable tokenizer ({e}); " + _REDO.format(folder=self.folder)
+                ) from None
             self._check_vocab(itos_of(tokenizer.get_vocab(with_added_tokens=False), path))
             self._tokenizer = tokenizer
         return self._tokenizer
@@ -274,7 +321,8 @@ class Corpus:
         return "".join(out)
 
     def check(self, verify: bool = False) -> None:
-        """Check every shard's header and size against the manifest, and its sha256 when verify."""
+        """Check every shard's header and size against the manifest, and its sha256 when verify
+        (every shard read again, the record neither used nor written)."""
         for split in self.splits:
             for shard in self.manifest["splits"][split]["shards"]:
                 path = self.folder / shard["file"]
@@ -295,11 +343,109 @@ class Corpus:
                         f"{path}: {path.stat().st_size} bytes / {count} tokens, the manifest says {expected} / {shard['tokens']} (truncated?); "
                         + _REDO.format(folder=self.folder)
                     )
-                if verify and sha256_file(path) != shard["sha256"]:
-                    raise DataError(
-                        f"{path}: sha256 checksum mismatch (file corrupted or changed); "
-                        + _REDO.format(folder=self.folder)
-                    )
+        if verify:
+            self.verify_shards(record=False)
+
+    def verify_shards(self, splits: Iterable[str] | None = None, record: bool = True) -> int:
+        """Check the sha256 of the shards of `splits` (default: all) against the manifest.
+
+        Raise DataError naming the first damaged shard (in manifest order) and, where an id
+        lies past the vocabulary, the token and byte of the first one. Shards are hashed in
+        threads (hashlib releases the GIL). With `record`, what was checked goes to this
+        machine's record (`.verified-HOST.json` in the folder) with each shard's size, mtime,
+        ctime, inode and device, and a shard whose stat is still the same is not read again:
+        any write to it changes its mtime and ctime. Return the bytes read (0: all recorded).
+        """
+        wanted = self.splits if splits is None else [s for s in splits if s in self.splits]
+        shards = [s for name in wanted for s in self.manifest["splits"][name]["shards"]]
+        known = _read_record(self.folder) if record else {}
+        todo: list[tuple[dict[str, Any], list[int]]] = []
+        for shard in shards:
+            stat = _stat_key(self.folder / shard["file"])
+            if known.get(shard["file"]) != {"stat": stat, "sha256": shard["sha256"]}:
+                todo.append((shard, stat))
+        if not todo:
+            return 0
+        started = time.perf_counter()
+        paths = [self.folder / shard["file"] for shard, _ in todo]
+        with ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1, _HASH_THREADS)) as pool:
+            digests = list(pool.map(sha256_file, paths))
+        done = {}
+        for (shard, stat), path, digest in zip(todo, paths, digests, strict=True):
+            if digest != shard["sha256"]:
+                raise self._damaged(path)
+            done[shard["file"]] = {"stat": stat, "sha256": digest}
+        size = sum(p.stat().st_size for p in paths)
+        log.info(
+            "data: checked the sha256 of %d shard(s), %.2f GB, in %.1f s",
+            len(paths),
+            size / 1e9,
+            time.perf_counter() - started,
+        )
+        if record:
+            try:
+                _write_record(self.folder, {**known, **done})
+            except OSError as e:
+                log.debug("data: cannot record the checked shards in %s (%s)", self.folder, e)
+        return size
+
+    def _damaged(self, path: Path) -> DataError:
+        """Return the error for a shard whose sha256 differs: its first id past the vocabulary if any."""
+        ids = np.memmap(path, dtype=self.dtype, mode="r", offset=HEADER_BYTES)
+        block = 1 << 24
+        for a in range(0, len(ids), block):
+            bad = np.flatnonzero(ids[a : a + block] >= self.vocab_size)
+            if len(bad):
+                k = a + int(bad[0])
+                return _bad_id(path, k, int(ids[k]), self.vocab_size, self.dtype.itemsize)
+        return DataError(
+            f"{path}: sha256 checksum mismatch (file corrupted or changed since prepare); "
+            + _REDO.format(folder=self.folder)
+        )
+
+
+def verified_record_name() -> str:
+    """Return the file name of this machine's record of checked shards."""
+    return f".verified-{socket.gethostname()}.json"
+
+
+def _stat_key(path: Path) -> list[int]:
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise _unreadable(path, e) from None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _read_record(folder: Path) -> dict[str, Any]:
+    """Return this machine's record of checked shards, less its racy entries ({} if none).
+
+    As with git's index: a shard whose mtime or ctime is not older than the record's own
+    mtime may have been written again within the same clock tick, so it is checked again.
+    """
+    path = folder / verified_record_name()
+    try:
+        with open(path, encoding="utf-8") as f:
+            stamp = os.fstat(f.fileno()).st_mtime_ns
+            shards = json.load(f)["shards"]
+        return {
+            name: entry
+            for name, entry in shards.items()
+            if max(entry["stat"][1], entry["stat"][2]) < stamp
+        }
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return {}  # none yet, or unreadable: check everything again
+
+
+def _write_record(folder: Path, shards: dict[str, Any]) -> None:
+    path = folder / verified_record_name()
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"format": "hornn_dist-verified", "shards": shards}, f, indent=0)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -326,7 +472,31 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise DataError(
             f"{path}: manifest format {version} is newer than this hornn_dist's format {FORMAT_VERSION}; HINT: upgrade hornn_dist"
         )
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise DataError(f"{path}: {problem}; " + _REDO.format(folder=folder))
     return manifest
+
+
+def _manifest_problem(manifest: dict[str, Any]) -> str:
+    """Return what a manifest lacks that reading the corpus needs ("" if nothing)."""
+    for key, kind in (("vocab_size", int), ("vocab_hash", str), ("dtype", str), ("splits", dict)):
+        if not isinstance(manifest.get(key), kind):
+            return f"key {key!r} is missing or not {'an' if kind is int else 'a'} {kind.__name__}"
+    if manifest["dtype"] not in ("uint16", "uint32"):
+        return f"dtype {manifest['dtype']!r} is not uint16 or uint32"
+    for split, info in manifest["splits"].items():
+        if not _has(info, tokens=int, unk_tokens=int, shards=list):
+            return f"split {split!r} lacks its tokens, unk_tokens or list of shards"
+        for i, shard in enumerate(info["shards"]):
+            if not _has(shard, file=str, tokens=int, sha256=str):
+                return f"shard {i} of split {split!r} lacks its file, tokens or sha256"
+    return ""
+
+
+def _has(record: Any, **kinds: type) -> bool:
+    """Return whether record is a dict with a value of each kind under each key."""
+    return isinstance(record, dict) and all(isinstance(record.get(k), t) for k, t in kinds.items())
 
 
 def open_corpus(folder: str | os.PathLike[str], check: bool = True, verify: bool = False) -> Corpus:

@@ -41,7 +41,10 @@ B = 4, T = 2, W = 2: 11 pairs in streams of 3, 3, 3, 2 inputs, 2 steps (T_0 = 2,
                 +------+------+------+------+
 
 Reads go through the token source's `read(a, b)` (memory-mapped shards in training): each
-step reads B/W slices of at most T + 1 tokens on each rank, never the whole split.
+step reads B/W slices of at most T + 1 tokens on each rank, never the whole split. Where the
+source has a `vocab_size` (a corpus split), each batch's largest id is checked against it
+(one max per batch): an id past the vocabulary is a DataError naming its shard and token,
+not an index error in the embedding (or a device-side assert on a GPU).
 """
 
 from __future__ import annotations
@@ -155,9 +158,10 @@ class TBPTTStream:
             raise IndexError(f"step {step} is outside [0, {self.steps_per_epoch})")
         t = self.bptt
         buf = np.empty((t + 1, self.local_batch), dtype=np.int64)  # (T+1, B/W)
-        for i, start in enumerate(self.starts):
-            a = start + step * t
-            buf[:, i] = self.tokens.read(a, a + t + 1)
+        ranges = [(start + step * t, start + step * t + t + 1) for start in self.starts]
+        for i, (a, b) in enumerate(ranges):
+            buf[:, i] = self.tokens.read(a, b)
+        _check_ids(self.tokens, buf, ranges)
         x = torch.from_numpy(buf[:-1])  # (T, B/W), a contiguous view of buf
         y = torch.from_numpy(buf[1:].copy())  # (T, B/W), its own memory so x and y never alias
         return x, y
@@ -233,6 +237,24 @@ def _as_int(state: Mapping[str, Any], key: str) -> int:
     return int(value)
 
 
+def _check_ids(tokens: TokenSource, ids: np.ndarray, ranges: list[tuple[int, int]]) -> None:
+    """Raise the source's error for the first id of a batch past its `vocab_size`, if it has one.
+
+    ids: what was read from the token ranges [a, b). A source with a `vocab_size` (a corpus
+    split's `TokenReader`) has `bad_id(k)`, the error naming where token k is stored; the
+    ranges are read again to find the first such token.
+    """
+    limit = getattr(tokens, "vocab_size", None)
+    if limit is None or ids.size == 0 or int(ids.max()) < limit:
+        return
+    first = min(
+        a + int(np.argmax(part >= limit))
+        for a, b in ranges
+        if ((part := tokens.read(a, b)) >= limit).any()
+    )
+    raise tokens.bad_id(first)  # type: ignore[attr-defined]
+
+
 class EvalStream:
     """Evaluation batches that score each of the n - 1 targets once across ranks, with a mask."""
 
@@ -292,15 +314,19 @@ class EvalStream:
         x = np.zeros((rows, self.local_batch), dtype=np.int64)  # (T_k, B/W)
         y = np.zeros((rows, self.local_batch), dtype=np.int64)  # (T_k, B/W)
         mask = np.zeros((rows, self.local_batch), dtype=np.bool_)  # (T_k, B/W)
+        ranges = []
         for i, (start, length) in enumerate(zip(self.starts, self.lengths, strict=True)):
             valid = max(0, min(rows, length - offset))  # real rows in this column
             if valid == 0:
                 continue
             a = start + offset
+            ranges.append((a, a + valid + 1))
             chunk = self.tokens.read(a, a + valid + 1)  # (valid + 1,)
             x[:valid, i] = chunk[:-1]
             y[:valid, i] = chunk[1:]
             mask[:valid, i] = True
+        _check_ids(self.tokens, x, ranges)
+        _check_ids(self.tokens, y, ranges)
         return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(mask)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
