@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,21 @@ from hornn_dist.errors import CheckpointError
 from hornn_dist.models import build_model
 
 
-def open_prepared_corpus(cfg: DataConfig, accelerator: Any) -> Corpus:
-    """Return the corpus of `cfg`, preparing its shards first if they are missing (main process first)."""
+def open_prepared_corpus(
+    cfg: DataConfig, accelerator: Any, splits: Iterable[str] | None = None
+) -> Corpus:
+    """Return the corpus of `cfg`, preparing its shards first if they are missing (main process first).
+
+    The shards of `splits` (default: all) are checked against the manifest's sha256 before
+    anything reads them, by each machine's main process first: it records what it checked,
+    so its other processes, and later runs, read again only shards written since
+    (`Corpus.verify_shards`; cost in benchmarks/README.md, "Shard check")."""
     with accelerator.main_process_first():
         folder = prepare_corpus(cfg, workers=1, progress=accelerator.is_main_process)
-    return open_corpus(folder)
+    with accelerator.local_main_process_first():
+        corpus = open_corpus(folder)
+        corpus.verify_shards(splits)
+    return corpus
 
 
 def load_model(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
@@ -157,3 +159,70 @@ def test_cli_exit_of_a_process_with_peers_skips_interpreter_shutdown(world_size,
         assert proc.stderr.strip().splitlines()[-1] == (
             "error: train.bptt must be >= 1; set train.bptt"
         )
+
+
+# --- damaged prepared data: found before anything trains on it or scores it ------------------
+
+
+def _prepare(folder: Path) -> tuple[Path, Path]:
+    """Write the tiny config and corpus and prepare it; return the config and the shard folder."""
+    from hornn_dist.config import load_config
+    from hornn_dist.data.pipeline import prepare_corpus
+
+    config = write_tiny_config(folder)
+    return config, prepare_corpus(load_config(str(config)).data, progress=False)
+
+
+def _set_ids(shard: Path, first: int, values: list[int]) -> bytes:
+    """Overwrite ids of a uint16 shard from token `first` on; return the old bytes."""
+    old = shard.read_bytes()
+    ids = np.frombuffer(old[64:], dtype=np.uint16).copy()
+    ids[first : first + len(values)] = values
+    shard.write_bytes(old[:64] + ids.tobytes())
+    return old
+
+
+def test_train_refuses_damaged_shards_in_one_line(tmp_path: Path) -> None:
+    config, folder = _prepare(tmp_path)
+    shard = folder / "train_000000.bin"
+    vocab_size = json.loads((folder / "manifest.json").read_text())["vocab_size"]
+    ids = np.fromfile(shard, dtype=np.uint16, offset=64)
+    good = _set_ids(shard, 100, [(int(i) + 1) % vocab_size for i in ids[100:120]])  # 20 valid ids
+    run = tmp_path / "run"
+    train = ["hornn_dist.train", str(config), "--set", f"train.output_dir={run}"]
+    proc = _run(*train)
+    _assert_one_line_error(proc, f"{shard}: sha256 checksum mismatch")
+    assert proc.returncode == 2 and not (run / "checkpoints").exists()
+    shard.write_bytes(good)
+    _set_ids(shard, 57, [0xFFFF])
+    proc = _run(*train)
+    _assert_one_line_error(
+        proc, f"{shard}: token 57 (byte {64 + 57 * 2}) has id 65535, outside the vocabulary of "
+    )
+    assert proc.returncode == 2 and not (run / "checkpoints").exists()
+    shard.write_bytes(good)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["vocab_size"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    proc = _run(*train)
+    _assert_one_line_error(
+        proc, f"{folder / 'manifest.json'}: key 'vocab_size' is missing or not an int; HINT: delete"
+    )
+    assert proc.returncode == 2
+
+
+def test_evaluate_and_generate_refuse_damaged_data_in_one_line(tmp_path: Path) -> None:
+    config, folder = _prepare(tmp_path)
+    run = tmp_path / "run"
+    check_ok(run_module("hornn_dist.train", str(config), "--set", f"train.output_dir={run}",
+                        "--set", "train.max_steps=2"))  # fmt: skip
+    test_shard = folder / "test_000000.bin"
+    _set_ids(test_shard, 3, [5, 5, 5])
+    proc = _run("hornn_dist.evaluate", str(run), "--split", "test")
+    _assert_one_line_error(proc, f"{test_shard}: sha256 checksum mismatch")
+    assert proc.returncode == 2 and "ppl" not in proc.stdout
+    check_ok(run_module("hornn_dist.evaluate", str(run), "--split", "valid"))  # only test is hit
+    (folder / "tokenizer.json").write_text("{not json")
+    proc = _run("hornn_dist.generate", str(run), "--prompt", "w1")
+    _assert_one_line_error(proc, f"{folder / 'tokenizer.json'}: unreadable tokenizer (")
+    assert proc.returncode == 2 and proc.stdout == ""
