@@ -15,6 +15,7 @@ from hornn_dist.models import (
     column_normalize_,
     layer_precision_label,
 )
+from hornn_dist.models.max_norm import max_norm_vectors
 
 V, H, E = 50, 8, 6
 ARCH_CASES = [
@@ -210,9 +211,9 @@ def test_path_grad_norms_of_a_float64_model():
 def test_column_normalize_caps_norms(arch, pooling):
     model = small(arch, pooling, init_std=1.0)
     biases = {n: p.detach().clone() for n, p in model.named_parameters() if "bias" in n}
-    before = {id(w): w.detach().clone() for w, _ in model.max_norm_vectors()}
+    before = {id(w): w.detach().clone() for w, _ in max_norm_vectors(model)}
     column_normalize_(model, 1.5)
-    for w, dim in model.max_norm_vectors():
+    for w, dim in max_norm_vectors(model):
         norms = torch.linalg.vector_norm(w, dim=dim)
         assert norms.max().item() <= 1.5 + 1e-5
         old = before[id(w)]
@@ -231,7 +232,7 @@ def test_column_normalize_caps_norms(arch, pooling):
 def old_column_normalize_(model: RecurrentLM, max_norm: float) -> None:
     """The formula column_normalize_ used before it was shortened: the bitwise reference."""
     with torch.no_grad():
-        for weight, dim in model.max_norm_vectors():
+        for weight, dim in max_norm_vectors(model):
             norms = torch.linalg.vector_norm(weight, dim=dim, keepdim=True)
             weight.mul_((max_norm / norms.clamp_min(1e-12)).clamp(max=1.0))
 
@@ -242,15 +243,13 @@ def old_column_normalize_(model: RecurrentLM, max_norm: float) -> None:
 def test_column_normalize_is_bitwise_the_old_formula(arch, pooling, max_norm):
     model = small(arch, pooling, init_std=1.0)
     with torch.no_grad():
-        for w, dim in model.max_norm_vectors():  # spread the norms around the cap
+        for w, dim in max_norm_vectors(model):  # spread the norms around the cap
             scale = torch.rand(w.shape[1 - dim], generator=torch.Generator().manual_seed(1))
             w.mul_(2 * scale.unsqueeze(dim) * (max_norm / w.shape[dim] ** 0.5))
             w.select(1 - dim, 0).zero_()  # a zero vector
             w.select(1 - dim, 1).mul_(1e-14)  # one under the old 1e-12 floor
     ref = copy.deepcopy(model)
-    spread = [
-        torch.linalg.vector_norm(w, dim=dim) / max_norm for w, dim in model.max_norm_vectors()
-    ]
+    spread = [torch.linalg.vector_norm(w, dim=dim) / max_norm for w, dim in max_norm_vectors(model)]
     if max_norm > 1e-6:
         assert all((s < 1).any() and (s > 1).any() for s in spread)
     column_normalize_(model, max_norm)
@@ -277,7 +276,7 @@ def test_column_normalize_reaches_a_wrapped_model():
 
     model = small("hornn", "gated", init_std=1.0)
     column_normalize_(Wrapper(model), 1.0)
-    for w, dim in model.max_norm_vectors():
+    for w, dim in max_norm_vectors(model):
         assert torch.linalg.vector_norm(w, dim=dim).max().item() <= 1.0 + 1e-5
 
 

@@ -6,10 +6,10 @@ from hornn_dist.models.lm import (
     RecurrentLM,
     build_model,
     check_engine,
-    column_normalize_,
     engine_label,
     layer_precision_label,
 )
+from hornn_dist.models.max_norm import column_normalize_
 
 __all__ = [
     "HornnLayer",

@@ -20,13 +20,11 @@ import torch
 from torch import Tensor, nn
 
 from hornn_dist.errors import ConfigError
+from hornn_dist.models import path_norms
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer, pick_engine
 
 State = tuple[Tensor, ...]
-PathSlices = dict[str, list[tuple[nn.Parameter, tuple[slice, ...]]]]
-
-ALL = (slice(None),)
 
 
 class RecurrentLM(nn.Module):
@@ -123,104 +121,22 @@ class RecurrentLM(nn.Module):
         logits = self.decoder(x)  # (T, B, V)
         return logits, new
 
-    def feedback_path_slices(self) -> PathSlices:
-        """Return {"layer{l}/path{n}" | "layer{l}/gate{n}": [(param, index), ...]}.
-
-        `param.grad[index]` is the gradient of that matrix (W_hn; for a gate, W1n and W2n).
-        """
-        out: PathSlices = {}
-        if self.arch == "hornn":
-            for layer_idx, layer in enumerate(self.layers):
-                for n in range(1, layer.order + 1):
-                    out[f"layer{layer_idx}/path{n}"] = [
-                        (layer.weight_hh, (slice(None), layer.path_block(n)))
-                    ]
-                if layer.gated:
-                    for n in range(1, layer.order + 1):
-                        ih, hh = layer.gate_blocks(n)
-                        out[f"layer{layer_idx}/gate{n}"] = [
-                            (layer.weight_ih, (slice(None), ih)),
-                            (layer.weight_hh, (slice(None), hh)),
-                        ]
-        else:
-            assert self.rnn is not None
-            for layer_idx in range(self.num_layers):
-                w = getattr(self.rnn, f"weight_hh_l{layer_idx}")
-                out[f"layer{layer_idx}/path1"] = [(w, ALL)]
-        return out
+    def feedback_path_slices(self) -> path_norms.PathSlices:
+        """Return {"layer{l}/path{n}" | "layer{l}/gate{n}": [(param, index), ...]} (path_norms)."""
+        return path_norms.feedback_path_slices(self)
 
     def path_grad_norm_vector(self) -> Tensor:
         """Return every feedback path's float32 gradient norm as one 1-d tensor, in key order."""
-        pieces: list[Tensor] = []
-        if self.arch == "hornn":
-            for layer in self.layers:
-                pieces += _layer_path_norms(layer)
-        else:
-            assert self.rnn is not None
-            for layer_idx in range(self.num_layers):
-                pieces.append(_block_norms(getattr(self.rnn, f"weight_hh_l{layer_idx}"), 1))
-        return torch.cat(pieces)
+        return path_norms.path_grad_norm_vector(self)
 
     def path_grad_norms(self) -> dict[str, Tensor]:
         """Return the L2 norm of each feedback path's gradient (0 where no gradient yet)."""
         keys = self.feedback_path_slices()
         return dict(zip(keys, self.path_grad_norm_vector().unbind(0), strict=True))
 
-    def max_norm_vectors(self) -> list[tuple[nn.Parameter, int]]:
-        """Return (weight, dim) pairs: the norm over `dim` is one unit's incoming weight vector."""
-        pairs: list[tuple[nn.Parameter, int]] = [(self.embedding.weight, 1)]  # each word vector
-        for layer in self.layers:  # x @ W layout: column j is unit j's incoming weights
-            pairs += [(layer.weight_ih, 0), (layer.weight_hh, 0)]
-        if self.rnn is not None:  # torch layout (gates·H, in): row k is unit k's incoming weights
-            pairs += [
-                (p, 1) for name, p in self.rnn.named_parameters() if name.startswith("weight")
-            ]
-        pairs.append((self.decoder.weight, 1))  # (V, H): row v is word v's output weights
-        return pairs
-
     def num_parameters(self) -> int:
         """Return the number of trainable scalars."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-
-def _norm32(x: Tensor, dim: tuple[int, ...]) -> Tensor:
-    """Return the float32 L2 norm of x over dim (summed in float64 for a float64 x)."""
-    if x.dtype == torch.float64:
-        return torch.linalg.vector_norm(x, dim=dim).float()
-    return torch.linalg.vector_norm(x, dim=dim, dtype=torch.float32)
-
-
-def _block_norms(param: nn.Parameter, blocks: int) -> Tensor:
-    """Return the norms (blocks,) of param.grad's equal column blocks, in one reduction.
-
-    The gradient (rows, blocks·cols) is viewed (rows, blocks, cols); zeros without a gradient.
-    """
-    if param.grad is None:
-        return torch.zeros(blocks, device=param.device)
-    grad = param.grad
-    return _norm32(grad.reshape(grad.shape[0], blocks, -1), (0, 2))
-
-
-def _block_range(first: slice, last: slice, size: int) -> slice:
-    """Return the block indices first..last of the column slices `first`, `last` (size columns)."""
-    return slice(first.start // size, last.stop // size)
-
-
-def _layer_path_norms(layer: HornnLayer) -> list[Tensor]:
-    """Return a HORNN layer's [path norms (N,)] (+ [gate norms (N,)] if gated), in key order.
-
-    One reduction per weight matrix; a gate's norm is hypot(|W1n grad|, |W2n grad|).
-    """
-    H, N = layer.hidden_size, layer.order
-    hh = _block_norms(layer.weight_hh, layer.weight_hh.shape[1] // H)
-    pieces = [hh[_block_range(layer.path_block(1), layer.path_block(N), H)]]
-    if layer.gated:
-        ih = _block_norms(layer.weight_ih, layer.weight_ih.shape[1] // H)
-        (ih_first, hh_first), (ih_last, hh_last) = layer.gate_blocks(1), layer.gate_blocks(N)
-        w1 = ih[_block_range(ih_first, ih_last, H)]
-        w2 = hh[_block_range(hh_first, hh_last, H)]
-        pieces.append(torch.hypot(w1, w2))
-    return pieces
 
 
 def build_model(cfg: ModelConfig, vocab_size: int) -> RecurrentLM:
@@ -263,37 +179,3 @@ def layer_precision_label(cfg: ModelConfig, device: torch.device, mixed_precisio
     if cfg.recurrence_precision == "fp32":  # the input GEMM in autocast's dtype, TF32 steps
         return "recurrence in fp32"
     return f"layers in {'fp16' if cfg.recurrence_precision == 'fp16' else mixed_precision}"
-
-
-@torch.no_grad()
-def column_normalize_(model: nn.Module, max_norm: float) -> None:
-    """Rescale in place each weight vector whose L2 norm exceeds max_norm; no-op if max_norm <= 0.
-
-    The max-norm constraint of Pachitariu & Sahani (2013), the paper's "column
-    normalization", applied after each update. The vectors are each hidden or output unit's
-    incoming weights in the paper's W (out × in) convention (a row of W, a column of our
-    x @ W matrices, per path block), and each word vector of the embedding. Biases are left
-    alone. Works on a bare RecurrentLM and through wrappers (DDP, torch.compile): every
-    RecurrentLM found among model.modules() is normalised.
-    """
-    if max_norm <= 0:
-        return
-    for module in model.modules():
-        if isinstance(module, RecurrentLM):
-            for weight, dim in module.max_norm_vectors():
-                norms = torch.linalg.vector_norm(weight, dim=dim, keepdim=True)
-                weight.mul_(_cap_factors_(norms, max_norm))
-
-
-def _cap_factors_(norms: Tensor, max_norm: float) -> Tensor:
-    """Turn norms in place into the factors min(1, max_norm / norm) and return them.
-
-    Bit for bit (max_norm / norms.clamp_min(1e-12)).clamp(max=1.0), one op fewer: Python's
-    `max_norm / t` is t.reciprocal() * max_norm, and a zero norm gives inf, clamped to 1. The
-    1e-12 floor can change a factor only for a max_norm near 1e-12 or less; only then it runs.
-    (Clamping the norms to max_norm instead would not do: x.reciprocal() * x is 1 - 2**-24,
-    not 1, in float32 for about one x in eight, e.g. 1.7.)
-    """
-    if max_norm < 1e-6:
-        norms.clamp_(min=1e-12)
-    return norms.reciprocal_().mul_(max_norm).clamp_(max=1.0)
