@@ -374,3 +374,28 @@ def test_markdown_table_refuses_a_bad_file_in_one_line(tmp_path, capsys):
     assert _load("markdown_table").main([str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"markdown_table.py: cannot read {bad}")
+
+
+def test_shard_check_benchmark_times_every_row_cold_and_warm(tmp_path):
+    """benchmarks/shard_check.py at a tiny size: every row cold and warm, the recorded check
+    reads nothing, and the folder it wrote is gone."""
+    sc = _load("shard_check")
+    out = tmp_path / "s.json"
+    argv = ["--gb", "0.002", "--shard-tokens", "300000", "--repeats", "1", "--dir", str(tmp_path)]
+    rows = sc.main([*argv, "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["results"] == json.loads(json.dumps(rows))
+    assert data["meta"]["command"].startswith("python benchmarks/shard_check.py --gb 0.002")
+    threads = data["meta"]["hash_threads"]
+    cases = ["read", f"read, {threads} threads", "sha256, 1 thread", f"sha256, {threads} threads",
+             f"crc32, {threads} threads", f"blake2b, {threads} threads", "verify_shards",
+             "verify_shards, recorded"]  # fmt: skip
+    assert [(r["case"], r["cache"]) for r in rows] == [
+        (case, cache) for cache in ("cold", "warm") for case in cases
+    ]
+    for r in rows:
+        assert r["shards"] == 4 and r["bytes"] == 2_000_000 + 4 * 64
+        assert r["seconds"] > 0 and r["seconds_extrapolated"] == pytest.approx(
+            r["seconds"] * 40 / (r["bytes"] / 1e9)
+        )
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
