@@ -9,8 +9,8 @@
 # script then sees the limit is near and requeues the job, and the rerun, which is the same
 # command, resumes from the newest complete checkpoint in train.output_dir. A run that ends
 # normally (or fails) early is not requeued.
-# The job must come back with the same number of nodes and GPUs: a checkpoint only resumes
-# with the world size that wrote it.
+# The job may come back with another number of nodes or GPUs when it divides
+# train.batch_size: the carried hidden histories are re-split across the new ranks.
 #
 # Needs: train.output_dir (and data.cache_dir) on a filesystem every node shares; the
 # environment with hornn_dist installed active in the shell that calls sbatch (exported to
@@ -75,8 +75,10 @@ seconds_left() {
 # One task per node; $SLURM_NODEID is expanded inside each task, so every node gets its own
 # --machine_rank. The command-line flags override multinode.yaml's 2 x 8 shape and its
 # placeholder address. --cpus-per-task is repeated because srun 22.05+ does not inherit it.
-# --kill-on-bad-exit=0: on SIGTERM torchrun's agent exits non-zero even
-# when its ranks checkpointed cleanly; do not let that kill other nodes mid-save.
+# --kill-on-bad-exit=0: on SIGTERM torchrun's agent exits 1 (SignalException) even when its
+# ranks checkpointed and exited 0; do not let that kill other nodes mid-save. Whether to
+# requeue is read from the time left below, never from that status
+# (tests/test_slurm_script.py).
 set +e
 srun --kill-on-bad-exit=0 --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" bash -c '
     exec accelerate launch --config_file launch/multinode.yaml \
