@@ -6,14 +6,20 @@ Layout of one checkpoint (`output_dir/checkpoints/step_00001200/`)::
     rank_<r>.pt          per-rank stream position and carried hidden history, written by rank r
     trainer_state.json   step, epoch, lr schedule, best validation loss, vocabulary hash
     config.toml          the resolved run config
+    checksums.json       size and sha256 of every file above, written after them
     DONE                 written last, after a barrier; a folder without it is ignored
 
 A checkpoint is written into `.tmp_step_<N>` and renamed once DONE exists, so a kill at any
 moment leaves either the previous checkpoints untouched or a temp folder that resume ignores.
+A folder counts as complete when DONE exists and every file in checksums.json is there with
+its size; resume also checks the sha256 of each and falls back to the newest checkpoint that
+verifies. (Checkpoints written before checksums.json existed count as complete when DONE and
+the weights, state and config files are there.)
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -26,6 +32,7 @@ from typing import Any
 import torch
 
 from hornn_dist.config import RunConfig, load_config
+from hornn_dist.data.shards import sha256_file
 from hornn_dist.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -36,6 +43,9 @@ CHECKPOINT_ARG_HELP = (
 )
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.toml"
+CHECKSUMS = "checksums.json"
+WEIGHTS = "model.safetensors"
+LEGACY_REQUIRED = (WEIGHTS, STATE_FILE, CONFIG_FILE)  # a checkpoint without checksums.json
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
@@ -50,8 +60,74 @@ def step_dir_name(step: int) -> str:
 
 
 def is_complete(folder: Path) -> bool:
-    """Return True when the folder is a finished checkpoint (its DONE marker exists)."""
-    return (folder / DONE).is_file()
+    """Return True when the folder is a finished checkpoint: DONE, and its files all there."""
+    return problem_with(folder, deep=False) is None
+
+
+def problem_with(folder: Path, deep: bool) -> str | None:
+    """Return what is wrong with a checkpoint folder's files, or None when they check out.
+
+    Without `deep` it checks that DONE exists and every file of checksums.json is there with
+    its size; with `deep` also each file's sha256 (what resume does before loading).
+    """
+    if not (folder / DONE).is_file():
+        return f"no {DONE} marker (written last, so the save did not finish)"
+    table_path = folder / CHECKSUMS
+    if not table_path.is_file():  # written before checksums existed
+        missing = [name for name in LEGACY_REQUIRED if not (folder / name).is_file()]
+        return f"{missing[0]} is missing" if missing else None
+    try:
+        table = json.loads(table_path.read_text(encoding="utf-8"))
+        records = [(name, int(rec["bytes"]), str(rec["sha256"])) for name, rec in table.items()]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+        return f"{CHECKSUMS} is unreadable ({type(err).__name__})"
+    for name, size, digest in records:
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {CHECKSUMS} says {size} (truncated?)"
+        if deep and sha256_file(path) != digest:
+            return f"{name} does not match its sha256 in {CHECKSUMS} (the file was damaged)"
+    return None
+
+
+def verify(folder: Path) -> None:
+    """Raise CheckpointError naming the damaged file unless every file of `folder` verifies."""
+    problem = problem_with(folder, deep=True)
+    if problem is not None:
+        raise CheckpointError(
+            f"checkpoint {folder} is damaged: {problem}; resume from another one "
+            "(--resume PATH) or start over with --no-resume"
+        )
+
+
+def newest_verified(output_dir: str | Path) -> Path | None:
+    """Return the newest checkpoint of a run whose files verify (sha256), or None if it has none.
+
+    A damaged checkpoint is skipped with a warning naming the file; if every one is damaged,
+    raise CheckpointError.
+    """
+    complete = list_checkpoints(output_dir)
+    damaged = []
+    for folder in reversed(complete):
+        problem = problem_with(folder, deep=True)
+        if problem is None:
+            if damaged:
+                logger.warning(
+                    "resuming from %s, the newest checkpoint that verifies (skipped: %s)",
+                    folder.name,
+                    "; ".join(damaged),
+                )
+            return folder
+        logger.warning("checkpoint %s is damaged: %s", folder, problem)
+        damaged.append(f"{folder.name}: {problem}")
+    if damaged:
+        raise CheckpointError(
+            f"no checkpoint under {checkpoint_root(output_dir)} verifies ({'; '.join(damaged)}); "
+            "start over with --no-resume or another train.output_dir"
+        )
+    return None
 
 
 def list_checkpoints(output_dir: str | Path, warn: bool = True) -> list[Path]:
@@ -64,10 +140,11 @@ def list_checkpoints(output_dir: str | Path, warn: bool = True) -> list[Path]:
         match = _STEP_DIR.match(folder.name)
         if not match:
             continue
-        if is_complete(folder):
+        problem = problem_with(folder, deep=False)
+        if problem is None:
             found.append((int(match.group(1)), folder))
         elif warn:
-            logger.warning("ignoring incomplete checkpoint %s (no %s marker)", folder, DONE)
+            logger.warning("ignoring incomplete checkpoint %s (%s)", folder, problem)
     # By step number, not by name: step_100000000 comes after step_99999999.
     return [folder for _, folder in sorted(found)]
 
@@ -82,12 +159,15 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise CheckpointError(
             f"{path} does not exist; pass a run directory or one of its checkpoints"
         )
-    if is_complete(path):
+    problem = problem_with(path, deep=False)
+    if problem is None:
         return path
     if (path / "checkpoints").is_dir():
         return _latest_or_best(path, "latest")
     if path.name == "checkpoints" and path.is_dir():
         return _latest_or_best(path.parent, "latest")
+    if _STEP_DIR.match(path.name):
+        raise CheckpointError(f"checkpoint {path} is incomplete: {problem}; use an older one")
     raise CheckpointError(
         f"{path} is neither a complete checkpoint (no {DONE}) nor a run directory"
     )
@@ -101,13 +181,15 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
         )
     if which == "best":
         best = read_trainer_state(complete[-1]).get("best_checkpoint")
-        if best and is_complete(checkpoint_root(run_dir) / best):
+        if not best:
+            why = "no best checkpoint recorded yet"
+        elif not isinstance(best, str) or not _STEP_DIR.match(best):  # a name, never a path
+            why = f"best checkpoint {best!r} in {STATE_FILE} is not a step folder name"
+        elif not is_complete(checkpoint_root(run_dir) / best):
+            why = f"best checkpoint {best} is missing"
+        else:
             return checkpoint_root(run_dir) / best
-        logger.warning(
-            "%s: using the newest checkpoint %s as best",
-            f"best checkpoint {best} is missing" if best else "no best checkpoint recorded yet",
-            complete[-1].name,
-        )
+        logger.warning("%s: using the newest checkpoint %s as best", why, complete[-1].name)
     return complete[-1]
 
 
@@ -132,29 +214,103 @@ def save_checkpoint(
     rank_state: dict[str, Any],
     cfg: RunConfig,
 ) -> Path:
-    """Write a complete checkpoint from every rank and return its folder (call on all ranks)."""
+    """Write a complete checkpoint from every rank and return its folder (call on all ranks).
+
+    A rank that cannot write (a full disk, say) makes every rank raise one CheckpointError,
+    after the partial folder is removed; the previous checkpoints stay as they were.
+    """
     root = checkpoint_root(output_dir)
     final = root / step_dir_name(step)
     tmp = root / f".tmp_{step_dir_name(step)}"
     if accelerator.is_main_process:
         root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        remove_partial_saves(output_dir)  # a kill's leftovers would hold disk space
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))  # every rank: weights, optimizer, RNG, scaler
-    _atomic_torch_save(rank_state, tmp / f"rank_{accelerator.process_index}.pt")
-    accelerator.wait_for_everyone()
+    failure: BaseException | None = None
+    try:
+        accelerator.save_state(str(tmp))  # every rank: weights, optimizer, RNG, scaler
+        _atomic_torch_save(rank_state, tmp / f"rank_{accelerator.process_index}.pt")
+    except (
+        Exception
+    ) as err:  # OSError; torch's RuntimeError and safetensors' error on a short write
+        failure = err
+    _raise_if_any_rank_failed(accelerator, failure, root, tmp)
     if accelerator.is_main_process:
-        (tmp / CONFIG_FILE).write_text(cfg.to_toml(), encoding="utf-8")
-        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
-        _fsync_dir(tmp)
-        (tmp / DONE).write_text(f"step {step}\n")
+        try:
+            (tmp / CONFIG_FILE).write_text(cfg.to_toml(), encoding="utf-8")
+            (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+            write_checksums(tmp)
+            _fsync_dir(tmp)
+            (tmp / DONE).write_text(f"step {step}\n")
+        except OSError as err:
+            failure = err
+    _raise_if_any_rank_failed(accelerator, failure, root, tmp)
+    if accelerator.is_main_process:
         if final.exists():  # the same step saved again (e.g. an epoch end right after a resume)
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(root)
     accelerator.wait_for_everyone()
     return final
+
+
+def remove_partial_saves(output_dir: str | Path) -> list[Path]:
+    """Delete the `.tmp_step_*` folders a killed or failed save left behind; return them."""
+    stale = sorted(checkpoint_root(output_dir).glob(".tmp_step_*"))
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
+
+
+def _raise_if_any_rank_failed(
+    accelerator: Any, failure: BaseException | None, root: Path, tmp: Path
+) -> None:
+    """Agree across ranks whether a save failed; if one did, clean up and raise on every rank."""
+    failed = failure is not None
+    if accelerator.num_processes > 1:
+        flag = torch.tensor(int(failed), device=accelerator.device)
+        failed = bool(accelerator.reduce(flag, reduction="sum").item())
+    if not failed:
+        return
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    raise _save_error(failure, root)
+
+
+def _save_error(failure: BaseException | None, root: Path) -> CheckpointError:
+    """Return the one-line error for a failed save (a full disk named as such)."""
+    if failure is None:
+        return CheckpointError(
+            f"another process failed to write its part of a checkpoint in {root}"
+        )
+    free = shutil.disk_usage(root).free if root.exists() else 0
+    no_space = isinstance(failure, OSError) and failure.errno in (errno.ENOSPC, errno.EDQUOT)
+    said = str(failure)  # torch and safetensors wrap the OS error in their own types
+    if no_space or "No space left" in said or "unexpected pos" in said or free < (1 << 20):
+        newest = list_checkpoints(root.parent, warn=False)
+        need = sum(f.stat().st_size for f in newest[-1].iterdir()) if newest else 0
+        return CheckpointError(
+            f"no space left on the device of {root} ({free / 2**20:.1f} MiB free"
+            + (f"; a checkpoint needs about {need / 2**20:.1f} MiB" if need else "")
+            + "); free some space or point train.output_dir elsewhere, then run the same command"
+        )
+    return CheckpointError(f"cannot write a checkpoint in {root}: {_first_line(failure)}")
+
+
+def _first_line(err: BaseException) -> str:
+    """Return `Type: first line of the message` of an exception."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def write_checksums(folder: Path) -> None:
+    """Write checksums.json: the size and sha256 of every file in the folder so far (before DONE)."""
+    table = {
+        path.name: {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name not in (DONE, CHECKSUMS)
+    }
+    (folder / CHECKSUMS).write_text(json.dumps(table, indent=2), encoding="utf-8")
 
 
 def set_aside_previous_run(output_dir: str | Path) -> Path | None:
@@ -176,10 +332,34 @@ def prune_checkpoints(output_dir: str | Path, keep: int, best: str | None) -> li
     doomed = [c for c in complete[: max(len(complete) - keep, 0)] if c.name != best]
     for folder in doomed:
         shutil.rmtree(folder, ignore_errors=True)
-    root = checkpoint_root(output_dir)
-    for stale in root.glob(".tmp_step_*"):  # leftovers of a kill while writing
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_partial_saves(output_dir)  # leftovers of a kill while writing
     return doomed
+
+
+def load_state(accelerator: Any, folder: Path) -> None:
+    """Load weights, optimizer, RNG and scaler state of a checkpoint into the accelerator's objects.
+
+    A file the libraries cannot read is one CheckpointError (never their advice, such as
+    torch.load's suggestion to turn off weights_only, which would run code from the file).
+    """
+    try:
+        accelerator.load_state(str(folder))
+    except Exception as err:  # safetensors, torch.load and pickle raise many types
+        raise CheckpointError(
+            f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
+            "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
+        ) from None
+
+
+def _torch_load(path: Path) -> Any:
+    """Return the tensors saved in `path` (weights_only), or raise one CheckpointError."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError, RuntimeError (bad zip), EOFError, ...
+        raise CheckpointError(
+            f"{path} is not a valid checkpoint file ({type(err).__name__}); "
+            "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
+        ) from None
 
 
 def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
@@ -197,7 +377,7 @@ def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
             raise CheckpointError(
                 f"{path} is missing: the checkpoint is incomplete; resume from an older one"
             )
-        states.append(torch.load(path, map_location="cpu", weights_only=True))
+        states.append(_torch_load(path))
     if saved == world_size:
         return states[rank]
     layers = zip(*(s["history"] for s in states), strict=True)

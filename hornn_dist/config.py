@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import sys
 import types
 import typing
@@ -169,11 +170,30 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
         if not isinstance(values, dict):
             raise ConfigError(f"[{section}] must be a table of keys, got {values!r}")
         cls = _SECTION_TYPES[section]
-        sections[section] = cls(**_checked_fields(section, cls, values))
+        fields = _checked_fields(section, cls, values)
+        sections[section] = cls(**_expand_home(section, fields))
     cfg = RunConfig(**sections)
     cfg.data.user_keys = _user_keys(raw.get("data", {}))
     cfg.validate()
     return cfg
+
+
+# keys that hold paths on this machine: a leading ~ is the user's home, as in a shell
+PATH_KEYS = {
+    "data": ("path", "train", "valid", "test", "cache_dir"),
+    "train": ("output_dir",),
+}
+
+
+def _expand_home(section: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Return the fields with `~` expanded in the section's path keys."""
+    out = dict(fields)
+    for key in PATH_KEYS.get(section, ()):
+        if isinstance(out.get(key), str):
+            out[key] = os.path.expanduser(out[key])
+        elif isinstance(out.get(key), list):
+            out[key] = [os.path.expanduser(item) for item in out[key]]
+    return out
 
 
 def _user_keys(table: dict[str, Any]) -> frozenset[str] | None:

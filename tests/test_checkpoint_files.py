@@ -7,6 +7,8 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, load_config, to_toml
@@ -38,6 +40,8 @@ def make_checkpoint(
     }
     (folder / ckpt.STATE_FILE).write_text(json.dumps(state))
     (folder / ckpt.CONFIG_FILE).write_text(to_toml((cfg or RunConfig()).to_dict()))
+    save_file({"w": torch.full((3,), float(step))}, str(folder / ckpt.WEIGHTS))
+    ckpt.write_checksums(folder)
     if done:
         (folder / ckpt.DONE).write_text(f"step {step}\n")
     return folder
@@ -166,8 +170,7 @@ def test_resolve_best_without_a_recorded_best_warns_and_gives_the_newest(
 
 def test_a_real_folder_named_best_is_taken_as_is(tmp_path: Path) -> None:
     folder = tmp_path / "best"
-    folder.mkdir()
-    (folder / ckpt.DONE).write_text("step 1\n")
+    make_checkpoint(tmp_path / "elsewhere", 1).rename(folder)  # a complete checkpoint
     assert ckpt.resolve_checkpoint(folder) == folder
 
 
@@ -198,6 +201,7 @@ def test_resolve_errors_are_clear(tmp_path: Path, build: bool, target: str, expe
 def test_unreadable_trainer_state_is_a_checkpoint_error(tmp_path: Path) -> None:
     folder = make_checkpoint(tmp_path, 10)
     (folder / ckpt.STATE_FILE).write_text("{not json")
+    ckpt.write_checksums(folder)  # written that way, not damaged later
     with pytest.raises(CheckpointError, match="trainer_state.json"):
         ckpt.resolve_checkpoint(tmp_path / "best")
 

@@ -325,3 +325,20 @@ def test_config_from_dict_checks_like_load_config() -> None:
 def test_config_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         load_config(None, ["train.bptt=0"])
+
+
+def test_a_leading_tilde_in_a_path_key_is_the_home_folder(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(
+        None,
+        [
+            "train.output_dir=~/runs/x",
+            "data.cache_dir=~/cache",
+            'data.train=["~/a.txt", "b.txt"]',
+            "data.path=~/text8",
+        ],
+    )
+    assert cfg.train.output_dir == str(tmp_path / "runs" / "x")
+    assert cfg.data.cache_dir == str(tmp_path / "cache")
+    assert cfg.data.train == [str(tmp_path / "a.txt"), "b.txt"]
+    assert cfg.data.path == str(tmp_path / "text8")

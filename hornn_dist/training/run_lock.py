@@ -1,0 +1,55 @@
+"""One run per output folder: an exclusive lock on `output_dir/.lock` for the life of the run.
+
+The main process holds an flock on the file; the kernel drops it when the process ends in
+any way (a crash or SIGKILL included), so a lock file left behind is stale and the next run
+simply takes it. The file names the holder (host, PID, start time) for the error a second
+run gets. On NFS, Linux maps flock to NFS locks, so runs on different hosts exclude each
+other too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from pathlib import Path
+
+from hornn_dist.errors import ConfigError
+
+LOCK_FILE = ".lock"
+
+
+class RunLock:
+    """The lock of one run folder; `acquire` raises ConfigError naming the holder if taken."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.path = Path(folder) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ConfigError naming the run that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError(
+                f"{self.path.parent} is in use by another run ({holder}); wait for it to end "
+                "or set another train.output_dir"
+            ) from None
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(fd, 0)
+        os.pwrite(
+            fd, f"host {socket.gethostname()}, PID {os.getpid()}, since {started}\n".encode(), 0
+        )
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let the lock go (the file stays, unlocked)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
