@@ -28,8 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from hornn_dist.models import HornnLayer
-from hornn_dist.models.config import RECURRENCE_PRECISIONS
-from hornn_dist.models.recurrence import POOLINGS
+from hornn_dist.models.config import POOLINGS, RECURRENCE_PRECISIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
 from throughput import comma_list, error_line, script_meta, write_json  # noqa: E402

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from hornn_dist.models.recurrence import POOLINGS, fused_scan
+from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.recurrence import fused_scan
 from hornn_dist.models.step_gemm import onednn_linear_works, onednn_mm, onednn_pays
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script

@@ -68,7 +68,7 @@ import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
-from hornn_dist.models.recurrence import POOLINGS
+from hornn_dist.models.config import POOLINGS
 from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 

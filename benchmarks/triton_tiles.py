@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from hornn_dist.models import HornnLayer
+from hornn_dist.models.config import POOLINGS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
 from throughput import comma_list, error_line, write_json  # noqa: E402
@@ -76,7 +77,6 @@ PRECISIONS: dict[str, tuple[torch.dtype | None, str]] = {
     "bf16": (torch.bfloat16, "fp32"),
     "bf16-amp": (torch.bfloat16, "autocast"),
 }
-POOLINGS = ("sum", "max", "fofe", "gated")
 GRID = tuple(
     itertools.product((16, 32, 64), (16, 32, 64), (32, 64), (2, 4), (1, 4))
 )  # B, H, K, warps, split

@@ -15,7 +15,7 @@ from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import Corpus, open_corpus
 from hornn_dist.errors import CheckpointError
-from hornn_dist.models import build_model
+from hornn_dist.models import build_model, plan_for
 
 
 def open_prepared_corpus(
@@ -38,14 +38,21 @@ def open_prepared_corpus(
 def load_model(
     folder: Path, cfg: RunConfig, corpus: Corpus, device: torch.device | str
 ) -> torch.nn.Module:
-    """Return the checkpoint's model on `device` in eval mode, after checking its vocabulary."""
+    """Return the checkpoint's model on `device` in eval mode, after checking its vocabulary.
+
+    Its HORNN layers run as planned for `device` under the run's mixed precision and
+    evaluation batch; where the run's engine cannot run there (triton on a CPU), the fused
+    engine runs, with a warning."""
     state = read_trainer_state(folder)
     if state.get("vocab_hash") != corpus.vocab_hash:
         raise CheckpointError(
             f"{folder} was trained with vocabulary {state.get('vocab_hash')} but the data has "
             f"{corpus.vocab_hash}; point data.cache_dir at the shards used for training"
         )
-    model = build_model(cfg.model, corpus.vocab_size)
+    plan = plan_for(
+        cfg.model, device, cfg.train.eval_batch_size, cfg.train.mixed_precision, strict=False
+    )
+    model = build_model(cfg.model, corpus.vocab_size, plan)
     weights = folder / "model.safetensors"
     if not weights.is_file():
         raise CheckpointError(f"{weights} is missing; the checkpoint is damaged, use an older one")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from dataclasses import replace
 
 import pytest
 import torch
 
 from hornn_dist.models import HornnLayer, ModelConfig
+from hornn_dist.models.config import ACTIVATIONS, POOLINGS
 from hornn_dist.models.hornn import hornn_forward
+from hornn_dist.models.plan import resolve_plan
 from hornn_dist.models.recurrence import _tf32_matmuls
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
@@ -17,8 +20,6 @@ try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
 except ImportError:
     from reference_hornn import paper_matrices, reference_layer, reference_stack
 
-POOLINGS = ("sum", "max", "fofe", "gated")
-ACTIVATIONS = ("tanh", "sigmoid", "relu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
@@ -133,7 +134,7 @@ def test_gradcheck(pooling):
     def fn(x, hist, w_ih, w_hh, b, *rest):
         return hornn_forward(
             x, hist, w_ih, w_hh, b, rest[0] if rest else None,
-            pooling=pooling, alpha=0.6, activation="tanh", engine="fused",
+            pooling=pooling, alpha=0.6, activation="tanh", plan=resolve_plan("fused"),
         )  # fmt: skip
 
     inputs = (x, hist, *params[:3]) + ((gate_bias,) if gate_bias is not None else ())
@@ -339,9 +340,11 @@ def _autocast_agrees_with_fp32(
     device: str, pooling: str, dtype: torch.dtype, precision: str = "fp32"
 ) -> None:
     torch.manual_seed(8)
-    layer = HornnLayer(
-        64, 128, order=3, pooling=pooling, init_std=AUTOCAST_INIT_STD, precision=precision
-    ).to(device)
+    mixed = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    plan = resolve_plan("auto", precision, 128, device, 20, mixed)  # as the trainer's: CUDA triton
+    layer = HornnLayer(64, 128, order=3, pooling=pooling, init_std=AUTOCAST_INIT_STD, plan=plan).to(
+        device
+    )
     x = torch.randn(30, 20, 64, device=device)
     out32, _ = layer(x)
     out32.pow(2).sum().backward()
@@ -421,7 +424,7 @@ def test_cuda_fp16_precision_runs_the_layer_in_fp16_under_bf16(pooling, engine):
     x = torch.randn(9, 4, 32, device="cuda")
     outs = {}
     for precision, dtype in (("fp16", torch.bfloat16), ("autocast", torch.float16)):
-        layer.precision = precision
+        layer.plan = replace(layer.plan, precision=precision)
         layer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=dtype):
             out, _ = layer(x)
@@ -429,7 +432,7 @@ def test_cuda_fp16_precision_runs_the_layer_in_fp16_under_bf16(pooling, engine):
         outs[precision] = [out, *(p.grad for p in layer.parameters())]
     for a, b in zip(outs["fp16"], outs["autocast"], strict=True):
         assert a.dtype == torch.float32 and torch.equal(a, b)
-    layer.precision = "autocast"
+    layer.plan = replace(layer.plan, precision="autocast")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         assert not torch.equal(layer(x)[0], outs["fp16"][0])
 

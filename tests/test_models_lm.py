@@ -8,13 +8,7 @@ import pytest
 import torch
 
 from hornn_dist.errors import ConfigError
-from hornn_dist.models import (
-    ModelConfig,
-    RecurrentLM,
-    build_model,
-    column_normalize_,
-    layer_precision_label,
-)
+from hornn_dist.models import ModelConfig, RecurrentLM, build_model, column_normalize_, plan_for
 from hornn_dist.models.max_norm import max_norm_vectors
 
 V, H, E = 50, 8, 6
@@ -29,13 +23,17 @@ ARCH_CASES = [
 ]
 
 
-def small(arch: str, pooling: str = "fofe", **kw) -> RecurrentLM:
-    """Return a tiny model of the given arch."""
-    torch.manual_seed(0)
-    cfg = ModelConfig(
+def small_config(arch: str, pooling: str = "fofe", **kw) -> ModelConfig:
+    """Return the config of a tiny model of the given arch."""
+    return ModelConfig(
         arch=arch, pooling=pooling, order=3, hidden_size=H, embedding_size=E, num_layers=2, **kw
     )
-    return build_model(cfg, V)
+
+
+def small(arch: str, pooling: str = "fofe", **kw) -> RecurrentLM:
+    """Return a tiny model of the given arch (seeded init)."""
+    torch.manual_seed(0)
+    return build_model(small_config(arch, pooling, **kw), V)
 
 
 def state_shapes(arch: str, B: int) -> list[tuple[int, ...]]:
@@ -324,22 +322,6 @@ def test_build_model_rejects_bad_config(kw, key):
     assert key in str(excinfo.value) and "\n" not in str(excinfo.value)
 
 
-def test_layer_precision_label_names_what_the_layers_run_in():
-    """The trainer's start-up line: fp16 layers under any CUDA mixed precision by default."""
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    default, bf16, fp32 = (
-        ModelConfig(recurrence_precision=p) for p in ("fp16", "autocast", "fp32")
-    )
-    assert default.recurrence_precision == ModelConfig().recurrence_precision
-    assert layer_precision_label(default, cuda, "bf16") == "layers in fp16"
-    assert layer_precision_label(bf16, cuda, "bf16") == "layers in bf16"
-    assert layer_precision_label(bf16, cuda, "fp16") == "layers in fp16"
-    assert layer_precision_label(fp32, cuda, "bf16") == "recurrence in fp32"
-    for cfg in (default, bf16, fp32):  # no autocast: every precision is the same fp32 math
-        assert layer_precision_label(cfg, cuda, "no") == "layers in fp32"
-        assert layer_precision_label(cfg, cpu, "bf16") == "layers in fp32"
-
-
 def test_build_model_rejects_bad_vocab():
     with pytest.raises(ConfigError, match="vocab_size"):
         build_model(ModelConfig(), 0)
@@ -355,7 +337,10 @@ def test_bad_state_length():
 @pytest.mark.parametrize("precision", ["fp32", "autocast", "fp16"])
 @pytest.mark.parametrize("arch,pooling", ARCH_CASES)
 def test_cuda_lm_bf16_agrees_with_fp32(arch, pooling, precision):
-    model = small(arch, pooling, recurrence_precision=precision).cuda()
+    """With the plan the trainer makes for a bf16 CUDA run (engine "auto": triton here)."""
+    cfg = small_config(arch, pooling, recurrence_precision=precision)
+    torch.manual_seed(0)
+    model = build_model(cfg, V, plan_for(cfg, "cuda", 4, "bf16")).cuda()
     tokens = torch.randint(0, V, (10, 4), device="cuda")
     ref, _ = model(tokens)
     with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hornn_dist.models import HornnLayer, step_gemm
-from hornn_dist.models.recurrence import POOLINGS
+from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.step_gemm import (
     ONEDNN_MIN_HIDDEN,
     ONEDNN_MIN_MACS,

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -21,9 +22,11 @@ pytest.importorskip("triton")
 
 from hornn_dist.config import config_from_dict  # noqa: E402
 from hornn_dist.errors import ConfigError  # noqa: E402
-from hornn_dist.models import HornnLayer, build_model, check_engine, engine_label  # noqa: E402
+from hornn_dist.models import HornnLayer, build_model, plan_for  # noqa: E402
 from hornn_dist.models import triton_scan as ts  # noqa: E402
-from hornn_dist.models.hornn import _warn_triton_fallback, hornn_forward  # noqa: E402
+from hornn_dist.models.config import ACTIVATIONS, POOLINGS  # noqa: E402
+from hornn_dist.models.hornn import hornn_forward  # noqa: E402
+from hornn_dist.models.plan import resolve_plan  # noqa: E402
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
     from tests.reference_hornn import reference_stack
@@ -44,8 +47,6 @@ except ImportError:
         run_stack,
     )
 
-POOLINGS = ("sum", "max", "fofe", "gated")
-ACTIVATIONS = ("tanh", "sigmoid", "relu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 on_cpu = pytest.mark.skipif(not ts.INTERPRETED, reason="runs the kernels under the interpreter")
 
@@ -103,7 +104,7 @@ def test_triton_gradcheck(pooling):
     def fn(x, hist, w_ih, w_hh, b, *rest):
         return hornn_forward(
             x, hist, w_ih, w_hh, b, rest[0] if rest else None,
-            pooling=pooling, alpha=0.6, activation="sigmoid", engine="triton",
+            pooling=pooling, alpha=0.6, activation="sigmoid", plan=resolve_plan("triton"),
         )  # fmt: skip
 
     # fast mode: checks random projections of the Jacobian, a few forward calls instead of one
@@ -154,7 +155,7 @@ def test_autocast_precision_casts_the_gemm_inputs():
     layer = HornnLayer(16, 32, order=3, pooling="fofe", engine="triton", init_std=0.04)
     x = torch.randn(8, 4, 16)
     out32, _ = layer(x)
-    layer.precision = "autocast"
+    layer.plan = replace(layer.plan, precision="autocast")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, _ = layer(x)
     assert out.dtype == torch.float32
@@ -165,39 +166,41 @@ def test_engine_check_names_the_key_and_the_fix(monkeypatch):
     monkeypatch.setattr(ts, "INTERPRETED", False)
     cfg = config_from_dict({"model": {"engine": "triton"}}).model
     with pytest.raises(ConfigError, match=r"model.engine = 'triton' runs on CUDA.*'fused'"):
-        check_engine(cfg, torch.device("cpu"))
-    check_engine(config_from_dict({}).model, torch.device("cpu"))  # fused: nothing to say
+        plan_for(cfg, torch.device("cpu"), 20, "no")
+    plan_for(config_from_dict({}).model, torch.device("cpu"), 20, "no")  # fused: nothing to say
 
 
 def test_auto_engine_picks_triton_only_where_it_was_faster(monkeypatch):
     """ "auto": triton on CUDA under autocast at B·H <= 2^15 when it can run; fused elsewhere."""
-    from hornn_dist.models.hornn import AUTO_TRITON_MAX_OUTPUTS, pick_engine
-
     cuda_dev, cpu_dev = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(ts, "unavailable_reason", lambda device=None: None)  # triton runs
-    assert pick_engine("auto", cuda_dev, 20, 400, autocast=True) == "triton"
-    assert pick_engine("auto", cuda_dev, 32, 1024, autocast=True) == "triton"  # 2^15
-    assert AUTO_TRITON_MAX_OUTPUTS == 32 * 1024
-    assert pick_engine("auto", cuda_dev, 33, 1024, autocast=True) == "fused"
-    assert pick_engine("auto", cuda_dev, 128, 1024, autocast=True) == "fused"
-    assert pick_engine("auto", cuda_dev, 20, 400, autocast=False) == "fused"  # fp32: a tie
-    assert pick_engine("auto", cpu_dev, 20, 400, autocast=True) == "fused"
+
+    def runs(engine: str, device: torch.device, batch: int, hidden: int, mixed: str) -> str:
+        cfg = config_from_dict({"model": {"engine": engine, "hidden_size": hidden}}).model
+        return plan_for(cfg, device, batch, mixed).engine
+
+    assert runs("auto", cuda_dev, 20, 400, "bf16") == "triton"
+    assert runs("auto", cuda_dev, 32, 1024, "fp16") == "triton"  # 2^15
+    assert runs("auto", cuda_dev, 33, 1024, "bf16") == "fused"
+    assert runs("auto", cuda_dev, 128, 1024, "bf16") == "fused"
+    assert runs("auto", cuda_dev, 20, 400, "no") == "fused"  # fp32: a tie
+    assert runs("auto", cpu_dev, 20, 400, "bf16") == "fused"
     for engine in ("fused", "triton", "loop"):  # named engines are kept
-        assert pick_engine(engine, cpu_dev, 20, 400, autocast=False) == engine
+        assert runs(engine, cpu_dev, 20, 400, "no") == engine
     monkeypatch.setattr(ts, "unavailable_reason", lambda device=None: "no triton")
-    assert pick_engine("auto", cuda_dev, 20, 400, autocast=True) == "fused"
+    assert runs("auto", cuda_dev, 20, 400, "bf16") == "fused"
     cfg = config_from_dict({"model": {"hidden_size": 400}}).model
     assert cfg.engine == "auto"
-    assert engine_label(cfg, cpu_dev, 20, autocast=True) == "auto engine: fused"
+    assert plan_for(cfg, cpu_dev, 20, "bf16").engine_words() == "auto engine: fused"
     cfg.engine = "triton"
-    assert engine_label(cfg, cpu_dev, 20, autocast=False) == "triton engine"
+    assert plan_for(cfg, None, 20, "no").engine_words() == "triton engine"
 
 
 def test_auto_engine_on_cpu_is_the_fused_engine():
     """The default engine on a CPU gives exactly the fused engine's result, without a warning."""
     torch.manual_seed(5)
     auto = HornnLayer(6, 10, order=3, pooling="gated")
-    assert auto.engine == "auto"
+    assert (auto.plan.configured, auto.plan.engine) == ("auto", "fused")
     fused = HornnLayer(6, 10, order=3, pooling="gated", engine="fused")
     fused.load_state_dict(auto.state_dict())
     x = torch.randn(4, 3, 6)
@@ -212,10 +215,9 @@ def test_auto_engine_on_cpu_does_not_import_triton():
     code = (
         "import sys, torch\n"
         "from hornn_dist.config import config_from_dict\n"
-        "from hornn_dist.models import build_model, check_engine\n"
+        "from hornn_dist.models import build_model, plan_for\n"
         "cfg = config_from_dict({'model': {'hidden_size': 8}}).model\n"
-        "check_engine(cfg, torch.device('cpu'))\n"
-        "model = build_model(cfg, 20)\n"
+        "model = build_model(cfg, 20, plan_for(cfg, torch.device('cpu'), 2, 'bf16'))\n"
         "model(torch.randint(0, 20, (3, 2)), model.init_state(2, torch.device('cpu')))\n"
         "print('triton' in sys.modules)\n"
     )
@@ -244,10 +246,10 @@ def test_tiles_from_the_environment_and_their_errors(monkeypatch):
             with pytest.raises(
                 ConfigError, match=r"^HORNN_TRITON_TILES=.*e\.g\. 32x16x32x4x4"
             ) as e:
-                check_engine(cfg, torch.device(device))
+                plan_for(cfg, torch.device(device), 20, "bf16")
             assert "\n" not in str(e.value)
         cfg.engine = "auto"
-        check_engine(cfg, torch.device("cpu"))  # fused there: the variable is not read
+        plan_for(cfg, torch.device("cpu"), 20, "bf16")  # fused there: the variable is not read
     monkeypatch.delenv(ts.TILES_ENV)
     tiles = ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT")
     for (batch, hidden, sms), want in {
@@ -261,20 +263,20 @@ def test_tiles_from_the_environment_and_their_errors(monkeypatch):
 
 
 def test_model_falls_back_to_fused_where_triton_cannot_run(monkeypatch):
-    """Evaluating a triton-trained model on a CPU gives the fused engine's result, with a warning."""
+    """Evaluating a triton-trained model on a CPU (the plan loading makes, not strict) gives the
+    fused engine's result, with a warning when the plan is made."""
     monkeypatch.setattr(ts, "INTERPRETED", False)
-    _warn_triton_fallback.cache_clear()  # the warning is given once per reason and process
     cfg = config_from_dict({"model": {"engine": "triton", "hidden_size": 8}}).model
-    torch.manual_seed(0)
-    model = build_model(cfg, 20)
-    tokens = torch.randint(0, 20, (5, 2))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        logits, _ = model(tokens, model.init_state(2, torch.device("cpu")))
-    for layer in model.modules():
-        if isinstance(layer, HornnLayer):
-            layer.engine = "fused"
-    want, _ = model(tokens, model.init_state(2, torch.device("cpu")))
+        plan = plan_for(cfg, torch.device("cpu"), 2, "no", strict=False)
+    torch.manual_seed(0)
+    model = build_model(cfg, 20, plan)
+    tokens = torch.randint(0, 20, (5, 2))
+    logits, _ = model(tokens, model.init_state(2, torch.device("cpu")))
+    torch.manual_seed(0)
+    fused = build_model(replace(cfg, engine="fused"), 20)
+    want, _ = fused(tokens, fused.init_state(2, torch.device("cpu")))
     assert torch.equal(logits, want)
     assert any("runs on CUDA devices" in str(w.message) for w in caught)
     assert any("running engine 'fused' instead" in str(w.message) for w in caught)

@@ -2,22 +2,16 @@
 
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer
-from hornn_dist.models.lm import (
-    RecurrentLM,
-    build_model,
-    check_engine,
-    engine_label,
-    layer_precision_label,
-)
+from hornn_dist.models.lm import RecurrentLM, build_model
 from hornn_dist.models.max_norm import column_normalize_
+from hornn_dist.models.plan import LayerPlan, plan_for
 
 __all__ = [
     "HornnLayer",
+    "LayerPlan",
     "ModelConfig",
     "RecurrentLM",
     "build_model",
-    "check_engine",
     "column_normalize_",
-    "engine_label",
-    "layer_precision_label",
+    "plan_for",
 ]

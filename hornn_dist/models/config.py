@@ -1,4 +1,8 @@
-"""The `[model]` section of a run config: which recurrent language model to build."""
+"""The `[model]` section of a run config, its tables of choices and the rules that check a value.
+
+Each table and rule is written once here: `ModelConfig.validate` applies the rules under the
+config's key names ("model.order"), `HornnLayer` under its own argument names ("order").
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,9 @@ from hornn_dist.errors import ConfigError
 ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
+RNN_ACTIVATIONS = ("tanh", "relu")  # what torch.nn.RNN offers
 ENGINES = ("auto", "fused", "loop", "triton")
-RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")
+RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
 
 
 @dataclass
@@ -28,36 +33,45 @@ class ModelConfig:
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
     # auto (triton on CUDA under mixed precision at small batch x hidden, else fused) | fused
     # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
-    # autograd, slow reference)
+    # autograd, slow reference); resolved once per run: hornn_dist/models/plan.py
     engine: str = "auto"
     # under mixed precision (CUDA), each HORNN layer runs in: fp16 (whatever the autocast dtype,
     # as cuDNN runs its RNNs; on CPU: autocast's) | autocast (its dtype) | fp32 (TF32 GEMMs).
     # GEMMs and sums accumulate in fp32. Without mixed precision all are the same fp32 math.
-    # Speed and rounding of each: hornn_dist/models/recurrence.py, benchmarks/README.md.
+    # The rule: plan.layer_dtype; speed and rounding of each: benchmarks/README.md.
     recurrence_precision: str = "fp16"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
-        _choice("model.arch", self.arch, ARCHS)
-        _choice("model.pooling", self.pooling, POOLINGS)
-        _choice("model.activation", self.activation, ACTIVATIONS)
-        _choice("model.engine", self.engine, ENGINES)
-        _choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)
-        if self.order < 1:
-            raise ConfigError(f"model.order must be >= 1, got {self.order}")
-        if not 0.0 < self.alpha < 1.0:
-            raise ConfigError(f"model.alpha must be in (0, 1), got {self.alpha}")
-        for key in ("hidden_size", "num_layers"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"model.{key} must be >= 1, got {getattr(self, key)}")
-        if self.embedding_size < 0:
-            raise ConfigError(
-                f"model.embedding_size must be >= 0 (0 = hidden_size), got {self.embedding_size}"
-            )
+        check_choice("model.arch", self.arch, ARCHS)
+        check_choice("model.pooling", self.pooling, POOLINGS)
+        check_choice("model.activation", self.activation, ACTIVATIONS)
+        if self.arch == "rnn":
+            check_choice("model.activation", self.activation, RNN_ACTIVATIONS, " for arch rnn")
+        check_choice("model.engine", self.engine, ENGINES)
+        check_choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)
+        check_count("model.order", self.order)
+        check_alpha("model.alpha", self.alpha)
+        check_count("model.hidden_size", self.hidden_size)
+        check_count("model.num_layers", self.num_layers)
+        check_count("model.embedding_size", self.embedding_size, 0, " (0 = hidden_size)")
         if self.init_std <= 0:
             raise ConfigError(f"model.init_std must be > 0, got {self.init_std}")
 
 
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+def check_choice(key: str, value: str, allowed: tuple[str, ...], where: str = "") -> None:
+    """Raise ConfigError (a ValueError) unless value is one of `allowed`."""
     if value not in allowed:
-        raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)}{where}; got {value!r}")
+
+
+def check_count(key: str, value: int, least: int = 1, note: str = "") -> None:
+    """Raise ConfigError (a ValueError) unless value is an integer >= `least`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{key} must be an integer >= {least}{note}, got {value!r}")
+
+
+def check_alpha(key: str, value: float) -> None:
+    """Raise ConfigError (a ValueError) unless value, FOFE's forgetting factor, is in (0, 1)."""
+    if not 0.0 < value < 1.0:
+        raise ConfigError(f"{key} must be in (0, 1), got {value!r}")

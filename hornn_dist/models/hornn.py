@@ -1,5 +1,7 @@
 """One Higher Order RNN layer (paper §3, eq. 3-7): parameters, argument checks, forward pass.
 
+How it runs (engine, precision) is its `LayerPlan` (plan.py), resolved once when it is built.
+
     h_t = f( W_in x_t + b + pool_{n=1..N}( W_hn h_{t-n} ) )
 
     pooling  eq  feedback into step t
@@ -27,65 +29,23 @@ so U_t = h_t @ weight_hh holds block n-1 = (W_hn h_t)^T and, for gated, block N+
 
 from __future__ import annotations
 
-import functools
-import warnings
-
 import torch
 from torch import Tensor, nn
 
-from hornn_dist.models.recurrence import (
+from hornn_dist.models.config import (
     ACTIVATIONS,
     POOLINGS,
-    PRECISIONS,
+    check_alpha,
+    check_choice,
+    check_count,
+)
+from hornn_dist.models.plan import LayerPlan, resolve_plan
+from hornn_dist.models.recurrence import (
     fused_scan,
     input_projection_autocast,
     loop_scan,
     recurrence_dtype,
 )
-
-ENGINES = ("auto", "fused", "loop", "triton")
-# engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16
-# autocast it beat "fused" at B 20 x H 400 (1.03-1.07x of cuDNN LSTM, against 0.86-0.90x;
-# layers in fp16) and lost at B 128 x H 1024 (0.97-0.99x against 1.03-1.07x);
-# benchmarks/README.md. Between them: a guess.
-AUTO_TRITON_MAX_OUTPUTS = 2**15
-
-
-def check_hornn_args(
-    order: int, pooling: str, alpha: float, activation: str, engine: str, precision: str
-) -> None:
-    """Raise a one-line ValueError naming the first bad argument and the allowed values."""
-    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be an integer >= 1, got {order!r}")
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation!r}")
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
-
-
-def pick_engine(engine: str, device: torch.device, batch: int, hidden: int, autocast: bool) -> str:
-    """Return the engine that runs: "auto" is "triton" on CUDA under autocast where the triton
-    engine can run and B·H <= AUTO_TRITON_MAX_OUTPUTS (where it is the faster one), else "fused";
-    any other engine as given."""
-    if engine != "auto":
-        return engine
-    if device.type != "cuda" or not autocast or batch * hidden > AUTO_TRITON_MAX_OUTPUTS:
-        return "fused"
-    from hornn_dist.models import triton_scan  # the triton package is optional
-
-    return "triton" if triton_scan.unavailable_reason(device) is None else "fused"
-
-
-@functools.cache
-def _warn_triton_fallback(reason: str) -> None:
-    """Say once per reason that engine 'triton' runs as 'fused' here."""
-    warnings.warn(f"{reason}; running engine 'fused' instead", stacklevel=3)
 
 
 def hornn_forward(
@@ -99,34 +59,29 @@ def hornn_forward(
     pooling: str,
     alpha: float,
     activation: str,
-    engine: str = "auto",
-    precision: str = "fp16",
+    plan: LayerPlan,
 ) -> tuple[Tensor, Tensor]:
-    """Return (outputs (T, B, H), new history (N, B, H)) of one HORNN layer (eq. 3-7)."""
-    N, _, H = history.shape
+    """Return (outputs (T, B, H), new history (N, B, H)) of one HORNN layer (eq. 3-7), run by
+    the plan's engine in its precision."""
+    N = history.shape[0]
     T, B, _ = x.shape
     # All input-side terms for every token in one GEMM: W_in x_t (+ W1n x_t for gated).
     # Under autocast this GEMM may run in bf16/fp16 (fp16 for precision "fp16"); what follows
     # runs in `dtype`, or in the precision's low dtype inside the engine.
     dtype = recurrence_dtype(x, history, weight_ih, weight_hh)
-    with input_projection_autocast(precision, x):
+    with input_projection_autocast(plan.precision, x):
         xp = (x.reshape(T * B, x.shape[2]) @ weight_ih).view(T, B, weight_ih.shape[1])  # (T, B, ·)
     biases = bias if gate_bias is None else torch.cat([bias, gate_bias])
     xp = xp + biases.to(dtype)  # in `dtype` (type promotion); b inside f, gate biases inside σ
-    device = xp.device
-    engine = pick_engine(engine, device, B, H, torch.is_autocast_enabled(device.type))
-    if engine == "fused":
-        out = fused_scan(xp, history, weight_hh, pooling, alpha, activation, precision)
-    elif engine == "triton":  # imported here: the triton package is optional
+    args = (xp, history, weight_hh, pooling, alpha, activation)
+    if plan.engine == "fused":
+        out = fused_scan(*args, plan.precision)
+    elif plan.engine == "triton":  # imported here: the triton package is optional
         from hornn_dist.models import triton_scan
 
-        reason = triton_scan.unavailable_reason(xp.device)
-        scan = triton_scan.triton_scan if reason is None else fused_scan
-        if reason is not None:  # the same function: e.g. a model trained on a GPU, run on a CPU
-            _warn_triton_fallback(reason)
-        out = scan(xp, history, weight_hh, pooling, alpha, activation, precision)
+        out = triton_scan.triton_scan(*args, plan.precision)
     else:  # the plain reference: always the recurrence dtype
-        out = loop_scan(xp, history, weight_hh, pooling, alpha, activation)  # (T, B, H)
+        out = loop_scan(*args)  # (T, B, H)
     if T >= N:  # the newest N outputs: a view, no copy
         return out, out[T - N :]
     return out, torch.cat([history.to(out.dtype), out], 0)[-N:]  # (N, B, H)
@@ -143,18 +98,30 @@ class HornnLayer(nn.Module):
         pooling: str = "fofe",
         alpha: float = 0.6,
         activation: str = "tanh",
-        engine: str = "auto",
+        engine: str | None = None,
         init_std: float = 0.1,
-        precision: str = "fp16",
+        precision: str | None = None,
+        plan: LayerPlan | None = None,
     ) -> None:
+        """engine ("auto" if None) and precision ("fp16" if None) make the layer's own plan,
+        with no device check ("auto" is "fused"); or pass the model's `plan` instead."""
         super().__init__()
-        check_hornn_args(order, pooling, alpha, activation, engine, precision)
-        self.precision = precision
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value!r}")
+            check_count(name, value)
+        check_count("order", order)
+        check_choice("pooling", pooling, POOLINGS)
+        check_alpha("alpha", alpha)
+        check_choice("activation", activation, ACTIVATIONS)
+        if plan is None:
+            plan = resolve_plan(engine or "auto", precision or "fp16", hidden_size)
+        elif engine not in (None, plan.configured) or precision not in (None, plan.precision):
+            raise ValueError(
+                f"engine {engine!r} and precision {precision!r} differ from the plan's "
+                f"{plan.configured!r} and {plan.precision!r}: pass one or the other"
+            )
+        self.plan = plan  # how the forward runs: engine and precision
         self.input_size, self.hidden_size, self.order = input_size, hidden_size, order
-        self.pooling, self.alpha, self.activation, self.engine = pooling, alpha, activation, engine
+        self.pooling, self.alpha, self.activation = pooling, alpha, activation
         self.gated = pooling == "gated"
         n_in = 1 + order if self.gated else 1
         n_hh = 2 * order if self.gated else order
@@ -215,14 +182,13 @@ class HornnLayer(nn.Module):
             pooling=self.pooling,
             alpha=self.alpha,
             activation=self.activation,
-            engine=self.engine,
-            precision=self.precision,
+            plan=self.plan,
         )
 
     def extra_repr(self) -> str:
         """Return the layer's settings for print(model)."""
         return (
             f"{self.input_size}, {self.hidden_size}, order={self.order}, pooling={self.pooling}, "
-            f"alpha={self.alpha}, activation={self.activation}, engine={self.engine}, "
-            f"precision={self.precision}"
+            f"alpha={self.alpha}, activation={self.activation}, engine={self.plan.engine}, "
+            f"precision={self.plan.precision}"
         )

@@ -22,7 +22,8 @@ from torch import Tensor, nn
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import path_norms
 from hornn_dist.models.config import ModelConfig
-from hornn_dist.models.hornn import HornnLayer, pick_engine
+from hornn_dist.models.hornn import HornnLayer
+from hornn_dist.models.plan import LayerPlan, plan_for
 
 State = tuple[Tensor, ...]
 
@@ -30,8 +31,18 @@ State = tuple[Tensor, ...]
 class RecurrentLM(nn.Module):
     """A recurrent LM; forward(tokens (T, B), state | None) -> (logits (T, B, V), new state)."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+    def __init__(self, cfg: ModelConfig, vocab_size: int, plan: LayerPlan | None = None) -> None:
+        """plan: how the HORNN layers run (`plan.plan_for`); None = for a CPU without mixed
+        precision, no device check ("auto" is "fused")."""
         super().__init__()
+        if plan is None:
+            plan = plan_for(cfg)
+        elif (plan.configured, plan.precision) != (cfg.engine, cfg.recurrence_precision):
+            raise ValueError(
+                f"the plan is for engine {plan.configured!r}, precision {plan.precision!r}; "
+                f"the config has {cfg.engine!r}, {cfg.recurrence_precision!r}"
+            )
+        self.plan = plan
         self.cfg = cfg
         self.arch = cfg.arch
         self.vocab_size = vocab_size
@@ -52,9 +63,8 @@ class RecurrentLM(nn.Module):
                         pooling=cfg.pooling,
                         alpha=cfg.alpha,
                         activation=cfg.activation,
-                        engine=cfg.engine,
                         init_std=cfg.init_std,
-                        precision=cfg.recurrence_precision,
+                        plan=plan,
                     )
                 )
         elif cfg.arch == "rnn":
@@ -139,43 +149,10 @@ class RecurrentLM(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-def build_model(cfg: ModelConfig, vocab_size: int) -> RecurrentLM:
-    """Return a freshly initialised RecurrentLM for cfg; raises ConfigError for bad settings."""
+def build_model(cfg: ModelConfig, vocab_size: int, plan: LayerPlan | None = None) -> RecurrentLM:
+    """Return a freshly initialised RecurrentLM for cfg whose HORNN layers run as `plan` says
+    (None: see RecurrentLM); raises ConfigError for bad settings."""
     cfg.validate()
     if vocab_size < 1:
         raise ConfigError(f"vocab_size must be >= 1, got {vocab_size}")
-    if cfg.arch == "rnn" and cfg.activation not in ("tanh", "relu"):
-        raise ConfigError(
-            f"model.activation must be one of tanh, relu for arch rnn; got {cfg.activation!r}"
-        )
-    return RecurrentLM(cfg, vocab_size)
-
-
-def check_engine(cfg: ModelConfig, device: torch.device) -> None:
-    """Raise ConfigError if model.engine cannot run on `device` (the triton engine needs CUDA and
-    the triton package) or $HORNN_TRITON_TILES, which the triton engine reads, is malformed."""
-    if cfg.arch != "hornn" or cfg.engine not in ("triton", "auto"):
-        return
-    if cfg.engine == "auto" and device.type != "cuda":
-        return  # "auto" is "fused" there: the triton package is not even imported
-    from hornn_dist.models.triton_scan import tiles_error, unavailable_reason
-
-    reason = unavailable_reason(device) if cfg.engine == "triton" else tiles_error()
-    if reason is not None:
-        raise ConfigError(reason)
-
-
-def engine_label(cfg: ModelConfig, device: torch.device, batch: int, autocast: bool) -> str:
-    """Return the engine as the start-up log names it: "auto engine: triton", "fused engine"."""
-    engine = pick_engine(cfg.engine, device, batch, cfg.hidden_size, autocast)
-    return f"auto engine: {engine}" if cfg.engine == "auto" else f"{engine} engine"
-
-
-def layer_precision_label(cfg: ModelConfig, device: torch.device, mixed_precision: str) -> str:
-    """Return the dtype a HORNN layer runs in under the trainer's mixed precision, as the
-    start-up log names it: "layers in fp16" (model.recurrence_precision, on CUDA)."""
-    if device.type != "cuda" or mixed_precision == "no":
-        return "layers in fp32"
-    if cfg.recurrence_precision == "fp32":  # the input GEMM in autocast's dtype, TF32 steps
-        return "recurrence in fp32"
-    return f"layers in {'fp16' if cfg.recurrence_precision == 'fp16' else mixed_precision}"
+    return RecurrentLM(cfg, vocab_size, plan)

@@ -81,11 +81,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from hornn_dist.models.config import POOLINGS as POOLINGS  # tests/test_benchmarks.py: from here
+from hornn_dist.models.plan import layer_dtype
 from hornn_dist.models.step_gemm import StepGemm
-
-POOLINGS = ("sum", "max", "fofe", "gated")
-ACTIVATIONS = ("tanh", "sigmoid", "relu")
-PRECISIONS = ("fp32", "autocast", "fp16")  # what the recurrence runs in under autocast
 
 
 def recurrence_dtype(*tensors: Tensor) -> torch.dtype:
@@ -93,30 +91,25 @@ def recurrence_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+def low_precision_dtype(precision: str, dtype: torch.dtype, device: str) -> torch.dtype | None:
+    """Return the dtype the recurrence runs in under the autocast now in force on `device`
+    (float32 inputs only; `plan.layer_dtype`'s rule); None when it runs in `dtype`."""
+    if dtype != torch.float32 or not torch.is_autocast_enabled(device):
+        return None
+    return layer_dtype(precision, device, torch.get_autocast_dtype(device))
+
+
 def input_projection_autocast(precision: str, x: Tensor) -> AbstractContextManager:
-    """Return the context of the layer's input projection: float16 autocast for precision
-    "fp16" under CUDA autocast (cuDNN's RNNs run their input GEMM in it too), else a no-op."""
-    if precision == "fp16" and x.dtype == torch.float32 and _fp16_applies(x.device.type):
+    """Return the context of the layer's input projection: autocast in the layer's dtype where
+    that is not autocast's own (precision "fp16" under CUDA bf16 autocast: cuDNN's RNNs run
+    their input GEMM in float16 too), else a no-op."""
+    device = x.device.type
+    low = low_precision_dtype(precision, x.dtype, device)
+    if low is not None and low != torch.get_autocast_dtype(device):
         # no cast cache: autocast keys it by tensor alone, so a cast cached in one dtype would
         # be handed out in the other
-        return torch.autocast("cuda", dtype=torch.float16, cache_enabled=False)
+        return torch.autocast(device, dtype=low, cache_enabled=False)
     return nullcontext()
-
-
-def _fp16_applies(device: str) -> bool:
-    """Whether precision "fp16" means float16 here: under CUDA autocast only (CPUs without
-    native fp16 ran a layer 17x slower in it than in bf16; there it follows autocast)."""
-    return device == "cuda" and torch.is_autocast_enabled(device)
-
-
-def low_precision_dtype(precision: str, dtype: torch.dtype, device: str) -> torch.dtype | None:
-    """Return the dtype the recurrence runs in under autocast (float32 inputs only): autocast's
-    for precision "autocast", float16 for "fp16" on CUDA; None when it runs in `dtype`."""
-    if precision == "fp32" or dtype != torch.float32 or not torch.is_autocast_enabled(device):
-        return None
-    if precision == "fp16" and device == "cuda":  # see _fp16_applies
-        return torch.float16
-    return torch.get_autocast_dtype(device)
 
 
 def _activation_(name: str) -> Callable[[Tensor], Tensor]:

@@ -64,7 +64,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from hornn_dist.models.recurrence import POOLINGS, low_precision_dtype, recurrence_dtype
+from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.recurrence import low_precision_dtype, recurrence_dtype
 
 try:
     import triton

@@ -21,7 +21,7 @@ from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.loading import open_prepared_corpus
-from hornn_dist.models import build_model, check_engine, engine_label, layer_precision_label
+from hornn_dist.models import build_model, plan_for
 from hornn_dist.runtime import StopFlag, build_accelerator, setup_logging
 from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
@@ -62,8 +62,10 @@ class Trainer:
 
         set_seed(cfg.train.seed)
         self.corpus = open_prepared_corpus(cfg.data, acc)
-        check_engine(cfg.model, acc.device)
-        model = build_model(cfg.model, self.corpus.vocab_size)
+        plan = plan_for(
+            cfg.model, acc.device, cfg.train.batch_size // acc.num_processes, acc.mixed_precision
+        )
+        model = build_model(cfg.model, self.corpus.vocab_size, plan)
         optimizer = build_optimizer(model, cfg.optim)
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.core = acc.unwrap_model(self.model)
@@ -166,14 +168,11 @@ class Trainer:
     def _log_start(self) -> None:
         cfg, acc, corpus = self.cfg, self.accelerator, self.corpus
         world = acc.num_processes
-        autocast = acc.device.type == "cuda" and acc.mixed_precision != "no"
         sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
         logger.info(
             "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
             "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
-            f"hornn/{cfg.model.pooling} order {cfg.model.order} "
-            f"({engine_label(cfg.model, acc.device, cfg.train.batch_size // world, autocast)}, "
-            f"{layer_precision_label(cfg.model, acc.device, acc.mixed_precision)})"
+            f"hornn/{cfg.model.pooling} order {cfg.model.order} ({self.core.plan.describe()})"
             if cfg.model.arch == "hornn"
             else cfg.model.arch,
             f"{self.core.num_parameters():,}",

@@ -1,0 +1,160 @@
+"""How a HORNN layer runs, decided once: the engine and the precision rule, and their log label.
+
+`plan_for(cfg, device, batch, mixed_precision)` resolves `model.engine` for a device, a batch per
+process and the run's mixed precision into a frozen `LayerPlan`, which every HornnLayer of the
+model holds and its forward reads; the trainer logs `plan.describe()`. So the engine that runs
+and the one the start-up line names are the same object.
+
+The precision rule, `layer_dtype`, is the one place that says which dtype a layer runs in: the
+engines call it at run time with the live autocast state, `LayerPlan.describe` with the run's
+mixed precision.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.models.config import ENGINES, RECURRENCE_PRECISIONS, ModelConfig, check_choice
+
+# engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16 it
+# beat "fused" at the paper's B 20 x H 400 and lost at B 128 x H 1024; between them a guess.
+# measured: benchmarks/README.md, "Latest GPU tables" (the speed issue's table)
+AUTO_TRITON_MAX_OUTPUTS = 2**15
+
+RUNNING_ENGINES = tuple(e for e in ENGINES if e != "auto")  # what "auto" resolves among
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # train.mixed_precision
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def layer_dtype(
+    precision: str, device_type: str, autocast_dtype: torch.dtype | None
+) -> torch.dtype | None:
+    """Return the dtype a float32 HORNN layer runs its recurrence in, or None for float32.
+
+    precision is model.recurrence_precision, autocast_dtype the autocast in force on
+    `device_type` (None: none). "fp32" and no autocast: float32; "autocast": autocast's dtype;
+    "fp16": float16 under CUDA autocast whatever its dtype (as cuDNN runs its RNNs), on other
+    devices autocast's dtype (no native fp16 on CPUs: much slower there; measured:
+    benchmarks/README.md, "Rounding" under "Latest GPU tables").
+    """
+    if precision == "fp32" or autocast_dtype is None:
+        return None
+    if precision == "fp16" and device_type == "cuda":
+        return torch.float16
+    return autocast_dtype
+
+
+def auto_engine(device_type: str, autocast: bool, batch: int, hidden: int) -> str:
+    """Return what engine "auto" runs where the triton engine can run: "triton" on CUDA under
+    autocast at B·H <= AUTO_TRITON_MAX_OUTPUTS (where it was the faster one), else "fused"."""
+    if device_type == "cuda" and autocast and batch * hidden <= AUTO_TRITON_MAX_OUTPUTS:
+        return "triton"
+    return "fused"
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """How every HORNN layer of a model runs, resolved once (`resolve_plan`, `plan_for`)."""
+
+    engine: str = "fused"  # what runs: fused | triton | loop
+    configured: str = "auto"  # model.engine as set: auto | fused | triton | loop
+    precision: str = "fp16"  # model.recurrence_precision
+    device_type: str = "cpu"  # the device the plan is for
+    autocast_dtype: torch.dtype | None = None  # the run's mixed precision there (CUDA only)
+
+    def __post_init__(self) -> None:
+        check_choice("LayerPlan.engine", self.engine, RUNNING_ENGINES)
+        check_choice("LayerPlan.configured", self.configured, ENGINES)
+        check_choice("LayerPlan.precision", self.precision, RECURRENCE_PRECISIONS)
+
+    def describe(self) -> str:
+        """Return the start-up log's words: "auto engine: triton, layers in fp16"."""
+        return f"{self.engine_words()}, {self.precision_words()}"
+
+    def engine_words(self) -> str:
+        """Return "auto engine: fused" for engine "auto", else "fused engine" and the like."""
+        if self.configured == "auto":
+            return f"auto engine: {self.engine}"
+        return f"{self.engine} engine"
+
+    def precision_words(self) -> str:
+        """Return what the layers run in under the run's mixed precision: "layers in fp16",
+        "recurrence in fp32" (the input GEMM in autocast's dtype), "layers in fp32"."""
+        if self.autocast_dtype is None:
+            return "layers in fp32"
+        low = layer_dtype(self.precision, self.device_type, self.autocast_dtype)
+        return "recurrence in fp32" if low is None else f"layers in {_DTYPE_NAMES[low]}"
+
+
+def resolve_plan(
+    engine: str = "auto",
+    precision: str = "fp16",
+    hidden: int = 1,
+    device: torch.device | str | None = None,
+    batch: int = 1,
+    mixed_precision: str = "no",
+    *,
+    strict: bool = True,
+    keys: tuple[str, str] = ("engine", "precision"),
+) -> LayerPlan:
+    """Return the plan of layers of `hidden` units for engine and precision on `device`, at
+    `batch` streams per process under `mixed_precision` (no | bf16 | fp16; counts on CUDA only).
+
+    device None: the plan without a device check, as for a CPU without mixed precision ("auto"
+    is "fused") but a named engine kept as it is (a model built here and moved to a GPU later).
+    Where "triton" cannot run on `device` (or $HORNN_TRITON_TILES is malformed): strict, a
+    ConfigError naming model.engine; not strict (evaluate or generate a triton-trained model
+    on a CPU), the fused engine with one warning. `keys` name the two settings in errors.
+    """
+    check_choice(keys[0], engine, ENGINES)
+    check_choice(keys[1], precision, RECURRENCE_PRECISIONS)
+    device_type = "cpu" if device is None else torch.device(device).type
+    autocast_dtype = AUTOCAST_DTYPES.get(mixed_precision) if device_type == "cuda" else None
+    runs = engine
+    if engine == "auto":
+        runs = "fused"
+        if device_type == "cuda":  # elsewhere the triton package is not even imported
+            from hornn_dist.models import triton_scan
+
+            tiles = triton_scan.tiles_error()
+            if tiles is not None and strict:
+                raise ConfigError(tiles)
+            runs = auto_engine(device_type, autocast_dtype is not None, batch, hidden)
+            if runs == "triton" and triton_scan.unavailable_reason(device) is not None:
+                runs = "fused"
+    elif engine == "triton" and device is not None:
+        from hornn_dist.models import triton_scan
+
+        reason = triton_scan.unavailable_reason(device)
+        if reason is not None and strict:
+            raise ConfigError(reason)
+        if reason is not None:  # the same function: e.g. a model trained on a GPU, run on a CPU
+            warnings.warn(f"{reason}; running engine 'fused' instead", stacklevel=2)
+            runs = "fused"
+    return LayerPlan(runs, engine, precision, device_type, autocast_dtype)
+
+
+def plan_for(
+    cfg: ModelConfig,
+    device: torch.device | str | None = None,
+    batch: int = 1,
+    mixed_precision: str = "no",
+    *,
+    strict: bool = True,
+) -> LayerPlan:
+    """Return the plan of cfg's HORNN layers (see `resolve_plan`); for the torch.nn baselines,
+    which have no such layer, the plan without a device check."""
+    return resolve_plan(
+        cfg.engine,
+        cfg.recurrence_precision,
+        cfg.hidden_size,
+        device if cfg.arch == "hornn" else None,
+        batch,
+        mixed_precision,
+        strict=strict,
+        keys=("model.engine", "model.recurrence_precision"),
+    )
