@@ -108,6 +108,38 @@ def test_other_cpus_keep_mm(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
+@pytest.mark.parametrize(
+    "op",
+    [
+        ("mkldnn", "_no_such_linear"),  # another torch without the op
+        ("no_such_namespace", "_linear_pointwise"),
+        ("aten", "mm"),  # an op that exists but refuses the linear's arguments
+    ],
+)
+def test_a_missing_or_failing_onednn_op_leaves_mm(monkeypatch, op):
+    """The private op is tried once on a probe; when it is absent or fails, StepGemm and the
+    fused engine multiply by mm: the same bits as with oneDNN turned off."""
+    torch.manual_seed(9)
+    layer = HornnLayer(6, ONEDNN_MIN_HIDDEN, order=2, pooling="gated")  # a size oneDNN pays at
+    x = torch.randn(4, 3, 6)
+    with torch.backends.mkldnn.flags(enabled=False):
+        want, _ = layer(x)
+    w, rows = torch.randn(ONEDNN_MIN_HIDDEN, 64), torch.randn(3, ONEDNN_MIN_HIDDEN)
+    monkeypatch.setattr(step_gemm, "ONEDNN_LINEAR", op)
+    onednn_linear_works.cache_clear()
+    try:
+        assert not onednn_linear_works()
+        gemm = StepGemm(w, 3)
+        assert not gemm.onednn
+        assert torch.equal(gemm(rows), rows @ w)
+        got, _ = layer(x)
+        assert torch.equal(got, want)
+    finally:
+        monkeypatch.undo()
+        onednn_linear_works.cache_clear()
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
 def test_step_gemm_respects_onednn_turned_off():
     """torch.backends.mkldnn.flags(enabled=False) sends the product to mm."""
     w, x = torch.randn(6, 10), torch.randn(4, 6)
