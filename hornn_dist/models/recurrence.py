@@ -35,10 +35,10 @@ The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The mode
 * Ops per time step, forward + backward: sum / fofe 3 + 2 (sum over the view, f, GEMM;
   addmm, mul); max 3 + 2 (amax, f, GEMM; the winner of every step is found after the loop,
   vectorised); gated 5 + 3 (σ, r·P, sum, f, GEMM; addmm, mul, mul into the gate view).
-  On CUDA cuBLAS may add a split-K reduce to a small GEMM (H200, B=20, H=400, N=3: 7, 8 and
-  10 kernels a step). On a float32 CPU the forward's step GEMM goes through oneDNN where
-  that pays (`step_gemm.py`: from H 256; 1.4-1.8x faster than BLAS at B=20, H=400) and is
-  added or copied into U.
+  On CUDA cuBLAS may add a split-K reduce to a small GEMM (kernels a step measured:
+  benchmarks/README.md, "Numbers behind the code's choices"). On a float32 CPU the forward's
+  step GEMM goes through oneDNN where that pays (`step_gemm.py`) and is added or copied
+  into U.
 * Saved for backward: the outputs h (f' is computed from h), the winning path index for max,
   and for gated the gate values r and U_all, whose path slots the forward left holding r·P:
   the gate gradient f'·P·r(1-r) is f'·(r·P)·(1-r), so nothing is recomputed.
@@ -61,15 +61,15 @@ Precision (``precision`` of `fused_scan`, ``model.recurrence_precision``):
 * "autocast": under autocast (CPU or CUDA) the buffers, per-step math and GEMMs use
   autocast's dtype (bf16/fp16; GEMMs and the pooled sums accumulate in float32, f' and the
   per-step backward factors stay float32); outputs and gradients are returned in float32.
-  Fewer and faster kernels than "fp32", and in bf16 the most rounding: sum's weight gradients
-  came 1.3-1.6e-2 from float64 (benchmarks/precision.py, H100).
+  Fewer and faster kernels than "fp32", and in bf16 the most rounding (measured:
+  benchmarks/README.md, "Rounding" under "Latest GPU tables").
 * "fp16" (the default): as "autocast", but under CUDA autocast in float16 whatever autocast's
   dtype, the layer's input GEMM too: what cuDNN's RNNs do under autocast (PyTorch casts them
   to fp16 for bf16 autocast as well). The same speed as bf16 on tensor cores with 3 more
-  mantissa bits: gradients within 2e-3 of float64 where bf16 gave 1.6e-2, as cuDNN's LSTM
-  (6.4e-4). fp16's range (6.5e4) holds tanh/sigmoid states; unbounded relu states could
-  overflow, where "autocast" (bf16) or "fp32" is the choice. On a CPU it is "autocast" (no
-  native fp16 there: 17x slower). Without autocast every precision is exactly "fp32".
+  mantissa bits, so nearer float64, as cuDNN's LSTM (measured: the same section). fp16's
+  range (6.5e4) holds tanh/sigmoid states; unbounded relu states could overflow, where
+  "autocast" (bf16) or "fp32" is the choice. On a CPU it is "autocast" (no native fp16
+  there). Without autocast every precision is exactly "fp32". The rule: `plan.layer_dtype`.
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def _path_coefs(pooling: str, order: int, alpha: float, ref: Tensor) -> Tensor |
 def _reverse_blocks(w: Tensor, size: int) -> Tensor:
     """Return a copy of w (rows, K·size) with its K column blocks in reverse order.
 
-    One `torch.cat` (one kernel on CUDA, and on CPU ~3x faster than `flip`)."""
+    One `torch.cat`: one kernel on CUDA, and on CPU faster than `flip` (measured:
+    benchmarks/README.md, "Numbers behind the code's choices")."""
     return torch.cat(w.reshape(w.shape[0], -1, size).unbind(1)[::-1], 1)
 
 

@@ -1,15 +1,13 @@
 """The fused engine's forward step GEMM h_t @ W on CPU through oneDNN instead of BLAS.
 
 A HORNN step multiplies a small batch (B rows, 20 at the paper's size) by the same weight
-W (H, K·H) every step. `torch.mm` sends it to BLAS (MKL), which at these sizes runs at about
-60% of its large-GEMM rate (115-125 against 175-195 GFLOP/s on the machine below). oneDNN's
-linear (`torch.ops.mkldnn._linear_pointwise`, the op inductor's CPU path emits), given the
-linear's (out, in) weight as the transposed view of the contiguous W, does the same product
-faster once it is large enough to repay oneDNN's larger cost per call (`onednn_pays`): at
-B 20 x H 400 on a 2-core AVX-512 CPU, 116 µs against 168 µs for K·H 1200 (sum, max, fofe)
-and 201 µs against 357 µs for K·H 2400 (gated), with no set-up cost; at the demo's H 128 it
-is slower, and mm runs. oneDNN is also where `torch.nn.LSTM`, the CPU baseline, gets its
-speed (it runs oneDNN's RNN).
+W (H, K·H) every step. `torch.mm` sends it to BLAS (MKL), which at these sizes runs well below
+its large-GEMM rate. oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the op inductor's
+CPU path emits), given the linear's (out, in) weight as the transposed view of the contiguous
+W, does the same product faster once it is large enough to repay oneDNN's larger cost per
+call (`onednn_pays`), with no set-up cost; at the demo's H 128 it is slower, and mm runs.
+oneDNN is also where `torch.nn.LSTM`, the CPU baseline, gets its speed (it runs oneDNN's RNN).
+Measured: benchmarks/README.md, "Latest CPU table" and "Numbers behind the code's choices".
 
 Only the forward uses it: backward's dU_t @ W^T takes oneDNN's fast form only from a
 transposed copy of W, and that copy cost what the faster steps saved (benchmarks/README.md).
@@ -32,10 +30,9 @@ import platform
 import torch
 from torch import Tensor
 
-# oneDNN's linear costs ~15-20 µs a call more than BLAS, which pays off from here (2 cores,
-# B 10-128 x H 64-1024, K·H 3H and 6H; benchmarks/README.md): H >= 256 won at every batch
-# (0.25-0.86 of mm's time), and smaller H from 4M multiply-adds a step (0.78-0.92); below
-# both it ranged from 0.73 to 3.5, e.g. 1.45 at the demo's B 20 x H 128 x 3H.
+# oneDNN's linear costs more per call than BLAS, which pays off from here: from H 256 at every
+# batch measured, and for smaller H from 4M multiply-adds a step (measured: benchmarks/README.md,
+# "Latest CPU table" and "Numbers behind the code's choices").
 ONEDNN_MIN_HIDDEN = 256
 ONEDNN_MIN_MACS = 4_000_000
 

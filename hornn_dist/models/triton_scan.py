@@ -37,12 +37,13 @@ not). dL/dxin = dz (gated: also dL/dxg_n); after the loop dW_hn = Σ_t h_{t-n}^T
 
 K split (``SPLIT``, both directions): at B 20 x H 400 a step has only 25 output tiles, 25 of an
 H100's 132 multiprocessors, each running 39 dependent K iterations; that engine was no faster
-than the fused one. So SPLIT programs share each output tile, each over 1/SPLIT of every path's
-K range (whole BLOCK_K chunks); each stores its partial sums (per path for max and gated, whose
-pooling is not linear), counts its arrival with one atomic, and the last to arrive sums the
-partials in split order (deterministic whatever the arrival order) and finishes the step (pool,
-f, store). No program ever waits for another, so this needs no co-residency; on the H100 it
-made one layer's step 1.7x faster at the paper's size (benchmarks/README.md).
+than the fused one (measured: benchmarks/README.md, "Numbers behind the code's choices"). So
+SPLIT programs share each output tile, each over 1/SPLIT of every path's K range (whole
+BLOCK_K chunks); each stores its partial sums (per path for max and gated, whose pooling is
+not linear), counts its arrival with one atomic, and the last to arrive sums the partials in
+split order (deterministic whatever the arrival order) and finishes the step (pool, f,
+store). No program ever waits for another, so this needs no co-residency; on the H100 it made
+one layer's step faster at the paper's size (measured: the same section).
 
 Precision: the state, the accumulators and all element-wise math are float32 (float64 for
 float64 inputs). The GEMMs use TF32 under CUDA autocast (as the fused engine and cuDNN do) and
@@ -470,9 +471,9 @@ def _tiles(batch: int, hidden: int, sms: int = 132) -> dict[str, int]:
     From the tile sweep on one H100 (benchmarks/README.md, bf16, fofe and gated): 16 or 32 batch
     rows, 16 hidden columns up to H 512 (32 above), BLOCK_K 32, 4 warps, and K split over 2-8
     programs per tile, as many as keep about 4 programs per multiprocessor and 3+ BLOCK_K chunks
-    per program: B 20 x H 400 gets 32x16x32x4x4 (0.64 of the fused engine's time for one layer;
-    no split: 1.07), B 128 x H 1024 32x32x32x4x4 (the fastest there; the fused engine is still
-    faster at that size)."""
+    per program: B 20 x H 400 gets 32x16x32x4x4, B 128 x H 1024 32x32x32x4x4, the fastest or
+    near it at each size (measured: benchmarks/README.md, "Numbers behind the code's
+    choices"; the fused engine stays the faster at the larger size)."""
     forced = _forced_tiles()
     if forced is not None:
         block_b, block_h, block_k, warps, split = forced
