@@ -14,7 +14,7 @@ from hornn_dist.config import RunConfig
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import Corpus, open_corpus
-from hornn_dist.errors import CheckpointError
+from hornn_dist.errors import CheckpointError, DataError
 from hornn_dist.models import build_model, plan_for
 
 
@@ -30,8 +30,14 @@ def open_prepared_corpus(
     with accelerator.main_process_first():
         folder = prepare_corpus(cfg, workers=1, progress=accelerator.is_main_process)
     with accelerator.local_main_process_first():
-        corpus = open_corpus(folder)
-        corpus.verify_shards(splits)
+        try:
+            corpus = open_corpus(folder)
+            corpus.verify_shards(splits)
+            damage = None
+        except DataError as e:  # raised past the barrier: the others find it too, no hang
+            damage = e
+    if damage is not None:
+        raise damage
     return corpus
 
 

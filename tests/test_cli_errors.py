@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    env,
+    launch_two_ranks,
+    run_module,
+    write_tiny_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +233,20 @@ def test_evaluate_and_generate_refuse_damaged_data_in_one_line(tmp_path: Path) -
     proc = _run("hornn_dist.generate", str(run), "--prompt", "w1")
     _assert_one_line_error(proc, f"{folder / 'tokenizer.json'}: unreadable tokenizer (")
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+def test_two_ranks_stop_on_a_damaged_shard_with_the_same_line(tmp_path: Path) -> None:
+    """The first rank of the machine checks first; its error is raised past the barrier, so
+    the other rank finds the damage itself instead of losing its peer inside the barrier."""
+    config, folder = _prepare(tmp_path)
+    shard = folder / "valid_000000.bin"
+    vocab_size = json.loads((folder / "manifest.json").read_text())["vocab_size"]
+    _set_ids(shard, 0, [(int(np.fromfile(shard, dtype=np.uint16, offset=64)[0]) + 1) % vocab_size])
+    run = tmp_path / "run"
+    proc = launch_two_ranks("hornn_dist.train", str(config), "--set", f"train.output_dir={run}",
+                            port=29681, timeout=240)  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode != 0 and errors, proc.stderr[-3000:]
+    assert all(e.startswith(f"error: {shard}: sha256 checksum mismatch") for e in errors), errors
+    assert "[rank" not in proc.stderr and "Connection reset" not in proc.stderr, proc.stderr[-3000:]
+    assert not (run / "checkpoints").exists()
