@@ -72,6 +72,9 @@ class TrainConfig:
     output_dir: str = "runs/demo"
     checkpoint_every: int = 1000  # steps (0 = only at epoch ends and at the end)
     keep_checkpoints: int = 3  # newest checkpoints kept, plus the best by validation loss
+    # seconds a process waits for the others in a collective (all-reduce, barrier) before the
+    # run stops with an error naming the rank and what it waited for (several processes only)
+    collective_timeout: int = 600
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -79,6 +82,7 @@ class TrainConfig:
             _at_least(f"train.{key}", getattr(self, key), 1)
         for key in ("max_steps", "eval_every", "checkpoint_every"):
             _at_least(f"train.{key}", getattr(self, key), 0)
+        _at_least("train.collective_timeout", self.collective_timeout, 10)
         _choice("train.mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
         _in_range("train.seed", self.seed, 0, 2**32 - 1)  # numpy's seed range
         if not self.output_dir:

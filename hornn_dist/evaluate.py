@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ckpt.read_config(folder)
     accelerator = build_accelerator(cfg.train.mixed_precision)
     setup_logging(accelerator.is_main_process)
-    corpus = open_prepared_corpus(cfg.data, accelerator, splits=[args.split])
+    corpus = open_prepared_corpus(cfg.data, accelerator, splits=[args.split], prepare=False)
     if args.split not in corpus.splits:
         raise DataError(
             f"split {args.split!r} not in the corpus; choose one of {', '.join(corpus.splits)}"

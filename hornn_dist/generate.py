@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = ckpt.resolve_checkpoint(args.checkpoint)
     cfg = ckpt.read_config(folder)
     accelerator = build_accelerator("no")
-    corpus = open_prepared_corpus(cfg.data, accelerator, splits=())  # reads no shard
+    corpus = open_prepared_corpus(cfg.data, accelerator, splits=(), prepare=False)  # no shard read
     model = load_model(folder, cfg, corpus, accelerator.device)
     prompt_ids = corpus.encode(args.prompt) if args.prompt.strip() else []
     if not prompt_ids:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import signal
@@ -19,11 +20,15 @@ logger = logging.getLogger("hornn_dist")
 
 
 def build_accelerator(
-    mixed_precision: str = "no", project_dir: str | Path | None = None, tensorboard: bool = False
+    mixed_precision: str = "no",
+    project_dir: str | Path | None = None,
+    tensorboard: bool = False,
+    collective_timeout: int = 600,
 ) -> Any:
-    """Return an Accelerator: CUDA when present (with mixed precision), else CPU fp32 (gloo for 2+ ranks)."""
+    """Return an Accelerator: CUDA when present (with mixed precision), else CPU fp32 (gloo for
+    2+ ranks), whose collectives give up after `collective_timeout` seconds."""
     from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration
+    from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
 
     on_cuda = torch.cuda.is_available()
     if not on_cuda and mixed_precision != "no":
@@ -32,7 +37,8 @@ def build_accelerator(
             file=sys.stderr,
         )
         mixed_precision = "no"
-    kwargs: dict[str, Any] = {}
+    timeout = InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=collective_timeout))
+    kwargs: dict[str, Any] = {"kwargs_handlers": [timeout]}
     if project_dir is not None:
         kwargs["project_config"] = ProjectConfiguration(project_dir=str(project_dir))
     if tensorboard:
@@ -111,6 +117,24 @@ def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+class CollectiveError(HornnError):
+    """A collective with the other processes failed or timed out."""
+
+
+def collective_failure(err: BaseException, doing: str, timeout: int) -> CollectiveError | None:
+    """Return the one-line error for a failed collective (a stalled or dead peer), else None."""
+    text = str(err)
+    known = ("gloo", "NCCL", "Timed out", "timed out", "Connection reset", "Connection closed")
+    if not isinstance(err, RuntimeError) or not any(word in text for word in known):
+        return None
+    rank = os.environ.get("RANK", "0")
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return CollectiveError(
+        f"rank {rank}: the other processes did not answer while {doing} ({first[:200]}); one "
+        f"stalled or died (see its log), or train.collective_timeout = {timeout} s is too short"
+    )
 
 
 class StopFlag:

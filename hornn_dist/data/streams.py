@@ -106,6 +106,11 @@ def _check_layout(
         raise ConfigError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise ConfigError(f"rank must be in [0, {world_size}), got {rank}")
+    if batch < world_size:
+        raise ConfigError(
+            f"{batch_key}={batch} streams cannot feed {world_size} processes (each needs at "
+            f"least one); set {batch_key} to a multiple of {world_size} or launch fewer processes"
+        )
     if batch % world_size != 0:
         raise ConfigError(
             f"{batch_key}={batch} is not divisible by the {world_size} processes; "

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,13 +21,15 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import EvalStream, TBPTTStream
-from hornn_dist.errors import HornnError
+from hornn_dist.errors import CheckpointError, ConfigError, HornnError
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
-from hornn_dist.runtime import StopFlag, build_accelerator, setup_logging
+from hornn_dist.runtime import StopFlag, build_accelerator, collective_failure, setup_logging
 from hornn_dist.training.cadence import Cadence
+from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import LrSchedule, build_optimizer
+from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult, evaluate_split
 from hornn_dist.training.step import TrainStep
 
@@ -54,14 +58,17 @@ class Trainer:
         self.stop = stop or StopFlag()
         self.out = Path(cfg.train.output_dir)
         self.accelerator = build_accelerator(
-            cfg.train.mixed_precision, self.out, cfg.log.tensorboard
+            cfg.train.mixed_precision, self.out, cfg.log.tensorboard, cfg.train.collective_timeout
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
         from accelerate.utils import set_seed
 
         set_seed(cfg.train.seed)
-        self.corpus = open_prepared_corpus(cfg.data, acc)
+        self.phase = "waiting for the main process to prepare the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
+        with self._collectives():
+            self.corpus = open_prepared_corpus(cfg.data, acc)
+        check_fits(cfg.model, self.corpus.vocab_size, acc.device)
         plan = plan_for(
             cfg.model, acc.device, cfg.train.batch_size // acc.num_processes, acc.mixed_precision
         )
@@ -75,8 +82,10 @@ class Trainer:
             self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
         )
         self.valid_stream = self._eval_stream("valid")
+        self._eval_stream("test")  # a missing or too short test split fails now, not at the end
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.progress = Progress()
+        self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world)
         self.step = TrainStep.for_accelerator(
             cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
@@ -86,7 +95,32 @@ class Trainer:
 
     def run(self, resume_from: str | None = None, fresh: bool = False) -> EvalResult | None:
         """Train until epochs/max_steps are done or a stop signal arrives; return the test result."""
+        self._take_run_folder()
+        try:
+            with self._collectives():
+                return self._run(resume_from, fresh)
+        finally:
+            self.lock.release()
+
+    @contextmanager
+    def _collectives(self) -> Iterator[None]:
+        """Turn a collective that failed or timed out (a stalled or dead peer) into one line."""
+        try:
+            yield
+        except RuntimeError as err:
+            doing = (
+                self.phase
+                if not hasattr(self, "progress")
+                else (f"{self.phase} at step {self.progress.step}")
+            )
+            failure = collective_failure(err, doing, self.cfg.train.collective_timeout)
+            if failure is None:
+                raise
+            raise failure from None
+
+    def _run(self, resume_from: str | None, fresh: bool) -> EvalResult | None:
         acc = self.accelerator
+        self.phase = "resuming"
         resumed = None if fresh else self._find_resume_point(resume_from)
         if resumed is not None:
             self._restore(resumed)
@@ -102,6 +136,7 @@ class Trainer:
             (self.out / ckpt.CONFIG_FILE).write_text(self.cfg.to_toml())
         self._start_trackers(resumed is not None)
         self._log_start()
+        self.phase = "training"
         stopped = self._loop()
         if self.progress.last_saved_step != self.progress.step:
             self._save()
@@ -115,11 +150,47 @@ class Trainer:
         acc.end_training()
         return result
 
+    def _take_run_folder(self) -> None:
+        """Lock output_dir for this run (main process) and clear a killed save's leftovers."""
+        error = ""
+        if self.accelerator.is_main_process:
+            try:
+                self.lock.acquire()
+            except ConfigError as err:
+                error = str(err)
+            else:
+                for stale in ckpt.remove_partial_saves(self.out):
+                    logger.info("removed %s, left by a save that did not finish", stale)
+        error = self._from_main(error)
+        if error:
+            raise ConfigError(error)
+
+    def _from_main(self, value: Any) -> Any:
+        """Return the main process's `value` on every rank."""
+        if self.accelerator.num_processes == 1:
+            return value
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([value], from_process=0)[0]
+
     def _find_resume_point(self, resume_from: str | None) -> Path | None:
-        if resume_from is not None:
-            return ckpt.resolve_checkpoint(resume_from)
-        complete = ckpt.list_checkpoints(self.out, warn=self.accelerator.is_main_process)
-        return complete[-1] if complete else None
+        """Return the checkpoint to resume from: the one given (it must verify), else the
+        newest that verifies; decided on the main process, the same on every rank."""
+        found, error = "", ""
+        if self.accelerator.is_main_process:
+            try:
+                if resume_from is not None:
+                    folder = ckpt.resolve_checkpoint(resume_from)
+                    ckpt.verify(folder)
+                else:
+                    folder = ckpt.newest_verified(self.out)
+                found = str(folder) if folder is not None else ""
+            except CheckpointError as err:
+                error = str(err)
+        found, error = self._from_main((found, error))
+        if error:
+            raise CheckpointError(error)
+        return Path(found) if found else None
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator
@@ -130,7 +201,7 @@ class Trainer:
                 "different rounding, so not bit-identical to an uninterrupted run",
                 "; ".join(changed),
             )
-        acc.load_state(str(folder))
+        ckpt.load_state(acc, folder)
         state = ckpt.read_trainer_state(folder)
         self.progress = Progress(
             step=state["step"],
@@ -294,7 +365,15 @@ class Trainer:
 
     def _evaluate(self, split: str) -> EvalResult:
         stream = self.valid_stream if split == "valid" else self._eval_stream(split)
-        return evaluate_split(self.core, stream, self.accelerator)
+        with self._doing(f"evaluating the {split} split"):
+            return evaluate_split(self.core, stream, self.accelerator)
+
+    @contextmanager
+    def _doing(self, phase: str) -> Iterator[None]:
+        """Name what the loop is doing for the error of a collective that fails meanwhile."""
+        before, self.phase = self.phase, phase
+        yield
+        self.phase = before
 
     def _validate_and_save(self, end_of_epoch: bool = False) -> EvalResult:
         self._check_finite()  # before validating: a NaN model is reported as training's NaN
@@ -362,6 +441,10 @@ class Trainer:
         return self._write_checkpoint()
 
     def _write_checkpoint(self) -> Path:
+        with self._doing("saving a checkpoint"):
+            return self._write_checkpoint_now()
+
+    def _write_checkpoint_now(self) -> Path:
         acc, step = self.accelerator, self.progress.step
         trainer_state = {
             "step": step,

@@ -1,0 +1,270 @@
+"""Damaged checkpoints are never used, one run per folder, a full disk is one line: real runs."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.errors import CheckpointError
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    env,
+    final_weights,
+    run_module,
+    write_tiny_config,
+)
+
+STEPS = 12  # checkpoints every 5 steps and at the end
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("integrity")
+    config = write_tiny_config(folder, train={"keep_checkpoints": 5, "epochs": 100})
+    check_ok(run_module("hornn_dist.prepare", str(config)))
+    return folder
+
+
+def train(workdir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Run the trainer on the tiny config into `out`."""
+    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={out}", *extra]
+    return run_module("hornn_dist.train", *args)
+
+
+@pytest.fixture(scope="module")
+def straight(workdir: Path) -> Path:
+    out = workdir / "straight"
+    check_ok(train(workdir, out, "--set", f"train.max_steps={STEPS}"))
+    return out
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """Return the `error:` lines a CLI printed."""
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def stopped(workdir: Path) -> dict[int, Path]:
+    """Runs stopped after 5 and 10 steps (checkpoints at 5, and 5 and 10), trained once."""
+    runs = {}
+    for steps in (5, 10):
+        runs[steps] = workdir / f"stopped{steps}"
+        check_ok(train(workdir, runs[steps], "--set", f"train.max_steps={steps}"))
+    return runs
+
+
+def copy_run(stopped: dict[int, Path], name: str, steps: int = 10) -> Path:
+    """Return a fresh copy of the run stopped after `steps` steps."""
+    out = stopped[steps].parent / name
+    shutil.copytree(stopped[steps], out)
+    return out
+
+
+def step_dir(run: Path, step: int) -> Path:
+    return ckpt.checkpoint_root(run) / ckpt.step_dir_name(step)
+
+
+def xor_bytes(path: Path, offset: int, count: int = 64) -> None:
+    data = bytearray(path.read_bytes())
+    for i in range(offset, min(offset + count, len(data))):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage", ["xor_weights", "truncate_weights", "delete_weights", "truncate_optimizer"]
+)
+def test_resume_skips_a_damaged_newest_checkpoint(
+    stopped: dict[int, Path], workdir: Path, straight: Path, damage: str
+) -> None:
+    run = copy_run(stopped, f"damaged_{damage}")
+    newest = step_dir(run, 10)
+    weights, optimizer = newest / ckpt.WEIGHTS, newest / "optimizer.bin"
+    if damage == "xor_weights":
+        xor_bytes(weights, weights.stat().st_size // 2)
+    elif damage == "truncate_weights":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "delete_weights":
+        weights.unlink()
+    else:
+        optimizer.write_bytes(optimizer.read_bytes()[:100])
+    proc = train(workdir, run, "--set", f"train.max_steps={STEPS}")
+    check_ok(proc)
+    assert "step_00000010" in proc.stderr and "step_00000005" in proc.stderr
+    assert "resuming from" in proc.stderr
+    # resumed from step 5, exactly: the run ends as an uninterrupted one does
+    got, want = final_weights(run), final_weights(straight)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_resume_of_a_named_damaged_checkpoint_is_one_line(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    run = copy_run(stopped, "named")
+    weights = step_dir(run, 10) / ckpt.WEIGHTS
+    xor_bytes(weights, weights.stat().st_size // 2)
+    proc = train(workdir, run, "--resume", str(step_dir(run, 10)))
+    assert proc.returncode == 2
+    (line,) = error_lines(proc)
+    assert "damaged" in line and "model.safetensors" in line and "sha256" in line
+    assert "Traceback" not in proc.stderr
+
+
+def test_no_checkpoint_verifies_is_one_line(stopped: dict[int, Path], workdir: Path) -> None:
+    run = copy_run(stopped, "all_bad", steps=5)
+    weights = step_dir(run, 5) / ckpt.WEIGHTS
+    xor_bytes(weights, 200)
+    proc = train(workdir, run)
+    assert proc.returncode == 2
+    (line,) = error_lines(proc)
+    assert "no checkpoint" in line and "verifies" in line and "--no-resume" in line
+
+
+class _Evil:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+@pytest.mark.parametrize("target", ["rank_0.pt", "optimizer.bin"])
+def test_a_tampered_pickle_is_refused_without_unsafe_advice(
+    stopped: dict[int, Path], workdir: Path, target: str
+) -> None:
+    run = copy_run(stopped, f"tampered_{target}")
+    newest = step_dir(run, 10)
+    (newest / target).write_bytes(pickle.dumps(_Evil()))
+    (newest / ckpt.CHECKSUMS).unlink()  # as a checkpoint of an older version: nothing to verify
+    proc = train(workdir, run, "--set", f"train.max_steps={STEPS}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    assert target in line or str(newest) in line
+    assert "not a valid checkpoint file" in line
+    assert "weights_only" not in proc.stderr and "this must never run" not in proc.stdout
+
+
+def test_a_folder_holding_only_done_is_not_a_checkpoint(tmp_path: Path) -> None:
+    folder = step_dir(tmp_path, 3)
+    folder.mkdir(parents=True)
+    (folder / ckpt.DONE).write_text("step 3\n")
+    assert ckpt.list_checkpoints(tmp_path) == []
+    with pytest.raises(CheckpointError, match="incomplete: model.safetensors is missing"):
+        ckpt.resolve_checkpoint(folder)
+
+
+def test_best_checkpoint_must_be_a_step_folder_of_the_run(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    run = copy_run(stopped, "best_outside")
+    newest = step_dir(run, 10)
+    state = json.loads((newest / ckpt.STATE_FILE).read_text())
+    state["best_checkpoint"] = "../../straight/checkpoints/step_00000012"
+    (newest / ckpt.STATE_FILE).write_text(json.dumps(state))
+    ckpt.write_checksums(newest)
+    assert ckpt.resolve_checkpoint(run / "checkpoints" / "best") == newest
+
+
+def test_a_second_run_into_the_same_folder_is_refused(workdir: Path) -> None:
+    out = workdir / "locked"
+    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={out}"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "hornn_dist.train", *args, "--set", "train.checkpoint_every=0"],
+        cwd=REPO,
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and "step 4: loss" not in first.stderr.readline():
+            pass
+        second = run_module("hornn_dist.train", *args)
+        assert second.returncode == 2
+        (line,) = error_lines(second)
+        assert f"PID {first.pid}" in line and "in use by another run" in line
+        assert "train.output_dir" in line
+    finally:
+        first.terminate()
+        first.communicate(timeout=120)
+    assert first.returncode == 0
+    # the lock file stays behind, unlocked: the next run takes it
+    assert (out / ".lock").is_file()
+    check_ok(train(workdir, out, "--set", "train.max_steps=2", "--no-resume"))
+
+
+def test_leftovers_of_a_killed_save_are_removed_at_start(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    run = copy_run(stopped, "leftovers", steps=5)
+    stale = ckpt.checkpoint_root(run) / ".tmp_step_00000099"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"x" * 1000)
+    proc = train(workdir, run, "--set", "train.max_steps=6")
+    check_ok(proc)
+    assert not stale.exists() and "left by a save that did not finish" in proc.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 1 MiB tmpfs (needs root and mount rights; skipped where they are missing)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_partial_save(
+    workdir: Path, small_disk: Path
+) -> None:
+    out = small_disk / "run"
+    big = ["--set", "model.hidden_size=200", "--set", "model.embedding_size=200"]
+    proc = train(workdir, out, "--set", "train.max_steps=5", "--set", "log.tensorboard=false", *big)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    assert "no space left on the device of" in line and "train.output_dir" in line
+    assert "Traceback" not in proc.stderr
+    assert not list(ckpt.checkpoint_root(out).glob(".tmp_step_*"))
+
+
+def test_evaluate_prepares_nothing_from_a_checkpoints_paths(
+    workdir: Path, stopped: dict[int, Path], tmp_path: Path
+) -> None:
+    run = copy_run(stopped, "foreign_paths")
+    newest = step_dir(run, 10)
+    secret, elsewhere = tmp_path / "secret.txt", tmp_path / "elsewhere"
+    secret.write_text("not for training\n")
+    text = (newest / ckpt.CONFIG_FILE).read_text()
+    text = text.replace(str(workdir / "train.txt"), str(secret))
+    text = text.replace(str(workdir / "cache"), str(elsewhere))
+    (newest / ckpt.CONFIG_FILE).write_text(text)
+    ckpt.write_checksums(newest)
+    proc = run_module("hornn_dist.evaluate", str(run), "--split", "valid")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    assert "prepared corpus is not at" in line and "hornn_dist.prepare" in line
+    assert not elsewhere.exists()
+
+
+def test_evaluate_refuses_damaged_weights_in_one_line(stopped: dict[int, Path]) -> None:
+    run = copy_run(stopped, "eval_damaged")
+    weights = step_dir(run, 10) / ckpt.WEIGHTS
+    xor_bytes(weights, weights.stat().st_size // 2)
+    proc = run_module("hornn_dist.evaluate", str(run), "--split", "valid")
+    assert proc.returncode == 2
+    (line,) = error_lines(proc)
+    assert "model.safetensors" in line and "damaged" in line

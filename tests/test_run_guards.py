@@ -1,0 +1,105 @@
+"""What the trainer refuses before its first step, and how a stalled rank ends a run: one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hornn_dist.data.streams import ArrayTokens, TBPTTStream
+from hornn_dist.errors import ConfigError
+from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.training.memory import check_fits, parameter_count
+from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("guards")
+    check_ok(run_module("hornn_dist.prepare", str(write_tiny_config(folder))))
+    return folder
+
+
+def train(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={workdir / 'run'}"]
+    return run_module("hornn_dist.train", *args, "--no-resume", *extra)
+
+
+def only_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    return line
+
+
+def test_a_missing_test_split_fails_before_the_first_step(workdir: Path) -> None:
+    proc = train(workdir, "--set", "data.test=[]")
+    line = only_error_line(proc)
+    assert "no split 'test'" in line and "data.test" in line
+    assert "step 2: loss" not in proc.stderr  # failed at start, not after training
+
+
+@pytest.mark.parametrize("hidden", ["200000", "99999999999999999999"])
+def test_a_model_too_large_is_refused_before_allocating(workdir: Path, hidden: str) -> None:
+    line = only_error_line(train(workdir, "--set", f"model.hidden_size={hidden}"))
+    assert "model.hidden_size" in line
+    if hidden == "200000":
+        assert "parameters" in line and "GiB available" in line
+
+
+def test_parameter_count_is_the_built_models() -> None:
+    for cfg in (
+        ModelConfig(hidden_size=24, embedding_size=16),
+        ModelConfig(arch="lstm", hidden_size=8),
+    ):
+        assert parameter_count(cfg, 100) == build_model(cfg, 100).num_parameters()
+        assert check_fits(cfg, 100, torch.device("cpu")) == parameter_count(cfg, 100)
+
+
+def test_more_processes_than_streams_is_one_line() -> None:
+    tokens = ArrayTokens(np.arange(1000, dtype=np.int64))
+    with pytest.raises(ConfigError, match=r"train.batch_size=1 streams cannot feed 2 processes"):
+        TBPTTStream(tokens, 1, 5, rank=0, world_size=2)
+
+
+@pytest.mark.timeout(300)
+def test_a_stalled_rank_ends_the_run_with_one_line(workdir: Path) -> None:
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29681",
+        "-m", "hornn_dist.train", str(workdir / "config.toml"),
+        "--set", f"train.output_dir={workdir / 'stalled'}", "--set", "train.epochs=1000",
+        "--set", "train.collective_timeout=10",
+    ]  # fmt: skip
+    environ = env() | {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=environ, stderr=subprocess.PIPE, text=True)
+    lines = []
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if "step 10: loss" in line:
+            break
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    pids = sorted(int(pid) for pid in workers.stdout.split())
+    assert len(pids) == 2, pids
+    stalled = pids[-1]
+    started = time.time()
+    subprocess.run(["kill", "-STOP", str(stalled)], check=True)
+    try:
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        subprocess.run(["kill", "-KILL", str(stalled)], check=False)
+    waited = time.time() - started
+    log = "".join(lines) + rest
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, log[-3000:]
+    assert "the other processes did not answer while" in errors[0]
+    assert "train.collective_timeout = 10 s" in errors[0]
+    assert proc.returncode != 0 and waited < 90
