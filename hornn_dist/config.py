@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hornn_dist.checks import check_at_least, check_choice, check_in_range, check_positive
 from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import ConfigError
 from hornn_dist.models.config import ModelConfig
@@ -45,15 +46,15 @@ class OptimConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
-        _positive("optim.lr", self.lr)
-        _in_range("optim.momentum", self.momentum, 0.0, 1.0, hi_open=True)
-        _non_negative("optim.weight_decay", self.weight_decay)
-        _non_negative("optim.clip", self.clip)
-        _choice("optim.clip_mode", self.clip_mode, CLIP_MODES)
-        _non_negative("optim.max_col_norm", self.max_col_norm)
-        _choice("optim.schedule", self.schedule, SCHEDULES)
-        _non_negative("optim.halve_after", self.halve_after)
-        _non_negative("optim.min_lr", self.min_lr)
+        check_positive("optim.lr", self.lr)
+        check_in_range("optim.momentum", self.momentum, 0.0, 1.0, hi_open=True)
+        check_at_least("optim.weight_decay", self.weight_decay, 0)
+        check_at_least("optim.clip", self.clip, 0)
+        check_choice("optim.clip_mode", self.clip_mode, CLIP_MODES)
+        check_at_least("optim.max_col_norm", self.max_col_norm, 0)
+        check_choice("optim.schedule", self.schedule, SCHEDULES)
+        check_at_least("optim.halve_after", self.halve_after, 0)
+        check_at_least("optim.min_lr", self.min_lr, 0)
 
 
 @dataclass
@@ -79,12 +80,12 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         for key in ("batch_size", "bptt", "epochs", "eval_batch_size", "keep_checkpoints"):
-            _at_least(f"train.{key}", getattr(self, key), 1)
+            check_at_least(f"train.{key}", getattr(self, key), 1)
         for key in ("max_steps", "eval_every", "checkpoint_every"):
-            _at_least(f"train.{key}", getattr(self, key), 0)
-        _at_least("train.collective_timeout", self.collective_timeout, 10)
-        _choice("train.mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
-        _in_range("train.seed", self.seed, 0, 2**32 - 1)  # numpy's seed range
+            check_at_least(f"train.{key}", getattr(self, key), 0)
+        check_at_least("train.collective_timeout", self.collective_timeout, 10)
+        check_choice("train.mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
+        check_in_range("train.seed", self.seed, 0, 2**32 - 1)  # numpy's seed range
         if not self.output_dir:
             raise ConfigError("train.output_dir must not be empty; set it to a folder for this run")
 
@@ -99,7 +100,7 @@ class LogConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
-        _at_least("log.every", self.every, 1)
+        check_at_least("log.every", self.every, 1)
 
 
 @dataclass
@@ -326,28 +327,3 @@ def _suggest(word: str, options: typing.Iterable[str], section: str = "") -> str
     if match:
         return f"; did you mean {prefix}{match[0]}?"
     return f"; allowed: {', '.join(sorted(options))}"
-
-
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
-
-
-def _at_least(key: str, value: int | float, low: int | float) -> None:
-    if value < low:
-        raise ConfigError(f"{key} must be >= {low}, got {value}")
-
-
-def _positive(key: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"{key} must be > 0, got {value}")
-
-
-def _non_negative(key: str, value: float) -> None:
-    _at_least(key, value, 0)
-
-
-def _in_range(key: str, value: float, lo: float, hi: float, hi_open: bool = False) -> None:
-    if value < lo or value > hi or (hi_open and value == hi):
-        bracket = ")" if hi_open else "]"
-        raise ConfigError(f"{key} must be in [{lo}, {hi}{bracket}, got {value}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hornn_dist.checks import check_choice, check_count
 from hornn_dist.errors import ConfigError
 
 ARCHS = ("hornn", "rnn", "lstm", "gru")
@@ -57,18 +58,6 @@ class ModelConfig:
         check_count("model.embedding_size", self.embedding_size, 0, " (0 = hidden_size)")
         if self.init_std <= 0:
             raise ConfigError(f"model.init_std must be > 0, got {self.init_std}")
-
-
-def check_choice(key: str, value: str, allowed: tuple[str, ...], where: str = "") -> None:
-    """Raise ConfigError (a ValueError) unless value is one of `allowed`."""
-    if value not in allowed:
-        raise ConfigError(f"{key} must be one of {', '.join(allowed)}{where}; got {value!r}")
-
-
-def check_count(key: str, value: int, least: int = 1, note: str = "") -> None:
-    """Raise ConfigError (a ValueError) unless value is an integer >= `least`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(f"{key} must be an integer >= {least}{note}, got {value!r}")
 
 
 def check_alpha(key: str, value: float) -> None:

@@ -32,13 +32,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from hornn_dist.models.config import (
-    ACTIVATIONS,
-    POOLINGS,
-    check_alpha,
-    check_choice,
-    check_count,
-)
+from hornn_dist.checks import check_choice, check_count
+from hornn_dist.models.config import ACTIVATIONS, POOLINGS, check_alpha
 from hornn_dist.models.plan import LayerPlan, resolve_plan
 from hornn_dist.models.recurrence import (
     fused_scan,

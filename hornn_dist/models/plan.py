@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
+from hornn_dist.checks import check_choice
 from hornn_dist.errors import ConfigError
-from hornn_dist.models.config import ENGINES, RECURRENCE_PRECISIONS, ModelConfig, check_choice
+from hornn_dist.models.config import ENGINES, RECURRENCE_PRECISIONS, ModelConfig
 
 # engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16 it
 # beat "fused" at the paper's B 20 x H 400 and lost at B 128 x H 1024; between them a guess.
