@@ -67,3 +67,41 @@ def test_readme_documents_every_config_key_with_its_default() -> None:
                 assert shown == str(value).lower(), field.name
             elif isinstance(value, int | float):
                 assert float(shown) == value, field.name
+
+
+def _layout_modules() -> tuple[set[str], set[str]]:
+    """Return (modules, folders) that README's Layout block names, as paths from the repo root."""
+    section = README.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```\n", 2)[1]
+    modules, folders = set(), set()
+    stack: list[tuple[int, str]] = []  # (indent, folder path)
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        here = stack[-1][1] if stack else ""
+        first = line.split()[0] if line.strip() else ""
+        if first.endswith("/"):
+            folder = here + first
+            folders.add(folder.rstrip("/"))
+            stack.append((indent, folder))
+            continue
+        for word in line.split():
+            if word.endswith(".py"):
+                modules.add(here + word)
+            else:
+                break  # the description starts
+    return modules, folders
+
+
+def test_readme_layout_names_every_module_and_only_real_ones() -> None:
+    listed, folders = _layout_modules()
+    package = REPO / "hornn_dist"
+    real = {
+        str(path.relative_to(REPO))
+        for path in package.rglob("*.py")
+        if path.name != "__init__.py" and "__pycache__" not in path.parts
+    }
+    assert listed == real, f"README Layout is missing {real - listed}, lists {listed - real}"
+    for folder in folders:
+        assert (REPO / folder).is_dir(), folder
