@@ -103,3 +103,21 @@ def test_a_stalled_rank_ends_the_run_with_one_line(workdir: Path) -> None:
     assert "the other processes did not answer while" in errors[0]
     assert "train.collective_timeout = 10 s" in errors[0]
     assert proc.returncode != 0 and waited < 90
+
+
+def test_two_prepares_into_one_cache_dir_agree(tmp_path: Path) -> None:
+    config = write_tiny_config(tmp_path, train_words=20000)
+    cmd = [sys.executable, "-m", "hornn_dist.prepare", str(config), "--quiet"]
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    folders = [out.decode().splitlines()[0] for out, _ in outs]
+    assert folders[0] == folders[1]
+    cache = tmp_path / "cache"
+    assert [p.name for p in cache.iterdir()] == [Path(folders[0]).name]  # no temp folder left
+    from hornn_dist.data.shards import open_corpus
+
+    open_corpus(folders[0], verify=True)
