@@ -16,7 +16,7 @@ page cache with posix_fadvise first: "cold-ish", a VM's host may still cache the
     verify_shards, recorded   the check when this machine has checked the unchanged shards
                          before: a stat per shard, nothing read
 
-and prints wall seconds, GB/s, CPU seconds (all threads) and the wall seconds extrapolated
+and prints wall and CPU milliseconds (all threads), GB/s and the wall seconds extrapolated
 linearly to --extrapolate GB (shards of the same size: the recorded row, a stat per shard,
 scales with their count). Then the rows as JSON (`--json`, default benchmarks/results/shard_check.json).
 The folder is deleted at the end.
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     free = shutil.disk_usage(args.dir).free
     if free < 2 * args.gb * 1e9:
         p.error(f"{args.dir} has {free / 1e9:.1f} GB free; --gb {args.gb} needs twice that")
+    load_before = os.getloadavg()[0]  # a busy machine inflates the wall times, less the CPU ones
     work = Path(tempfile.mkdtemp(prefix="shard_check_", dir=args.dir))
     try:
         start = time.perf_counter()
@@ -198,21 +199,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for name, fn in cases.items():
                 row = {"case": name, "cache": cache, "bytes": size, "shards": len(paths)}
                 row.update(measure(fn, paths, cache == "cold", args.repeats))
-                row["gb_per_s"] = size / 1e9 / row["seconds"]
+                reads = not name.endswith("recorded")  # that row reads nothing
+                row["gb_per_s"] = size / 1e9 / row["seconds"] if reads else None
                 row["seconds_extrapolated"] = row["seconds"] * args.extrapolate / (size / 1e9)
                 rows.append(row)
         assert corpus.verify_shards() == 0, "the recorded check read a shard"
     finally:
         shutil.rmtree(work, ignore_errors=True)
     at = f"s at {args.extrapolate:g} GB"
-    print(f"{'case':28s} {'cache':5s} {'seconds':>8s} {'GB/s':>7s} {'CPU s':>6s} {at:>12s}")
+    print(f"{'case':28s} {'cache':5s} {'ms':>9s} {'GB/s':>6s} {'CPU ms':>8s} {at:>12s}")
     for r in rows:
+        rate = "-" if r["gb_per_s"] is None else f"{r['gb_per_s']:.2f}"
         print(
-            f"{r['case']:28s} {r['cache']:5s} {r['seconds']:8.3f} {r['gb_per_s']:7.2f} "
-            f"{r['cpu_s']:6.2f} {r['seconds_extrapolated']:12.2f}"
+            f"{r['case']:28s} {r['cache']:5s} {r['seconds'] * 1e3:9.2f} {rate:>6s} "
+            f"{r['cpu_s'] * 1e3:8.0f} {r['seconds_extrapolated']:12.3f}"
         )
     meta = script_meta("shard_check.py", argv, args, torch.device("cpu"))
-    meta.update(cpus=os.cpu_count(), hash_threads=threads, load_avg=os.getloadavg()[0])
+    meta.update(cpus=os.cpu_count(), hash_threads=threads)
+    meta.update(load_avg_before=load_before, load_avg_after=os.getloadavg()[0])
     write_json(args.json, meta, rows)
     print(f"wrote {args.json}")
     return rows
