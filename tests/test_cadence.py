@@ -4,8 +4,6 @@ stop signal honoured at the logging cadence when several processes must agree on
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,15 @@ import pytest
 from hornn_dist.checkpoint import list_checkpoints, read_trainer_state
 from hornn_dist.config import load_config
 from hornn_dist.training.cadence import AfterStep, Cadence
-from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+from tests.train_helpers import (
+    check_ok,
+    children,
+    read_until,
+    run_module,
+    start,
+    two_rank_command,
+    write_tiny_config,
+)
 
 
 def test_cadence_table() -> None:
@@ -76,26 +82,13 @@ def test_two_ranks_stop_together_at_a_logging_step(tmp_path: Path) -> None:
     config = write_tiny_config(tmp_path)
     check_ok(run_module("hornn_dist.prepare", str(config)))
     out = tmp_path / "run"
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29671",
-        "-m", "hornn_dist.train", str(config), "--set", f"train.output_dir={out}",
-        "--set", "train.epochs=1000", "--set", "train.checkpoint_every=0", "--set", "log.every=5",
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stderr=subprocess.PIPE, text=True)
-    lines = []
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        if "step 20: loss" in line:
-            break
-    workers = subprocess.run(
-        ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
-    ).stdout.split()
+    args = [str(config), "--set", f"train.output_dir={out}", "--set", "train.epochs=1000"]
+    args += ["--set", "train.checkpoint_every=0", "--set", "log.every=5"]
+    proc = start(two_rank_command("hornn_dist.train", *args, port=29671))
+    lines = read_until(proc, "step 20: loss")
+    workers = children(proc)
     assert len(workers) == 2, workers
-    subprocess.run(["kill", "-TERM", workers[-1]], check=True)  # one rank only
+    subprocess.run(["kill", "-TERM", str(workers[-1])], check=True)  # one rank only
     _, rest = proc.communicate(timeout=120)
     log = "".join(lines) + rest
     assert proc.returncode == 0, log[-3000:]

@@ -7,7 +7,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,11 @@ import torch
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.errors import CheckpointError
 from tests.train_helpers import (
-    REPO,
     check_ok,
-    env,
     final_weights,
+    read_until,
     run_module,
+    start,
     write_tiny_config,
 )
 
@@ -175,17 +174,11 @@ def test_best_checkpoint_must_be_a_step_folder_of_the_run(
 def test_a_second_run_into_the_same_folder_is_refused(workdir: Path) -> None:
     out = workdir / "locked"
     args = [str(workdir / "config.toml"), "--set", f"train.output_dir={out}"]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "hornn_dist.train", *args, "--set", "train.checkpoint_every=0"],
-        cwd=REPO,
-        env=env(),
-        stderr=subprocess.PIPE,
-        text=True,
+    first = start(
+        [sys.executable, "-m", "hornn_dist.train", *args, "--set", "train.checkpoint_every=0"]
     )
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and "step 4: loss" not in first.stderr.readline():
-            pass
+        read_until(first, "step 4: loss")
         second = run_module("hornn_dist.train", *args)
         assert second.returncode == 2
         (line,) = error_lines(second)

@@ -15,7 +15,17 @@ from hornn_dist.data.streams import ArrayTokens, TBPTTStream
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, build_model
 from hornn_dist.training.memory import check_fits, parameter_count
-from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    children,
+    env,
+    read_until,
+    run_module,
+    start,
+    two_rank_command,
+    write_tiny_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,25 +79,12 @@ def test_more_processes_than_streams_is_one_line() -> None:
 
 @pytest.mark.timeout(300)
 def test_a_stalled_rank_ends_the_run_with_one_line(workdir: Path) -> None:
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29681",
-        "-m", "hornn_dist.train", str(workdir / "config.toml"),
-        "--set", f"train.output_dir={workdir / 'stalled'}", "--set", "train.epochs=1000",
-        "--set", "train.collective_timeout=10",
-    ]  # fmt: skip
-    environ = env() | {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=environ, stderr=subprocess.PIPE, text=True)
-    lines = []
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        if "step 10: loss" in line:
-            break
-    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
-    pids = sorted(int(pid) for pid in workers.stdout.split())
+    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={workdir / 'stalled'}"]
+    args += ["--set", "train.epochs=1000", "--set", "train.collective_timeout=10"]
+    cmd = two_rank_command("hornn_dist.train", *args, port=29681)
+    proc = start(cmd, TORCH_ELASTIC_SHUTDOWN_TIMEOUT="2")
+    lines = read_until(proc, "step 10: loss")
+    pids = children(proc)
     assert len(pids) == 2, pids
     stalled = pids[-1]
     started = time.time()

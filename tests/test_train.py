@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,10 @@ from tests.train_helpers import (
     env,
     final_weights,
     launch_two_ranks,
+    read_until,
     run_module,
     scalars,
+    start,
     write_tiny_config,
 )
 
@@ -187,20 +188,8 @@ def test_sigterm_checkpoints_and_exits_zero(workdir: Path) -> None:
     out = _out(workdir, "preempted")
     args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", "train.epochs=1000"]
     args += ["--set", "train.checkpoint_every=0"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hornn_dist.train", *args],
-        cwd=REPO,
-        env=env(),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = []
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        if "step 20: loss" in line:
-            break
+    proc = start([sys.executable, "-m", "hornn_dist.train", *args])
+    lines = read_until(proc, "step 20: loss")
     proc.send_signal(signal.SIGTERM)
     _, rest = proc.communicate(timeout=120)
     log = "".join(lines) + rest

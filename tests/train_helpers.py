@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -94,18 +95,46 @@ def run_module(module: str, *args: str, timeout: int = 300) -> subprocess.Comple
     )
 
 
-def launch_two_ranks(
-    module: str, *args: str, port: int, timeout: int = 300
-) -> subprocess.CompletedProcess:
-    """Run `module` under a real 2-process `accelerate launch` on CPU (gloo)."""
-    cmd = [
+def two_rank_command(module: str, *args: str, port: int) -> list[str]:
+    """Return the command of a real 2-process `accelerate launch` of `module` on CPU (gloo)."""
+    return [
         sys.executable, "-m", "accelerate.commands.launch",
         "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(port),
         "-m", module, *args,
     ]  # fmt: skip
+
+
+def launch_two_ranks(
+    module: str, *args: str, port: int, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """Run `module` under a real 2-process `accelerate launch` on CPU (gloo)."""
+    cmd = two_rank_command(module, *args, port=port)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env(), timeout=timeout)
+
+
+def start(cmd: list[str], **extra_env: str) -> subprocess.Popen:
+    """Start `cmd` in the repo with the test environment, its stderr readable as text."""
+    return subprocess.Popen(cmd, cwd=REPO, env=env() | extra_env, stderr=subprocess.PIPE, text=True)
+
+
+def read_until(proc: subprocess.Popen, text: str, timeout: float = 120) -> list[str]:
+    """Return the stderr lines of `proc` up to the first holding `text` (or the timeout)."""
+    lines: list[str] = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if text in line or not line:
+            break
+    return lines
+
+
+def children(proc: subprocess.Popen) -> list[int]:
+    """Return the PIDs of the processes `proc` started (a launcher's ranks), in PID order."""
+    found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    return sorted(int(pid) for pid in found.stdout.split())
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
