@@ -47,7 +47,7 @@ HEADER_BYTES = HEADER.size  # 64
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 _REDO = "HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again"
-HASH_THREADS = 8  # threads that hash shards: sha256 runs ~1.8 GB/s a core, 8 outrun most disks
+HASH_THREADS = 8  # threads that hash shards: enough to outrun most disks (benchmarks/README.md, "Shard check")
 
 log = logging.getLogger(__name__)
 
