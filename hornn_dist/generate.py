@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 import torch
 
@@ -19,7 +21,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("checkpoint", help=ckpt.CHECKPOINT_ARG_HELP)
     parser.add_argument(
-        "--prompt", default="", help="text to continue (words outside the vocabulary become <unk>)"
+        "--prompt",
+        default="",
+        help="text to continue, read with the corpus's own settings (lowercase, <eos> per line); "
+        "words outside the vocabulary become <unk>, with a warning naming them",
     )
     parser.add_argument(
         "--tokens", type=int, default=50, help="number of words to sample (default: 50)"
@@ -61,6 +66,26 @@ def sample(
     return out
 
 
+def encode_prompt(corpus: Any, prompt: str) -> tuple[list[int], list[str]]:
+    """Return the prompt's ids, read as the corpus's text was (its tokenizer.json applies the
+    corpus's lowercase and <eos> settings), and its distinct words outside the vocabulary, as typed."""
+    encoding = corpus.tokenizer().encode(prompt)
+    typed = [prompt[start:end] for start, end in encoding.offsets]
+    unknown = [
+        word for word, i in zip(typed, encoding.ids, strict=True) if i == 0 and word != "<unk>"
+    ]
+    return list(encoding.ids), list(dict.fromkeys(unknown))
+
+
+def unknown_words_warning(unknown: list[str], vocab: dict[str, int]) -> str:
+    """Return the one-line warning that names the prompt's words outside the vocabulary."""
+    line = f"warning: --prompt words not in the vocabulary, read as <unk>: {', '.join(map(repr, unknown))}"
+    lower = [w.lower() for w in unknown if w.lower() != w and w.lower() in vocab]
+    if lower:
+        line += f" (the vocabulary has them in lowercase: {', '.join(map(repr, lower))})"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print text sampled from a checkpoint; return the exit code."""
     args = parse_args(argv)
@@ -75,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     accelerator = build_accelerator("no")
     corpus = open_prepared_corpus(cfg.data, accelerator, splits=(), prepare=False)  # no shard read
     model = load_model(folder, cfg, corpus, accelerator.device)
-    prompt_ids = corpus.encode(args.prompt) if args.prompt.strip() else []
+    prompt_ids, unknown = encode_prompt(corpus, args.prompt)
+    if unknown:
+        print(unknown_words_warning(unknown, corpus.tokenizer().get_vocab()), file=sys.stderr)
     if not prompt_ids:
         prompt_ids = (
             [corpus.encode("<eos>")[0]] if "<eos>" in corpus.tokenizer().get_vocab() else [0]
