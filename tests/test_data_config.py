@@ -9,8 +9,8 @@ import pytest
 
 from hornn_dist.config import load_config, to_toml
 from hornn_dist.data.config import CORPORA_DIR, DataConfig, apply_preset
-from hornn_dist.data.pipeline import corpus_folder
-from hornn_dist.errors import ConfigError
+from hornn_dist.data.pipeline import corpus_folder, prepare_corpus
+from hornn_dist.errors import ConfigError, DataError
 from hornn_dist.prepare import load_data_section
 
 
@@ -111,3 +111,48 @@ def test_a_full_data_table_keeps_the_rule_it_was_written_under(tmp_path: Path) -
     path = tmp_path / "old.toml"
     path.write_text(to_toml({"data": dataclasses.asdict(full)}))
     assert apply_preset(load_config(path).data).add_eos is False
+
+
+MISSING_PRESET_CORPUS = {
+    "text8": "download http://mattmahoney.net/dc/text8.zip to {path}",
+    "ptb": "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz, unpack it and put its "
+    "data/ptb.train.txt, ptb.valid.txt, ptb.test.txt in the folder {path}",
+    "wikitext103": "wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens of WikiText-103",
+}
+
+
+@pytest.mark.parametrize("preset", sorted(MISSING_PRESET_CORPUS))
+def test_a_missing_preset_path_names_data_path_the_source_and_the_hub(
+    tmp_path: Path, preset: str
+) -> None:
+    path = str(tmp_path / "nowhere")
+    cfg = DataConfig(preset=preset, path=path, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataError) as caught:
+        prepare_corpus(cfg, progress=False)
+    message = str(caught.value)
+    assert message.startswith(f"data.path = {path!r} does not exist (data.preset = {preset!r}")
+    assert MISSING_PRESET_CORPUS[preset].format(path=path) in message
+    hub_id = apply_preset(DataConfig(preset=preset)).hub_id
+    assert message.endswith(f"or leave data.path empty to stream it from the hub ({hub_id})")
+    assert "data.train" not in message and "\n" not in message
+
+
+def test_a_preset_folder_without_the_corpus_files_names_the_missing_file(tmp_path: Path) -> None:
+    cfg = DataConfig(preset="ptb", path=str(tmp_path), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataError, match=r"^data.path = '.*' has no ptb.train.txt \(data.preset"):
+        prepare_corpus(cfg, progress=False)
+    cfg = DataConfig(preset="text8", path=str(tmp_path), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataError, match=r"has no text8 .*http://mattmahoney.net/dc/text8.zip"):
+        prepare_corpus(cfg, progress=False)
+
+
+def test_shipped_configs_stream_from_the_hub_unless_the_corpus_needs_local_files() -> None:
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    for name in ("text8", "wikitext103"):
+        data = apply_preset(load_config(configs / f"{name}.toml").data)
+        assert (data.path, data.source) == ("", "hub"), name
+        assert (
+            'path = "data/' in (configs / f"{name}.toml").read_text()
+        )  # the local line, commented
+    ptb = (configs / "ptb.toml").read_text()
+    assert "simple-examples.tgz" in ptb

@@ -14,6 +14,22 @@ SOURCES = ("files", "hub")
 PRESETS = ("", "ptb", "text8", "wikitext103", "demo")
 CORPORA_DIR = Path(__file__).resolve().parent.parent / "corpora"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Where each preset's corpus comes from when read from local files: what to download and what
+# data.path (the {path}) must then hold; and the place the shipped configs and README suggest.
+PRESET_DOWNLOADS = {
+    "ptb": "download Mikolov's http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz, "
+    "unpack it and put its data/ptb.train.txt, ptb.valid.txt, ptb.test.txt in the folder {path} "
+    "(or set data.path to the unpacked simple-examples folder)",
+    "text8": "download http://mattmahoney.net/dc/text8.zip to {path} "
+    "(data.path may name text8.zip, the text8 file unzipped from it, or a folder holding either)",
+    "wikitext103": "put wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens of WikiText-103 "
+    "(the original wikitext-103-v1.zip) in the folder {path}",
+}
+PRESET_LOCAL_PATHS = {
+    "ptb": "data/ptb",
+    "text8": "data/text8.zip",
+    "wikitext103": "data/wikitext-103",
+}
 
 
 @dataclass

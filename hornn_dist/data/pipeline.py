@@ -212,6 +212,7 @@ def _input_files(cfg: DataConfig, work: Path, progress: bool) -> dict[str, list[
         raise ConfigError(
             'data.train is empty; set data.train = ["path/to/train.txt"] (paths or globs) or a data.preset'
         )
+    sources.check_preset_path(cfg)
     return {s: sources.expand(getattr(cfg, s), s) for s in SPLITS if getattr(cfg, s)}
 
 

@@ -26,6 +26,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from hornn_dist.data.config import PRESET_DOWNLOADS, DataConfig, apply_preset
 from hornn_dist.errors import DataError
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zip")
@@ -62,6 +63,38 @@ def expand(patterns: list[str], key: str) -> list[str]:
             )
         files.extend(matches)
     return files
+
+
+def _preset_hub_id(preset: str) -> str:
+    """Return the hub dataset a preset reads when data.path is empty ("" if it has none)."""
+    return apply_preset(DataConfig(preset=preset)).hub_id
+
+
+def check_preset_path(cfg: Any) -> None:
+    """Raise DataError when a preset's data.path, or a file the preset reads from it, is missing.
+
+    The error names data.path (the key the user set, not the data.train the preset made of
+    it), where the corpus comes from, where to put it, and the hub alternative."""
+    if cfg.preset not in PRESET_DOWNLOADS or not cfg.path or cfg.source != "files":
+        return
+    root = os.path.normpath(cfg.path)
+    if not os.path.exists(root):
+        problem = "does not exist"
+    else:
+        ours = [f for s in ("train", "valid", "test") for f in getattr(cfg, s)]
+        ours = [f for f in ours if os.path.normpath(f).startswith(root)]  # not the user's own
+        missing = [f for f in ours if not glob.has_magic(f) and not os.path.isfile(f)]
+        if not missing:
+            return
+        problem = f"has no {os.path.relpath(missing[0], root)}"
+    hint = PRESET_DOWNLOADS[cfg.preset].format(path=cfg.path)
+    hub_id = _preset_hub_id(cfg.preset)
+    if hub_id:
+        hint += f", or leave data.path empty to stream it from the hub ({hub_id})"
+    raise DataError(
+        f"data.path = {cfg.path!r} {problem} (data.preset = {cfg.preset!r}, relative paths "
+        f"start at {os.getcwd()}); HINT: {hint}"
+    )
 
 
 def is_compressed(path: str) -> bool:
