@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,86 @@ def test_offline_hub_says_to_use_local_files(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
     ).stdout
     assert out.startswith("cannot reach the Hugging Face hub for hub dataset 'Salesforce/wikitext'")
-    assert (
-        'HINT: use local files: data.source = "files" with data.train, data.valid, data.test' in out
+    assert out.endswith(
+        "HINT: use a local copy: put wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens of "
+        'WikiText-103 (the original wikitext-103-v1.zip) in the folder data/wikitext-103 and set data.path = "data/wikitext-103"\n'
     )
     assert out.count("\n") == 1
+
+
+def test_an_unreachable_hub_fails_in_seconds_with_one_line(tmp_path: Path) -> None:
+    # offline mode unset, as for a user who never heard of it: one HEAD to the hub's endpoint
+    from huggingface_hub import constants
+
+    from hornn_dist.data.sources import _hub_unreachable
+
+    if _hub_unreachable(constants.ENDPOINT) is None:
+        pytest.skip(f"{constants.ENDPOINT} answers from this machine")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    }
+    env.update(HF_HOME=str(tmp_path / "hf"), PYTHONWARNINGS="ignore")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "hornn_dist.prepare", "configs/wikitext103.toml", "--quiet",
+         "--set", f"data.cache_dir={tmp_path / 'c'}"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1], timeout=120,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-2000:]  # no retry warnings, printed twice or at all
+    assert lines[0].startswith(
+        "error: cannot reach the Hugging Face hub for hub dataset 'Salesforce/wikitext' "
+        f"(config 'wikitext-103-v1') (no answer from {constants.ENDPOINT} within 3 s: "
+    )
+    assert 'and set data.path = "data/wikitext-103"' in lines[0]
+    assert took < 15, f"{took:.1f} s"  # datasets' own retries took ~25 s
+
+
+def _hub_cfg(tmp_path: Path, hub_id: str) -> DataConfig:
+    return DataConfig(source="hub", hub_id=hub_id, cache_dir=str(tmp_path / "c"))
+
+
+def test_an_unreachable_hub_stops_before_datasets_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasets
+    from huggingface_hub import constants
+
+    from hornn_dist.data import sources
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(sources, "_hub_unreachable", lambda endpoint: "no answer: test")
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("datasets asked"))
+    with pytest.raises(DataError) as caught:
+        prepare_corpus(_hub_cfg(tmp_path, "someone/corpus"), progress=False)
+    assert str(caught.value) == (
+        "cannot reach the Hugging Face hub for hub dataset 'someone/corpus' (no answer: test); "
+        'HINT: use local files: data.source = "files" with data.train, data.valid, data.test'
+    )
+
+
+def test_a_hub_id_that_does_not_exist_is_one_line_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasets
+    from datasets.exceptions import DatasetNotFoundError
+
+    from hornn_dist.data import sources
+
+    def not_found(path: str, *args: object, **kwargs: object) -> None:
+        raise DatasetNotFoundError(
+            f"Dataset '{path}' doesn't exist on the Hub or cannot be accessed.\nmore detail"
+        )
+
+    monkeypatch.setattr(sources, "_hub_unreachable", lambda endpoint: None)  # no network here
+    monkeypatch.setattr(datasets, "load_dataset", not_found)
+    with pytest.raises(DataError) as caught:
+        prepare_corpus(_hub_cfg(tmp_path, "nobody/no-such-corpus"), progress=False)
+    assert str(caught.value) == (
+        "hub dataset 'nobody/no-such-corpus' was not found or is not accessible (Dataset "
+        "'nobody/no-such-corpus' doesn't exist on the Hub or cannot be accessed.); "
+        "HINT: check data.hub_id and your Hugging Face login"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bz2
 import codecs
 import contextlib
+import functools
 import glob
 import gzip
 import lzma
@@ -26,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from hornn_dist.data.config import PRESET_DOWNLOADS, DataConfig, apply_preset
+from hornn_dist.data.config import PRESET_DOWNLOADS, PRESET_LOCAL_PATHS, DataConfig, apply_preset
 from hornn_dist.errors import DataError
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zip")
@@ -38,6 +39,7 @@ _BOM = codecs.BOM_UTF8
 OnBytes = Callable[[int], None] | None
 # Builders of `datasets` that read local files given as data_files.
 LOCAL_BUILDERS = ("parquet", "csv", "json", "text", "arrow")
+HUB_CHECK_SECONDS = 3.0  # how long the one reachability check of the hub waits for an answer
 
 
 @dataclass(frozen=True)
@@ -375,12 +377,68 @@ def char_cut(
     return pieces
 
 
+def _first_line(e: BaseException) -> str:
+    """Return the first line of an exception's message, or its type's name when it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _hub_where(cfg: Any) -> str:
+    return f"hub dataset {cfg.hub_id!r}" + (
+        f" (config {cfg.hub_config!r})" if cfg.hub_config else ""
+    )
+
+
+def _local_files_hint(cfg: Any) -> str:
+    """Return how to read cfg's corpus from local files instead of the hub."""
+    if cfg.preset in PRESET_DOWNLOADS:
+        place = PRESET_LOCAL_PATHS[cfg.preset]
+        download = PRESET_DOWNLOADS[cfg.preset].format(path=place)
+        return f'use a local copy: {download} and set data.path = "{place}"'
+    return 'use local files: data.source = "files" with data.train, data.valid, data.test'
+
+
+def _unreachable(cfg: Any, why: str) -> DataError:
+    return DataError(
+        f"cannot reach the Hugging Face hub for {_hub_where(cfg)} ({why}); HINT: {_local_files_hint(cfg)}"
+    )
+
+
+@functools.cache
+def _hub_unreachable(endpoint: str) -> str | None:
+    """Return why the hub endpoint gave no answer to one HEAD request, or None when it answered."""
+    from huggingface_hub.utils import get_session  # lazy; the session `datasets` itself uses
+
+    try:
+        get_session().head(endpoint, timeout=HUB_CHECK_SECONDS)
+    except Exception as e:  # noqa: BLE001 - any failure to get an answer means unreachable
+        return f"no answer from {endpoint} within {HUB_CHECK_SECONDS:g} s: {_first_line(e)}"
+    return None
+
+
+def check_hub_reachable(cfg: Any) -> None:
+    """Raise DataError at once when cfg's hub dataset needs the hub and it does not answer.
+
+    `datasets` would retry for ~20 s, each warning printed twice, before failing. One HEAD to
+    the hub's endpoint (`huggingface_hub.constants.ENDPOINT`, where `datasets` would go) per
+    process; none for local builders and folders, or in offline mode, where `datasets` fails
+    at once by itself (or reads its cache)."""
+    if cfg.hub_id in LOCAL_BUILDERS or os.path.exists(cfg.hub_id):
+        return
+    import datasets.config
+    from huggingface_hub import constants  # lazy: only the hub path needs it
+
+    if constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE:
+        return
+    why = _hub_unreachable(constants.ENDPOINT)
+    if why is not None:
+        raise _unreachable(cfg, why)
+
+
 def _hub_error(e: BaseException, cfg: Any) -> DataError | None:
     """Return the DataError that explains a `datasets` failure, or None to let it through."""
     text = f"{type(e).__name__}: {e}"
-    where = f"hub dataset {cfg.hub_id!r}" + (
-        f" (config {cfg.hub_config!r})" if cfg.hub_config else ""
-    )
+    where = _hub_where(cfg)
     if "Dataset scripts are no longer supported" in text:
         return DataError(
             f"{where} is script-based, which datasets >= 4 cannot run; HINT: use its parquet conversion: "
@@ -396,13 +454,10 @@ def _hub_error(e: BaseException, cfg: Any) -> DataError | None:
         "Timeout",
         "LocalEntryNotFoundError",
     }:
-        return DataError(
-            f"cannot reach the Hugging Face hub for {where} (offline or no network); HINT: use local files: "
-            'data.source = "files" with data.train, data.valid, data.test (or data.path for the ptb, text8, wikitext103 presets)'
-        )
+        return _unreachable(cfg, "offline or no network")
     if names & {"DatasetNotFoundError", "RepositoryNotFoundError", "GatedRepoError"}:
         return DataError(
-            f"{where} was not found or is not accessible ({e}); HINT: check data.hub_id and your Hugging Face login"
+            f"{where} was not found or is not accessible ({_first_line(e)}); HINT: check data.hub_id and your Hugging Face login"
         )
     if names & {
         "FileNotFoundError",
@@ -411,9 +466,8 @@ def _hub_error(e: BaseException, cfg: Any) -> DataError | None:
         "ValueError",
         "KeyError",
     }:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return DataError(
-            f"{where}: {first}; HINT: check data.hub_config, data.hub_revision, data.hub_data_dir and the split names"
+            f"{where}: {_first_line(e)}; HINT: check data.hub_config, data.hub_revision, data.hub_data_dir and the split names"
         )
     return None
 
@@ -442,6 +496,7 @@ def iter_hub_texts(cfg: Any, split: str) -> Iterator[str]:
             for name, files, key in pairs
             if name and files
         }
+    check_hub_reachable(cfg)
     try:
         ds = datasets.load_dataset(
             cfg.hub_id,
