@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import signal
 import subprocess
@@ -128,6 +129,54 @@ def test_tensorboard_holds_every_tag(straight_1: Path) -> None:
     losses = [v for _, v in tags["train/loss"]]
     assert losses[-1] < losses[0]  # it learns the pseudo-language
     assert all(v > 0 for _, v in tags["grad_norm/layer0/path1"])
+
+
+def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> None:
+    """One run in the tensorboard folder (no timestamped sibling), holding the hyper-parameters
+    and a custom-scalars layout of one chart per layer with all its path and gate norms, and
+    train with valid ppl; a resume adds neither again."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.custom_scalar import metadata as layout_meta
+    from tensorboard.plugins.hparams import metadata as hparams_meta
+
+    settings = ("model.num_layers=2", "model.order=2", "train.eval_every=4")
+    two_layers = [arg for kv in settings for arg in ("--set", kv)]
+    check_ok(_train(workdir, "tb_layout", *two_layers, "--set", "train.max_steps=4"))
+    check_ok(_train(workdir, "tb_layout", *two_layers, "--set", "train.max_steps=8"))  # resumes
+    board = _out(workdir, "tb_layout") / "tensorboard"
+    assert [p.name for p in board.iterdir() if p.is_dir()] == []
+    assert list(EventMultiplexer().AddRunsFromDirectory(str(board)).Reload().Runs()) == ["."]
+
+    events = EventAccumulator(str(board), size_guidance={"tensors": 0}).Reload()
+    starts = events.PluginTagToContent(hparams_meta.PLUGIN_NAME)
+    assert list(starts) == [hparams_meta.SESSION_START_INFO_TAG]
+    hparams = hparams_meta.parse_session_start_info_plugin_data(
+        starts[hparams_meta.SESSION_START_INFO_TAG]
+    ).hparams
+    assert hparams["model.num_layers"].number_value == 2
+    assert hparams["model.pooling"].string_value == "gated"
+
+    written = events.Tensors(layout_meta.CONFIG_SUMMARY_TAG)
+    assert len(written) == 1  # the resume did not write a second layout
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(written[0].tensor_proto.string_val[0])
+    charts = {c.title: list(c.chart) for c in layout.category}
+    scalar_tags = events.Tags()["scalars"]
+
+    def shown(chart) -> set[str]:
+        return {t for t in scalar_tags if any(re.match(r, t) for r in chart.multiline.tag)}
+
+    paths = charts["gradient norm per feedback path"]
+    assert len(paths) == 2  # one chart per layer
+    for layer, chart in enumerate(paths):
+        assert chart.title.startswith(f"layer {layer}:")
+        assert shown(chart) == {
+            f"grad_norm/layer{layer}/{kind}{n}" for kind in ("path", "gate") for n in (1, 2)
+        }
+    (ppl,) = charts["perplexity"]
+    assert shown(ppl) == {"train/ppl", "valid/ppl"}
 
 
 def test_checkpoints_pruned_to_newest_plus_best(straight_1: Path) -> None:

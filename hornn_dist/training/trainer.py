@@ -25,6 +25,7 @@ from hornn_dist.errors import CheckpointError, ConfigError, HornnError
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.runtime import StopFlag, build_accelerator, collective_failure, setup_logging
+from hornn_dist.training import dashboard
 from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
@@ -233,8 +234,11 @@ class Trainer:
         if not self.cfg.log.tensorboard:
             return
         kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
-        hparams = None if resumed else self.cfg.flat()  # hyper-parameters once per run
-        self.accelerator.init_trackers("tensorboard", config=hparams, init_kwargs=kwargs)
+        # no config= here: Accelerate would put the hyper-parameters in a second, timestamped run
+        self.accelerator.init_trackers("tensorboard", init_kwargs=kwargs)
+        if not resumed and self.accelerator.is_main_process:  # once per run, in its own folder
+            writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
+            dashboard.describe_run(writer, self.cfg.flat(), self.core.feedback_path_slices())
 
     def _log_start(self) -> None:
         cfg, acc, corpus = self.cfg, self.accelerator, self.corpus
