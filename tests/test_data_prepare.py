@@ -186,7 +186,7 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path, ptb: Path) -> None:
         (
             _cfg(tmp_path, preset="ptb", path=str(tmp_path / "nowhere")),
             DataError,
-            "no file matches",
+            r"^data.path = '.*nowhere' does not exist",
         ),
         (
             _cfg(tmp_path, train=[train], valid=[str(empty)]),
@@ -268,7 +268,7 @@ def test_cli(tmp_path: Path, ptb: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert len(open_corpus(folder).manifest["splits"]["train"]["shards"]) > 1
     assert main([str(config), "--quiet", "--set", "path='/nowhere'"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: data.train: no file matches") and err.count("\n") == 1
+    assert err.startswith("error: data.path = '/nowhere' does not exist") and err.count("\n") == 1
     assert os.listdir(tmp_path / "cache") == [folder.name]
 
 
