@@ -38,6 +38,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from hornn_dist.data.vocab import Vocabulary
 from hornn_dist.errors import DataError
 
 MAGIC = b"HORNNTOK"
@@ -47,7 +48,9 @@ HEADER_BYTES = HEADER.size  # 64
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 _REDO = "HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again"
-HASH_THREADS = 8  # threads that hash shards: enough to outrun most disks (benchmarks/README.md, "Shard check")
+HASH_THREADS = (
+    8  # threads that hash shards: enough to outrun most disks (benchmarks/README.md, "Shard check")
+)
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +245,13 @@ class Corpus:
         self.dtype = np.dtype(manifest["dtype"])
         self.splits: list[str] = list(manifest["splits"])
         self._readers: dict[str, TokenReader] = {}
-        self._tokenizer: Any = None
-        self._itos: list[str] | None = None
+        self.vocab = Vocabulary(
+            folder / TOKENIZER,
+            self.vocab_size,
+            self.vocab_hash,
+            "the shards' vocabulary",
+            _REDO.format(folder=folder),
+        )
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{s} {self.manifest['splits'][s]['tokens']:,}" for s in self.splits)
@@ -265,60 +273,21 @@ class Corpus:
             )
         return self._readers[name]
 
-    def _check_vocab(self, itos: list[str]) -> list[str]:
-        from hornn_dist.data.vocab import vocab_hash
-
-        if len(itos) != self.vocab_size or vocab_hash(itos) != self.vocab_hash:
-            raise DataError(
-                f"{self.folder / TOKENIZER} does not match the shards' vocabulary (size {len(itos)} vs {self.vocab_size}); "
-                + _REDO.format(folder=self.folder)
-            )
-        return itos
-
     def tokenizer(self) -> Any:
         """Return the corpus's `tokenizers.Tokenizer` (loaded once, checked against the manifest)."""
-        if self._tokenizer is None:
-            from tokenizers import Tokenizer  # lazy
-
-            from hornn_dist.data.vocab import itos_of
-
-            path = self.folder / TOKENIZER
-            try:
-                tokenizer = Tokenizer.from_file(str(path))
-            except Exception as e:  # tokenizers raises a bare Exception for a malformed file
-                raise DataError(
-                    f"{path}: unreadable tokenizer ({e}); " + _REDO.format(folder=self.folder)
-                ) from None
-            self._check_vocab(itos_of(tokenizer.get_vocab(with_added_tokens=False), path))
-            self._tokenizer = tokenizer
-        return self._tokenizer
+        return self.vocab.tokenizer()
 
     def itos(self) -> list[str]:
         """Return the id-to-word table (read from tokenizer.json, checked against the manifest)."""
-        if self._itos is None:
-            from hornn_dist.data.vocab import load_itos
-
-            self._itos = self._check_vocab(load_itos(self.folder / TOKENIZER))
-        return self._itos
+        return self.vocab.itos()
 
     def encode(self, text: str) -> list[int]:
         """Return the ids of text as the saved tokenizer encodes it (each newline is <eos> when add_eos)."""
-        return self.tokenizer().encode(text).ids
+        return self.vocab.encode(text)
 
     def decode(self, ids: Any) -> str:
         """Return the words of ids joined by spaces, each <eos> as a line end."""
-        itos = self.itos()
-        out: list[str] = []
-        line: list[str] = []
-        for i in np.asarray(ids, dtype=np.int64).ravel().tolist():
-            word = itos[i]
-            if word == "<eos>":
-                out.append(" ".join(line) + "\n")
-                line = []
-            else:
-                line.append(word)
-        out.append(" ".join(line))
-        return "".join(out)
+        return self.vocab.decode(ids)
 
     def check(self, verify: bool = False) -> None:
         """Check every shard's header and size against the manifest, and its sha256 when verify

@@ -119,13 +119,75 @@ def itos_of(vocab: dict[str, int], path: Path) -> list[str]:
     return itos
 
 
-def load_itos(path: Path) -> list[str]:
+def load_itos(path: Path, hint: str = "HINT: delete the folder and re-run prepare") -> list[str]:
     """Return the id-to-word table stored in a tokenizer.json (no `tokenizers` import needed)."""
     try:
         with open(path, encoding="utf-8") as f:
             vocab = json.load(f)["model"]["vocab"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(
-            f"{path}: cannot read the vocabulary ({e}); HINT: delete the folder and re-run prepare"
-        ) from None
+        raise DataError(f"{path}: cannot read the vocabulary ({e}); {hint}") from None
     return itos_of(vocab, path)
+
+
+class Vocabulary:
+    """A saved tokenizer.json, checked against the size and sha256 expected of its id table (a
+    prepared corpus's manifest, an exported model's config.json): encodes text as the corpus was
+    read, decodes ids to words. Each file is read once, on first use.
+
+    `expected` names what it must match in errors ("the shards' vocabulary"), `hint` the fix.
+    """
+
+    def __init__(self, path: Path, size: int, digest: str, expected: str, hint: str) -> None:
+        self.path = path
+        self.vocab_size = size
+        self.vocab_hash = digest
+        self._expected = expected
+        self._hint = hint
+        self._tokenizer: Any = None
+        self._itos: list[str] | None = None
+
+    def _check(self, itos: list[str]) -> list[str]:
+        if len(itos) != self.vocab_size or vocab_hash(itos) != self.vocab_hash:
+            raise DataError(
+                f"{self.path} does not match {self._expected} (size {len(itos)} vs "
+                f"{self.vocab_size}); {self._hint}"
+            )
+        return itos
+
+    def tokenizer(self) -> Any:
+        """Return the `tokenizers.Tokenizer` (loaded once, checked)."""
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer  # lazy
+
+            try:
+                tokenizer = Tokenizer.from_file(str(self.path))
+            except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+                raise DataError(f"{self.path}: unreadable tokenizer ({e}); {self._hint}") from None
+            self._check(itos_of(tokenizer.get_vocab(with_added_tokens=False), self.path))
+            self._tokenizer = tokenizer
+        return self._tokenizer
+
+    def itos(self) -> list[str]:
+        """Return the id-to-word table (read from tokenizer.json, checked)."""
+        if self._itos is None:
+            self._itos = self._check(load_itos(self.path, self._hint))
+        return self._itos
+
+    def encode(self, text: str) -> list[int]:
+        """Return the ids of text as the saved tokenizer encodes it (each newline is <eos> when add_eos)."""
+        return self.tokenizer().encode(text).ids
+
+    def decode(self, ids: Any) -> str:
+        """Return the words of ids joined by spaces, each <eos> as a line end."""
+        itos = self.itos()
+        out: list[str] = []
+        line: list[str] = []
+        for i in np.asarray(ids, dtype=np.int64).ravel().tolist():
+            word = itos[i]
+            if word == EOS:
+                out.append(" ".join(line) + "\n")
+                line = []
+            else:
+                line.append(word)
+        out.append(" ".join(line))
+        return "".join(out)
