@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
-from hornn_dist.loading import load_model, open_prepared_corpus
+from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_prepared_corpus, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from hornn_dist.training.scoring import evaluate_split
 
@@ -21,7 +20,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="hornn_dist.evaluate", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("checkpoint", help=ckpt.CHECKPOINT_ARG_HELP)
+    parser.add_argument("checkpoint", help=MODEL_ARG_HELP)
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
     parser.add_argument(
         "--batch-size",
@@ -38,8 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Evaluate a checkpoint on one split and print tokens, loss and perplexity; return the exit code."""
     args = parse_args(argv)
-    folder = ckpt.resolve_checkpoint(args.checkpoint)
-    cfg = ckpt.read_config(folder)
+    folder, cfg = resolve_trained(args.checkpoint)
     accelerator = build_accelerator(cfg.train.mixed_precision)
     setup_logging(accelerator.is_main_process)
     corpus = open_prepared_corpus(cfg.data, accelerator, splits=[args.split], prepare=False)

@@ -8,9 +8,8 @@ from typing import Any
 
 import torch
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.errors import ConfigError
-from hornn_dist.loading import load_model, open_prepared_corpus
+from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli
 
 
@@ -19,7 +18,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="hornn_dist.generate", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("checkpoint", help=ckpt.CHECKPOINT_ARG_HELP)
+    parser.add_argument("checkpoint", help=MODEL_ARG_HELP)
     parser.add_argument(
         "--prompt",
         default="",
@@ -95,10 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
     if args.top_k < 0:
         raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
-    folder = ckpt.resolve_checkpoint(args.checkpoint)
-    cfg = ckpt.read_config(folder)
+    folder, cfg = resolve_trained(args.checkpoint)
     accelerator = build_accelerator("no")
-    corpus = open_prepared_corpus(cfg.data, accelerator, splits=(), prepare=False)  # no shard read
+    corpus = open_vocabulary(folder, cfg, accelerator)  # no shard read
     model = load_model(folder, cfg, corpus, accelerator.device)
     prompt_ids, unknown = encode_prompt(corpus, args.prompt)
     if unknown:

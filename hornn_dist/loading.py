@@ -1,7 +1,13 @@
-"""Open what the commands share from disk: a prepared corpus and a trained model."""
+"""Open what the commands share from disk: a prepared corpus and a trained model.
+
+A trained model is a checkpoint (found from a run directory, or `<run>/checkpoints/latest|best`)
+or a model folder written by `hornn_dist.export` (config.json, model.safetensors,
+tokenizer.json): `resolve_trained`, `open_vocabulary` and `load_model` take either.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -9,13 +15,20 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from hornn_dist import checkpoint as ckpt
 from hornn_dist.checkpoint import WEIGHTS, read_trainer_state, verify
-from hornn_dist.config import RunConfig
+from hornn_dist.config import RunConfig, config_from_dict
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder, prepare_corpus
-from hornn_dist.data.shards import MANIFEST, Corpus, open_corpus
+from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
+from hornn_dist.data.vocab import Vocabulary
 from hornn_dist.errors import CheckpointError, DataError
 from hornn_dist.models import build_model, plan_for
+
+# marks a model folder written by hornn_dist.export; checkpoints have config.toml, never this
+EXPORTED_CONFIG = "config.json"
+MODEL_ARG_HELP = ckpt.CHECKPOINT_ARG_HELP + ", or a model folder written by hornn_dist.export"
+_REEXPORT = "export the model again (python -m hornn_dist.export RUN_OR_CHECKPOINT OUT_DIR)"
 
 
 def open_prepared_corpus(
@@ -52,23 +65,82 @@ def open_prepared_corpus(
     return corpus
 
 
+def is_exported(folder: Path) -> bool:
+    """Return True for a model folder written by hornn_dist.export."""
+    return (folder / EXPORTED_CONFIG).is_file()
+
+
+def read_exported(folder: Path) -> dict[str, Any]:
+    """Return the config.json of an exported model folder, checked for the keys the commands read."""
+    path = folder / EXPORTED_CONFIG
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        missing = [
+            key for key in ("model", "vocab_size", "vocab_hash", "training") if key not in meta
+        ]
+    except (OSError, ValueError, TypeError) as err:
+        raise CheckpointError(f"cannot read {path} ({err}); {_REEXPORT}") from None
+    if missing:
+        raise CheckpointError(f"{path} has no {', '.join(missing)}; {_REEXPORT}")
+    return meta
+
+
+def resolve_trained(path: str | Path) -> tuple[Path, RunConfig]:
+    """Return the folder of a trained model and its run's config: an exported model folder,
+    else the checkpoint that `checkpoint.resolve_checkpoint` finds."""
+    if is_exported(Path(path)):
+        folder = Path(path)
+        return folder, config_from_dict(read_exported(folder)["training"])
+    folder = ckpt.resolve_checkpoint(path)
+    return folder, ckpt.read_config(folder)
+
+
+def open_vocabulary(folder: Path, cfg: RunConfig, accelerator: Any) -> Corpus | Vocabulary:
+    """Return what encodes and decodes a trained model's words: an exported folder's own
+    tokenizer.json, else the run's prepared corpus (no shard read)."""
+    if not is_exported(folder):
+        return open_prepared_corpus(cfg.data, accelerator, splits=(), prepare=False)
+    meta = read_exported(folder)
+    return Vocabulary(
+        folder / TOKENIZER,
+        meta["vocab_size"],
+        meta["vocab_hash"],
+        f"the vocabulary of {folder / EXPORTED_CONFIG}",
+        _REEXPORT,
+    )
+
+
 def load_model(
-    folder: Path, cfg: RunConfig, corpus: Corpus, device: torch.device | str
+    folder: Path, cfg: RunConfig, corpus: Corpus | Vocabulary, device: torch.device | str
 ) -> torch.nn.Module:
-    """Return the checkpoint's model on `device` in eval mode, after checking its vocabulary.
+    """Return the trained model of `folder` (a checkpoint or an exported model folder) on
+    `device` in eval mode, after checking its vocabulary.
 
     Its HORNN layers run as planned for `device` under the run's mixed precision and
     evaluation batch; where the run's engine cannot run there (triton on a CPU), the fused
     engine runs, with a warning."""
-    state = read_trainer_state(folder)
-    if state.get("vocab_hash") != corpus.vocab_hash:
+    exported = is_exported(folder)
+    trained = read_exported(folder) if exported else read_trainer_state(folder)
+    if trained.get("vocab_hash") != corpus.vocab_hash:
         raise CheckpointError(
-            f"{folder} was trained with vocabulary {state.get('vocab_hash')} but the data has "
+            f"{folder} was trained with vocabulary {trained.get('vocab_hash')} but the data has "
             f"{corpus.vocab_hash}; point data.cache_dir at the shards used for training"
         )
     plan = plan_for(
         cfg.model, device, cfg.train.eval_batch_size, cfg.train.mixed_precision, strict=False
     )
+    if exported:
+        from hornn_dist.models.pretrained import PretrainedLM  # imports huggingface_hub
+
+        try:
+            model = PretrainedLM.from_pretrained(folder, plan=plan)
+        except Exception as err:  # safetensors, a missing file, a weight of the wrong shape
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise CheckpointError(
+                f"cannot load the model in {folder} ({type(err).__name__}: {first[:200]}); "
+                + _REEXPORT
+            ) from None
+        return model.to(device).eval()
     model = build_model(cfg.model, corpus.vocab_size, plan)
     verify(folder)
     weights = folder / WEIGHTS

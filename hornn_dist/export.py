@@ -1,0 +1,119 @@
+"""Export a trained model as a Hub model folder: `python -m hornn_dist.export RUN_OR_CHECKPOINT OUT_DIR`.
+
+OUT_DIR gets config.json, model.safetensors, the corpus's tokenizer.json and a model card
+(README.md) with the test perplexity, scored here, and the run's config. It loads back with
+`PretrainedLM.from_pretrained(OUT_DIR)` (hornn_dist.models.pretrained); `evaluate` and
+`generate` take it as they take a checkpoint; `hf upload USER/NAME OUT_DIR` puts it on the Hub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import RunConfig, tomllib
+from hornn_dist.data.shards import TOKENIZER, Corpus
+from hornn_dist.data.streams import EvalStream
+from hornn_dist.errors import ConfigError
+from hornn_dist.loading import load_model, open_prepared_corpus
+from hornn_dist.models.config import ModelConfig
+from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
+from hornn_dist.training.scoring import EvalResult, evaluate_split
+
+SPLIT = "test"  # the split whose perplexity the model card gives
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line."""
+    parser = argparse.ArgumentParser(prog="hornn_dist.export", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help=ckpt.CHECKPOINT_ARG_HELP)
+    parser.add_argument("out_dir", help="the model folder to write (new, or an empty folder)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write a checkpoint's model as a Hub model folder with its test perplexity; return the exit code."""
+    args = parse_args(argv)
+    out = Path(args.out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"{out} exists and is not an empty folder; export into a new one")
+    folder = ckpt.resolve_checkpoint(args.checkpoint)
+    cfg = ckpt.read_config(folder)
+    accelerator = build_accelerator(cfg.train.mixed_precision)
+    setup_logging(accelerator.is_main_process)
+    corpus = open_prepared_corpus(cfg.data, accelerator, splits=[SPLIT], prepare=False)
+    model = load_model(folder, cfg, corpus, accelerator.device)
+    stream = EvalStream(
+        corpus.split(SPLIT),
+        cfg.train.eval_batch_size,
+        cfg.train.bptt,
+        accelerator.process_index,
+        accelerator.num_processes,
+        split=SPLIT,
+        batch_key="train.eval_batch_size",
+    )
+    result = evaluate_split(model, stream, accelerator)
+    if accelerator.is_main_process:
+        write_model_folder(model, cfg, corpus, result, folder, out)
+        print(f"exported {folder} to {out} ({SPLIT} ppl {result.ppl:.2f})")
+    return 0
+
+
+def write_model_folder(
+    model: Any, cfg: RunConfig, corpus: Corpus, result: EvalResult, checkpoint: Path, out: Path
+) -> None:
+    """Write `model` as a Hub model folder at `out`, whole or not at all (built beside it, then
+    renamed)."""
+    from hornn_dist.models.pretrained import PretrainedLM  # imports huggingface_hub
+
+    hub = PretrainedLM(cfg.model, corpus.vocab_size)
+    hub.load_state_dict(model.state_dict())
+    step = ckpt.read_trainer_state(checkpoint)["step"]
+    scores = {"tokens": result.tokens, "loss": result.loss, "ppl": result.ppl}
+    config = {
+        "model": dataclasses.asdict(cfg.model),
+        "vocab_size": corpus.vocab_size,
+        "vocab_hash": corpus.vocab_hash,
+        "training": tomllib.loads(cfg.to_toml()),  # evaluate finds the corpus by its [data]
+        "checkpoint": {"step": step, SPLIT: scores},
+    }
+    card = {
+        "title": out.resolve().name,
+        "model_words": describe(cfg.model),
+        "parameters": f"{hub.num_parameters():,}",
+        "vocab_size": f"{corpus.vocab_size:,}",
+        "split": SPLIT,
+        "ppl": f"{result.ppl:.2f}",
+        "tokens": f"{result.tokens:,}",
+        "loss": f"{result.loss:.4f}",
+        "checkpoint": f"`{checkpoint.name}` (step {step}) of `{cfg.train.output_dir}`",
+        "where": str(out),
+        "config_toml": cfg.to_toml(),
+    }
+    tmp = out.with_name(f".{out.name}.export-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        hub.save_pretrained(tmp, config=config, model_card_kwargs=card)
+        shutil.copyfile(corpus.folder / TOKENIZER, tmp / TOKENIZER)
+        os.replace(tmp, out)  # onto a missing or empty folder
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def describe(m: ModelConfig) -> str:
+    """Return the model in words: "HORNN-3 with fofe pooling, 1 layer of 128 tanh units, ..."."""
+    kind = f"HORNN-{m.order} with {m.pooling} pooling" if m.arch == "hornn" else m.arch.upper()
+    units = f"{m.activation} units" if m.arch in ("hornn", "rnn") else "units"
+    return (
+        f"{kind}, {m.num_layers} layer{'s' if m.num_layers > 1 else ''} of {m.hidden_size} {units}, "
+        f"word vectors of {m.embedding_size or m.hidden_size}"
+    )
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,142 @@
+"""Export: a checkpoint becomes a Hub model folder that loads back with one call, offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from hornn_dist.checkpoint import list_checkpoints, read_config
+from hornn_dist.loading import load_model, open_prepared_corpus
+from hornn_dist.models.config import ModelConfig
+from hornn_dist.models.pretrained import PretrainedLM
+from hornn_dist.runtime import build_accelerator
+from tests.test_demo import _layout_modules
+from tests.train_helpers import check_ok, run_module, write_tiny_config
+
+HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "README.md"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny gated HORNN-3 run of 6 steps (two layers, so every layer's weights travel)."""
+    folder = tmp_path_factory.mktemp("export")
+    write_tiny_config(folder, model={"num_layers": 2})
+    run = folder / "run"
+    check_ok(run_module("hornn_dist.train", str(folder / "config.toml"), "--set",
+                        f"train.output_dir={run}", "--set", "train.max_steps=6"))  # fmt: skip
+    return run
+
+
+@pytest.fixture(scope="module")
+def exported(trained: Path) -> Path:
+    out = trained.parent / "hub_model"
+    proc = run_module("hornn_dist.export", str(trained), str(out))
+    check_ok(proc)
+    assert f"to {out} (test ppl " in proc.stdout
+    return out
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
+
+
+def test_exported_folder_loads_back_with_one_call_and_the_same_logits(
+    trained: Path, exported: Path
+) -> None:
+    assert {p.name for p in exported.iterdir()} == HUB_FILES
+    model = PretrainedLM.from_pretrained(exported)  # the one call, from the folder alone
+    assert not model.training and len(model.layers) == 2
+
+    checkpoint = list_checkpoints(trained)[-1]
+    cfg = read_config(checkpoint)
+    corpus = open_prepared_corpus(cfg.data, build_accelerator("no"), splits=(), prepare=False)
+    reference = load_model(checkpoint, cfg, corpus, "cpu")
+    assert model.state_dict().keys() == reference.state_dict().keys()
+    tokens = torch.tensor(corpus.encode("w1 w2 w3\nw4 w5 w1 w7")).view(-1, 1)  # (T, 1)
+    with torch.no_grad():
+        assert torch.equal(model(tokens)[0], reference(tokens)[0])
+
+    meta = json.loads((exported / "config.json").read_text())
+    assert meta["model"]["pooling"] == "gated" and meta["vocab_size"] == corpus.vocab_size
+    assert "plan" not in meta  # how the layers run is decided where the model is loaded
+    # the corpus's own tokenizer file, as transformers' PreTrainedTokenizerFast reads it
+    assert (exported / "tokenizer.json").read_bytes() == (
+        corpus.folder / "tokenizer.json"
+    ).read_bytes()
+
+
+def test_model_card_gives_the_test_ppl_of_the_checkpoint_and_the_config(
+    trained: Path, exported: Path
+) -> None:
+    scored = run_module("hornn_dist.evaluate", str(trained), "--split", "test")
+    check_ok(scored)
+    ppl = scored.stdout.split("ppl ")[-1].strip()
+    card = (exported / "README.md").read_text()
+    assert card.startswith("---\n") and "library_name: hornn_dist" in card
+    assert f"| test perplexity | **{ppl}** (" in card
+    assert "HORNN-3 with gated pooling, 2 layers of 12 tanh units" in card
+    assert read_config(list_checkpoints(trained)[-1]).to_toml() in card
+    again = run_module("hornn_dist.evaluate", str(exported), "--split", "test")  # the folder too
+    check_ok(again)
+    assert again.stdout.splitlines()[-1] == scored.stdout.splitlines()[-1]
+
+
+def test_generate_from_the_exported_folder_alone(trained: Path, exported: Path) -> None:
+    args = ("--prompt", "w1 w2", "--tokens", "12", "--seed", "3")
+    from_checkpoint = run_module("hornn_dist.generate", str(trained), *args)
+    check_ok(from_checkpoint)
+    # a copy whose run config names a corpus this machine does not have
+    alone = trained.parent / "elsewhere" / "hub_model"
+    shutil.copytree(exported, alone)
+    meta = json.loads((alone / "config.json").read_text())
+    meta["training"]["data"]["cache_dir"] = str(trained.parent / "no_such_cache")
+    (alone / "config.json").write_text(json.dumps(meta))
+    sample = run_module("hornn_dist.generate", str(alone), *args)
+    check_ok(sample)
+    assert sample.stdout == from_checkpoint.stdout and sample.stdout.split()[:2] == ["w1", "w2"]
+    # scores need the corpus: evaluate says where it looked
+    _one_line_error(
+        run_module("hornn_dist.evaluate", str(alone)), "the run's prepared corpus is not at"
+    )
+
+
+def test_export_refuses_a_folder_in_use_and_evaluate_a_broken_export(
+    trained: Path, exported: Path
+) -> None:
+    _one_line_error(
+        run_module("hornn_dist.export", str(trained), str(exported)),
+        f"{exported} exists and is not an empty folder",
+    )
+    broken = trained.parent / "broken_model"
+    shutil.copytree(exported, broken)
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    _one_line_error(
+        run_module("hornn_dist.generate", str(broken)), f"cannot load the model in {broken}"
+    )
+    (broken / "config.json").write_text("{}")
+    _one_line_error(
+        run_module("hornn_dist.generate", str(broken)), "has no model, vocab_size, vocab_hash"
+    )
+
+
+@pytest.mark.parametrize("arch", ["hornn", "lstm"])
+def test_save_pretrained_round_trip(tmp_path: Path, arch: str) -> None:
+    model = PretrainedLM(ModelConfig(arch=arch, hidden_size=8, order=2, pooling="max"), 20)
+    model.save_pretrained(tmp_path)
+    back = PretrainedLM.from_pretrained(tmp_path)
+    assert back.cfg == model.cfg and back.vocab_size == 20
+    for key, value in model.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+
+
+def test_readme_layout_lists_the_export_command() -> None:
+    modules, _ = _layout_modules()
+    assert "hornn_dist/export.py" in modules
