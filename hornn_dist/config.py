@@ -96,11 +96,22 @@ class LogConfig:
 
     every: int = 50  # steps between log lines and TensorBoard scalars
     tensorboard: bool = True
-    progress: bool = True  # tqdm bar on the main process
+    # tqdm bar on the main process: "auto" = when stderr is a terminal (tqdm's disable=None),
+    # so a redirected log holds log lines, not bar redraws; true / false = always / never
+    progress: bool | str = "auto"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         check_at_least("log.every", self.every, 1)
+        if isinstance(self.progress, str) and self.progress != "auto":
+            raise ConfigError(f'log.progress must be true, false or "auto", got {self.progress!r}')
+
+    def draws_progress(self) -> bool:
+        """Return whether to draw the progress bar (`auto`: when stderr is a terminal)."""
+        if self.progress == "auto":
+            isatty = getattr(sys.stderr, "isatty", None)
+            return bool(isatty and isatty())
+        return bool(self.progress)
 
 
 @dataclass
@@ -302,8 +313,15 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{name} must be a list of strings, got {value!r}")
         return value
-    if origin in (typing.Union, types.UnionType):  # pragma: no cover - no optional fields yet
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if origin in (typing.Union, types.UnionType):  # e.g. bool | str: the first type that fits
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        for option in options:
+            try:
+                return _coerce(name, value, option)
+            except ConfigError:
+                continue
+        names = " or ".join(option.__name__ for option in options)
+        raise ConfigError(f"{name} must be of type {names}, got {value!r}")
     if hint is bool:
         ok = isinstance(value, bool)
     elif hint is int:

@@ -8,6 +8,7 @@ tokenizer.json): `resolve_trained`, `open_vocabulary` and `load_model` take eith
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ def open_prepared_corpus(
     (`Corpus.verify_shards`; cost in benchmarks/README.md, "Shard check")."""
     if prepare:
         with accelerator.main_process_first():
-            folder = prepare_corpus(cfg, workers=1, progress=accelerator.is_main_process)
+            # bars on a terminal only, as tqdm users expect: a redirected log keeps the summary
+            bars = accelerator.is_main_process and sys.stderr.isatty()
+            folder = prepare_corpus(cfg, workers=1, progress=bars)
     else:
         folder = corpus_folder(cfg)
         if not (folder / MANIFEST).is_file():

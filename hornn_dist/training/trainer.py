@@ -277,7 +277,7 @@ class Trainer:
         bar = tqdm(
             total=self._total_steps(),
             initial=self.progress.step,
-            disable=not (self.accelerator.is_main_process and self.cfg.log.progress),
+            disable=not (self.accelerator.is_main_process and self.cfg.log.draws_progress()),
             unit="step",
             dynamic_ncols=True,
         )
