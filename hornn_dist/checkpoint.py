@@ -314,15 +314,25 @@ def write_checksums(folder: Path) -> None:
 
 
 def set_aside_previous_run(output_dir: str | Path) -> Path | None:
-    """Move a run's checkpoints and TensorBoard logs into `replaced-<time>/`; return it (None if none)."""
+    """Move a run's checkpoints, TensorBoard logs and config beside it, into
+    `<output_dir>.replaced-<time>/`; return that folder (None when there is no previous run).
+
+    Beside, not inside: `output_dir` then holds the new run alone (`tensorboard --logdir` of it
+    shows one run). The run lock `.lock` stays: the new run holds it.
+    """
     out = Path(output_dir)
-    previous = [out / name for name in ("checkpoints", "tensorboard") if (out / name).exists()]
-    if not previous:
+    if not any((out / name).exists() for name in ("checkpoints", "tensorboard")):
         return None
-    target = out / time.strftime("replaced-%Y%m%d-%H%M%S")
-    target.mkdir(parents=True, exist_ok=True)
-    for folder in previous:
-        os.replace(folder, target / folder.name)
+    previous = [out / name for name in ("checkpoints", "tensorboard", CONFIG_FILE)]
+    base = out if out.name not in ("", ".", "..") else out.resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target, n = base.with_name(f"{base.name}.replaced-{stamp}"), 1
+    while target.exists():  # twice in one second
+        target, n = base.with_name(f"{base.name}.replaced-{stamp}-{n}"), n + 1
+    target.mkdir(parents=True)
+    for item in previous:
+        if item.exists():
+            shutil.move(item, target / item.name)  # a rename; a copy when output_dir is a mount
     return target
 
 

@@ -296,8 +296,18 @@ def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) 
     proc = _train(workdir, "restart", "--no-resume", "--set", "train.max_steps=4")
     check_ok(proc)
     assert "resuming" not in proc.stderr
-    (aside,) = copy.glob("replaced-*")
+    # beside the run, not inside it: runs/demo holds the new run alone
+    (aside,) = workdir.glob("restart.replaced-*")
+    assert f"to {aside}" in proc.stderr
     assert list_checkpoints(aside)[-1].name == f"step_{K_STEPS:08d}"  # nothing lost
+    assert (aside / "tensorboard").is_dir()
+    assert "max_steps = 30" in (aside / "config.toml").read_text()  # the old run's config
+    assert {p.name for p in copy.iterdir()} == {
+        ".lock",
+        "checkpoints",
+        "config.toml",
+        "tensorboard",
+    }
     assert [c.name for c in list_checkpoints(copy)] == ["step_00000004"]
 
 

@@ -129,7 +129,8 @@ class Trainer:
             moved = ckpt.set_aside_previous_run(self.out)
             if moved is not None:
                 logger.info(
-                    "--no-resume: moved the previous run's checkpoints and logs to %s", moved
+                    "--no-resume: moved the previous run's checkpoints, logs and config to %s",
+                    moved,
                 )
         acc.wait_for_everyone()
         if acc.is_main_process:
