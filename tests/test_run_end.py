@@ -1,15 +1,19 @@
-"""What a run tells its user: no progress bar in a redirected log. Real runs of the CLI on the
-tiny corpus."""
+"""What a run tells its user: no progress bar in a redirected log, the settings a resume
+changes. Real runs of the CLI on the tiny corpus."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
+import torch
 
-from hornn_dist.config import load_config
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import OptimConfig, load_config
 from hornn_dist.errors import ConfigError
+from hornn_dist.training import optim
 from tests.train_helpers import check_ok, run_module, write_tiny_config
 
 
@@ -26,6 +30,10 @@ def train(workdir: Path, name: str, *extra: str, config: Path | None = None):
     config = config or workdir / "config.toml"
     out = f"train.output_dir={workdir / name}"
     return run_module("hornn_dist.train", str(config), "--set", out, *extra)
+
+
+def newest(workdir: Path, name: str) -> Path:
+    return ckpt.list_checkpoints(workdir / name)[-1]
 
 
 def _config_without_progress(workdir: Path) -> Path:
@@ -56,3 +64,50 @@ def test_log_progress_is_auto_true_or_false() -> None:
         load_config(None, ["log.progress=sometimes"])
     with pytest.raises(ConfigError, match="log.progress must be of type bool or str"):
         load_config(None, ["log.progress=3"])
+
+
+def test_resume_applies_changed_optim_settings_and_names_them(workdir: Path) -> None:
+    check_ok(train(workdir, "retuned", "--set", "train.max_steps=4"))
+    changed = ["optim.lr=0.25", "optim.momentum=0.9", "optim.min_lr=0.01", "optim.clip=1.0"]
+    changed = [arg for kv in changed for arg in ("--set", kv)]
+    proc = train(workdir, "retuned", "--set", "train.max_steps=6", *changed)
+    check_ok(proc)
+    for note in (
+        "optim.lr 0.3 -> 0.25",
+        "optim.momentum 0.5 -> 0.9",
+        "optim.min_lr 0.0001 -> 0.01",
+        "optim.clip 5.0 -> 1.0",
+        "lr now 0.25",
+    ):
+        assert note in proc.stderr, note
+    assert "step 6: loss" in proc.stderr and ", lr 0.25," in proc.stderr
+    folder = newest(workdir, "retuned")
+    schedule = ckpt.read_trainer_state(folder)["schedule"]
+    assert schedule["lr"] == 0.25 and schedule["min_lr"] == 0.01
+    groups = torch.load(folder / "optimizer.bin", weights_only=True)["param_groups"]
+    assert all(g["momentum"] == 0.9 and g["lr"] == 0.25 for g in groups)
+    assert "lr = 0.25" in (folder / "config.toml").read_text()
+    # the same command again: nothing differs from the checkpoint any more, nothing is named
+    again = train(workdir, "retuned", "--set", "train.max_steps=8", *changed)
+    check_ok(again)
+    assert " -> " not in again.stderr
+
+
+def test_every_optim_key_has_a_way_to_apply_on_resume() -> None:
+    keys = {f.name for f in dataclasses.fields(OptimConfig)}
+    ways = {"lr", *optim.SCHEDULE_KEYS, *optim.OPTIMIZER_KEYS, *optim.STEP_KEYS}
+    assert ways == keys
+
+
+def test_changed_schedule_keeps_its_history() -> None:
+    saved = OptimConfig(lr=0.5)
+    schedule = optim.LrSchedule.from_config(saved)
+    schedule.end_epoch(5.0)
+    schedule.end_epoch(6.0)  # plateau: halved to 0.25
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.25, momentum=0.5)
+    cfg = OptimConfig(lr=0.1, schedule="fixed_then_halve", halve_after=1, weight_decay=0.0)
+    notes = optim.apply_changed_settings(saved, cfg, schedule, opt)
+    assert notes[0] == "optim.lr 0.5 -> 0.1 (the schedule had reached 0.25)"
+    assert schedule.lr == 0.1 and schedule.epochs_done == 2 and schedule.previous_valid == 6.0
+    assert opt.param_groups[0]["weight_decay"] == 0.0
+    assert schedule.end_epoch(7.0) == 0.05  # fixed_then_halve, past halve_after

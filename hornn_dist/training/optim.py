@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
@@ -73,3 +73,41 @@ class LrSchedule:
         """Restore the schedule's state."""
         for key, value in state.items():
             setattr(self, key, value)
+
+
+# How a resume applies an [optim] key the config changed since the checkpoint (besides `lr`):
+SCHEDULE_KEYS = ("min_lr", "schedule", "halve_after")  # into the restored schedule
+OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
+STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step
+
+
+def apply_changed_settings(
+    saved: OptimConfig, cfg: OptimConfig, schedule: LrSchedule, optimizer: torch.optim.Optimizer
+) -> list[str]:
+    """Apply the [optim] keys where this run's config differs from a checkpoint's (`saved`) to
+    the restored schedule and optimizer; return one "optim.key old -> new" note per change.
+
+    A resume restores the lr schedule and the optimizer's settings from the checkpoint; a key
+    the config changed since then wins, as nanoGPT takes its lr from the command line on
+    resume: `lr` becomes the current lr (the schedule halves on from it), the schedule keeps
+    its epochs done and last validation loss. A resume with the same config changes nothing,
+    so it stays bit-identical to an uninterrupted run. Call `schedule.apply` afterwards.
+    """
+    notes = []
+    restored_lr = schedule.lr
+    for key in (f.name for f in fields(OptimConfig)):
+        old, new = getattr(saved, key), getattr(cfg, key)
+        if old == new:
+            continue
+        note = f"optim.{key} {old!r} -> {new!r}"
+        if key == "lr":
+            schedule.lr = new
+            if restored_lr != old:
+                note += f" (the schedule had reached {restored_lr:.4g})"
+        elif key in SCHEDULE_KEYS:
+            setattr(schedule, key, new)
+        elif key in OPTIMIZER_KEYS:
+            for group in optimizer.param_groups:
+                group[key] = new
+        notes.append(note)
+    return notes

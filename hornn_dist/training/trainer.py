@@ -29,7 +29,7 @@ from hornn_dist.training import dashboard
 from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
-from hornn_dist.training.optim import LrSchedule, build_optimizer
+from hornn_dist.training.optim import LrSchedule, apply_changed_settings, build_optimizer
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult, evaluate_split
 from hornn_dist.training.step import TrainStep
@@ -212,7 +212,6 @@ class Trainer:
             last_saved_step=state["step"],
         )
         self.schedule.load_state_dict(state["schedule"])
-        self.schedule.apply(self.optimizer)
         rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
         self.train_stream.load_state_dict(rank_state["stream"])
         self.step.load_state(
@@ -230,6 +229,28 @@ class Trainer:
             if saved_world != acc.num_processes
             else "",
         )
+        self._apply_changed_settings(ckpt.read_config(folder))
+        self.schedule.apply(self.optimizer)
+
+    def _apply_changed_settings(self, saved: RunConfig) -> None:
+        """Apply and name the [optim] keys this run's config changed since the checkpoint;
+        name a changed seed, which a resumed run cannot apply."""
+        notes = apply_changed_settings(saved.optim, self.cfg.optim, self.schedule, self.optimizer)
+        if notes:
+            logger.info(
+                "the config changes the checkpoint's [optim] settings, applied from step %d on: "
+                "%s; lr now %.4g",
+                self.progress.step,
+                "; ".join(notes),
+                self.schedule.lr,
+            )
+        if saved.train.seed != self.cfg.train.seed:
+            logger.info(
+                "train.seed %d -> %d does not apply: the seed only initialises a run, a resumed "
+                "one goes on from the checkpoint's weights and random state",
+                saved.train.seed,
+                self.cfg.train.seed,
+            )
 
     def _start_trackers(self, resumed: bool) -> None:
         if not self.cfg.log.tensorboard:
