@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -180,7 +181,8 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
             f"no complete checkpoint under {checkpoint_root(run_dir)}; train first"
         )
     if which == "best":
-        best = read_trainer_state(complete[-1]).get("best_checkpoint")
+        state = read_trainer_state(complete[-1])
+        best = state.get("best_checkpoint")
         if not best:
             why = "no best checkpoint recorded yet"
         elif not isinstance(best, str) or not _STEP_DIR.match(best):  # a name, never a path
@@ -188,9 +190,22 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
         elif not is_complete(checkpoint_root(run_dir) / best):
             why = f"best checkpoint {best} is missing"
         else:
+            logger.info(
+                "%s is %s%s",
+                checkpoint_root(run_dir) / "best",
+                best,
+                _valid_note(state.get("best_valid")),
+            )
             return checkpoint_root(run_dir) / best
         logger.warning("%s: using the newest checkpoint %s as best", why, complete[-1].name)
     return complete[-1]
+
+
+def _valid_note(loss: Any) -> str:
+    """Return " (valid loss L, ppl P)" for a recorded validation loss, else ""."""
+    if not isinstance(loss, int | float) or not math.isfinite(loss):
+        return ""
+    return f" (valid loss {loss:.4f}, ppl {math.exp(loss) if loss < 700 else math.inf:.2f})"
 
 
 def read_trainer_state(folder: Path) -> dict[str, Any]:

@@ -7,6 +7,7 @@ each rank evaluates its streams and the sums are reduced.
 from __future__ import annotations
 
 import argparse
+import os
 
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
@@ -37,6 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Evaluate a checkpoint on one split and print tokens, loss and perplexity; return the exit code."""
     args = parse_args(argv)
+    setup_logging(os.environ.get("RANK", "0") == "0")  # resolving `best` says what it picked
     folder, cfg = resolve_trained(args.checkpoint)
     accelerator = build_accelerator(cfg.train.mixed_precision)
     setup_logging(accelerator.is_main_process)

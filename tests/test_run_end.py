@@ -1,9 +1,12 @@
-"""What a run tells its user: no progress bar in a redirected log, the settings a resume
-changes. Real runs of the CLI on the tiny corpus."""
+"""What a run tells its user: no progress bar in a redirected log, the settings a resume changes,
+and its end (a max_steps run validates, `best` says what it is, a finished run says so). Real
+runs of the CLI on the tiny corpus."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import re
 from pathlib import Path
 
@@ -15,6 +18,8 @@ from hornn_dist.config import OptimConfig, load_config
 from hornn_dist.errors import ConfigError
 from hornn_dist.training import optim
 from tests.train_helpers import check_ok, run_module, write_tiny_config
+
+STEPS_PER_EPOCH = 14  # the tiny config: 456 train tokens, 4 streams x bptt 8
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +116,54 @@ def test_changed_schedule_keeps_its_history() -> None:
     assert schedule.lr == 0.1 and schedule.epochs_done == 2 and schedule.previous_valid == 6.0
     assert opt.param_groups[0]["weight_decay"] == 0.0
     assert schedule.end_epoch(7.0) == 0.05  # fixed_then_halve, past halve_after
+
+
+def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
+    first = train(workdir, "finished", "--set", "train.epochs=2")
+    check_ok(first)
+    epoch_lines = [line for line in first.stderr.splitlines() if " done: valid ppl " in line]
+    assert len(epoch_lines) == 2
+    assert "lr for next epoch" in epoch_lines[0]
+    assert "lr for next epoch" not in epoch_lines[1]  # there is no next epoch
+    folder = newest(workdir, "finished")
+    test = ckpt.read_trainer_state(folder)["test"]
+    assert test["tokens"] == 216  # 217 test tokens: every one but the first is predicted
+    assert "test: 216 predicted tokens (the split's 217 but the first)" in first.stderr
+    assert f"ppl {test['ppl']:.2f}" in first.stderr
+    assert set(test) == {"tokens", "loss_sum", "loss", "ppl"}
+    done = (folder / "DONE").stat().st_mtime_ns
+
+    again = train(workdir, "finished", "--set", "train.epochs=2")
+    check_ok(again)
+    assert f"is complete: train.epochs = 2 reached at step {2 * STEPS_PER_EPOCH}" in again.stderr
+    stored = f"test: 216 predicted tokens, loss {test['loss']:.4f}, ppl {test['ppl']:.2f}"
+    assert stored in again.stderr
+    assert "raise train.epochs (now 2)" in again.stderr and "--no-resume" in again.stderr
+    assert (
+        "resuming from" not in again.stderr
+        and f"step {2 * STEPS_PER_EPOCH}: valid loss" not in again.stderr
+    )
+    assert (folder / "DONE").stat().st_mtime_ns == done  # nothing written
+
+    more = train(workdir, "finished", "--set", "train.epochs=3")
+    check_ok(more)
+    assert "resuming from" in more.stderr
+    assert ckpt.read_trainer_state(newest(workdir, "finished"))["step"] == 3 * STEPS_PER_EPOCH
+
+
+def test_a_max_steps_run_validates_at_its_end_and_best_names_its_step(
+    workdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proc = train(workdir, "short", "--set", "train.max_steps=7")  # mid-epoch, saves at 5 and 7
+    check_ok(proc)
+    assert "step 7: valid loss" in proc.stderr
+    state = ckpt.read_trainer_state(newest(workdir, "short"))
+    assert state["best_checkpoint"] == "step_00000007" and math.isfinite(state["best_valid"])
+    with caplog.at_level(logging.INFO, logger="hornn_dist.checkpoint"):
+        best = ckpt.resolve_checkpoint(workdir / "short" / "checkpoints" / "best")
+    assert best.name == "step_00000007"
+    note = f"is step_00000007 (valid loss {state['best_valid']:.4f}, ppl"
+    assert note in caplog.text
+    evaluated = run_module("hornn_dist.evaluate", str(workdir / "short" / "checkpoints" / "best"))
+    check_ok(evaluated)
+    assert note in evaluated.stderr

@@ -49,6 +49,8 @@ class Progress:
     best_valid: float = math.inf
     best_checkpoint: str = ""
     last_saved_step: int = -1
+    last_valid_step: int = -1  # not saved: a resumed run does not know
+    test: EvalResult | None = None  # the final test result, saved with the last checkpoint
 
 
 class Trainer:
@@ -124,6 +126,9 @@ class Trainer:
         self.phase = "resuming"
         resumed = None if fresh else self._find_resume_point(resume_from)
         if resumed is not None:
+            stored = self._stored_result(resumed)
+            if stored is not None:  # a finished run: nothing to train, nothing to write
+                return stored
             self._restore(resumed)
         elif fresh and acc.is_main_process:
             moved = ckpt.set_aside_previous_run(self.out)
@@ -140,16 +145,69 @@ class Trainer:
         self._log_start()
         self.phase = "training"
         stopped = self._loop()
+        result = None if stopped else self._finish()
         if self.progress.last_saved_step != self.progress.step:
             self._save()
-        result = None
-        if not stopped:
-            result = self._evaluate("test")
-            self._track({"test/loss": result.loss, "test/ppl": result.ppl})
-            logger.info(
-                "test: %d tokens, loss %.4f, ppl %.2f", result.tokens, result.loss, result.ppl
-            )
         acc.end_training()
+        return result
+
+    def _finish(self) -> EvalResult:
+        """Validate the last step unless that was just done (a run stopped by train.max_steps
+        mid-epoch), score the test split and write the final checkpoint holding the result."""
+        if self.progress.last_valid_step != self.progress.step:
+            self._validate()
+        result = self._evaluate("test")
+        self._track({"test/loss": result.loss, "test/ppl": result.ppl})
+        logger.info(
+            "test: %s predicted tokens (the split's %s but the first), loss %.4f, ppl %.2f",
+            f"{result.tokens:,}",
+            f"{len(self.corpus.split('test')):,}",
+            result.loss,
+            result.ppl,
+        )
+        self.progress.test = result
+        self._write_checkpoint()  # the loss was checked at this step's validation or save
+        return result
+
+    def _stored_result(self, folder: Path) -> EvalResult | None:
+        """Return the test result stored in `folder` when its run is complete under this config
+        (epochs or max_steps done), after saying so; None when there is training left to do."""
+        state = ckpt.read_trainer_state(folder)
+        cfg = self.cfg.train
+        try:
+            test = state.get("test") or {}
+            result = EvalResult(loss_sum=float(test["loss_sum"]), tokens=int(test["tokens"]))
+            step, epoch = int(state["step"]), int(state["epoch"])
+        except (KeyError, TypeError, ValueError):  # no result stored (stopped, or older)
+            return None
+        done = {"train.epochs": cfg.epochs} if epoch >= cfg.epochs else {}
+        if cfg.max_steps and step >= cfg.max_steps:
+            done["train.max_steps"] = cfg.max_steps
+        if not done:
+            return None
+        ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash)  # same run, same data
+        best = float(state.get("best_valid", math.inf))
+        logger.info(
+            "the run in %s is complete: %s reached at step %d (%s)",
+            self.out,
+            " and ".join(f"{key} = {value}" for key, value in done.items()),
+            step,
+            folder,
+        )
+        logger.info(
+            "test: %s predicted tokens, loss %.4f, ppl %.2f%s",
+            f"{result.tokens:,}",
+            result.loss,
+            result.ppl,
+            f"; best valid loss {best:.4f}, ppl {perplexity(best, 1):.2f} "
+            f"({state.get('best_checkpoint', '')})"
+            if math.isfinite(best)
+            else "",
+        )
+        logger.info(
+            "nothing to train: raise %s to train on, or add --no-resume to start over",
+            " and ".join(f"{key} (now {value})" for key, value in done.items()),
+        )
         return result
 
     def _take_run_folder(self) -> None:
@@ -344,11 +402,12 @@ class Trainer:
                     break
             else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
                 result = self._validate_and_save(end_of_epoch=True)
+                last = stream.epoch >= cfg.epochs or self._reached_max_steps()
                 logger.info(
-                    "epoch %d done: valid ppl %.2f, lr for next epoch %.4g",
+                    "epoch %d done: valid ppl %.2f%s",
                     stream.epoch,
                     result.ppl,
-                    self.schedule.lr,
+                    "" if last else f", lr for next epoch {self.schedule.lr:.4g}",
                 )
         return False
 
@@ -402,6 +461,12 @@ class Trainer:
         self.phase = before
 
     def _validate_and_save(self, end_of_epoch: bool = False) -> EvalResult:
+        result = self._validate(end_of_epoch)
+        self._write_checkpoint()  # finiteness checked by the validation
+        return result
+
+    def _validate(self, end_of_epoch: bool = False) -> EvalResult:
+        """Check the loss stayed finite, validate, step the schedule at an epoch end, track the best."""
         self._check_finite()  # before validating: a NaN model is reported as training's NaN
         result = self._evaluate("valid")
         if not math.isfinite(result.loss):
@@ -425,7 +490,7 @@ class Trainer:
             result.ppl,
             " (best)" if is_best else "",
         )
-        self._write_checkpoint()  # finiteness checked above
+        self.progress.last_valid_step = self.progress.step
         return result
 
     def _log_train(
@@ -478,6 +543,7 @@ class Trainer:
             "schedule": self.schedule.state_dict(),
             "best_valid": self.progress.best_valid,
             "best_checkpoint": self.progress.best_checkpoint,
+            "test": _result_record(self.progress.test),
             "vocab_hash": self.corpus.vocab_hash,
             "world_size": acc.num_processes,
         }
@@ -493,3 +559,15 @@ class Trainer:
         acc.wait_for_everyone()
         self.progress.last_saved_step = step
         return folder
+
+
+def _result_record(result: EvalResult | None) -> dict[str, float] | None:
+    """Return an evaluation result as trainer_state.json stores it (None: not evaluated)."""
+    if result is None:
+        return None
+    return {
+        "tokens": result.tokens,
+        "loss_sum": result.loss_sum,
+        "loss": result.loss,
+        "ppl": result.ppl,
+    }
