@@ -183,7 +183,7 @@ class Runner:
         if case.mode == "graphed" and device.type != "cuda":
             raise RuntimeError("graphed mode needs --device cuda")
         cfg = VARIANTS[case.variant]
-        if cfg.arch == "hornn" and cfg.engine == "triton":  # the model would fall back to fused
+        if cfg.arch == "hornn" and cfg.engine == "triton":  # an error row, not a failed step later
             from hornn_dist.models.triton_scan import check_available
 
             check_available(device)

@@ -10,7 +10,7 @@ import torch
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, resolve_trained
-from hornn_dist.runtime import build_accelerator, run_cli
+from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
     if args.top_k < 0:
         raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
+    setup_logging(True)  # resolving `best` says on stderr which checkpoint it picked
     folder, cfg = resolve_trained(args.checkpoint)
     accelerator = build_accelerator("no")
     corpus = open_vocabulary(folder, cfg, accelerator)  # no shard read

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from hornn_dist.config import OptimConfig
-from hornn_dist.models.recurrence import POOLINGS
+from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 

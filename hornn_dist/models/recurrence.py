@@ -81,7 +81,6 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from hornn_dist.models.config import POOLINGS as POOLINGS  # tests/test_benchmarks.py: from here
 from hornn_dist.models.plan import layer_dtype
 from hornn_dist.models.step_gemm import StepGemm
 
