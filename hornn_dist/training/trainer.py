@@ -21,7 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import EvalStream, TBPTTStream
-from hornn_dist.errors import CheckpointError, ConfigError, HornnError
+from hornn_dist.errors import HornnError
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.runtime import StopFlag, build_accelerator, collective_failure, setup_logging
@@ -30,6 +30,7 @@ from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import LrSchedule, apply_changed_settings, build_optimizer
+from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult, evaluate_split
 from hornn_dist.training.step import TrainStep
@@ -98,7 +99,7 @@ class Trainer:
 
     def run(self, resume_from: str | None = None, fresh: bool = False) -> EvalResult | None:
         """Train until epochs/max_steps are done or a stop signal arrives; return the test result."""
-        self._take_run_folder()
+        take_run_folder(self.accelerator, self.lock, self.out)
         try:
             with self._collectives():
                 return self._run(resume_from, fresh)
@@ -124,9 +125,9 @@ class Trainer:
     def _run(self, resume_from: str | None, fresh: bool) -> EvalResult | None:
         acc = self.accelerator
         self.phase = "resuming"
-        resumed = None if fresh else self._find_resume_point(resume_from)
+        resumed = None if fresh else find_resume_point(acc, self.out, resume_from)
         if resumed is not None:
-            stored = self._stored_result(resumed)
+            stored = stored_result(resumed, self.cfg, self.corpus.vocab_hash)
             if stored is not None:  # a finished run: nothing to train, nothing to write
                 return stored
             self._restore(resumed)
@@ -168,89 +169,6 @@ class Trainer:
         self.progress.test = result
         self._write_checkpoint()  # the loss was checked at this step's validation or save
         return result
-
-    def _stored_result(self, folder: Path) -> EvalResult | None:
-        """Return the test result stored in `folder` when its run is complete under this config
-        (epochs or max_steps done), after saying so; None when there is training left to do."""
-        state = ckpt.read_trainer_state(folder)
-        cfg = self.cfg.train
-        try:
-            test = state.get("test") or {}
-            result = EvalResult(loss_sum=float(test["loss_sum"]), tokens=int(test["tokens"]))
-            step, epoch = int(state["step"]), int(state["epoch"])
-        except (KeyError, TypeError, ValueError):  # no result stored (stopped, or older)
-            return None
-        done = {"train.epochs": cfg.epochs} if epoch >= cfg.epochs else {}
-        if cfg.max_steps and step >= cfg.max_steps:
-            done["train.max_steps"] = cfg.max_steps
-        if not done:
-            return None
-        ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash)  # same run, same data
-        best = float(state.get("best_valid", math.inf))
-        logger.info(
-            "the run in %s is complete: %s reached at step %d (%s)",
-            self.out,
-            " and ".join(f"{key} = {value}" for key, value in done.items()),
-            step,
-            folder,
-        )
-        logger.info(
-            "test: %s predicted tokens, loss %.4f, ppl %.2f%s",
-            f"{result.tokens:,}",
-            result.loss,
-            result.ppl,
-            f"; best valid loss {best:.4f}, ppl {perplexity(best, 1):.2f} "
-            f"({state.get('best_checkpoint', '')})"
-            if math.isfinite(best)
-            else "",
-        )
-        logger.info(
-            "nothing to train: raise %s to train on, or add --no-resume to start over",
-            " and ".join(f"{key} (now {value})" for key, value in done.items()),
-        )
-        return result
-
-    def _take_run_folder(self) -> None:
-        """Lock output_dir for this run (main process) and clear a killed save's leftovers."""
-        error = ""
-        if self.accelerator.is_main_process:
-            try:
-                self.lock.acquire()
-            except ConfigError as err:
-                error = str(err)
-            else:
-                for stale in ckpt.remove_partial_saves(self.out):
-                    logger.info("removed %s, left by a save that did not finish", stale)
-        error = self._from_main(error)
-        if error:
-            raise ConfigError(error)
-
-    def _from_main(self, value: Any) -> Any:
-        """Return the main process's `value` on every rank."""
-        if self.accelerator.num_processes == 1:
-            return value
-        from accelerate.utils import broadcast_object_list
-
-        return broadcast_object_list([value], from_process=0)[0]
-
-    def _find_resume_point(self, resume_from: str | None) -> Path | None:
-        """Return the checkpoint to resume from: the one given (it must verify), else the
-        newest that verifies; decided on the main process, the same on every rank."""
-        found, error = "", ""
-        if self.accelerator.is_main_process:
-            try:
-                if resume_from is not None:
-                    folder = ckpt.resolve_checkpoint(resume_from)
-                    ckpt.verify(folder)
-                else:
-                    folder = ckpt.newest_verified(self.out)
-                found = str(folder) if folder is not None else ""
-            except CheckpointError as err:
-                error = str(err)
-        found, error = self._from_main((found, error))
-        if error:
-            raise CheckpointError(error)
-        return Path(found) if found else None
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator

@@ -1,0 +1,109 @@
+"""Where a run starts: its output folder locked, the checkpoint to resume from, or a finished run.
+
+Each decision is made on the main process (it reads and verifies the files) and handed to every
+rank, so all ranks resume from the same checkpoint or stop with the same error.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import RunConfig
+from hornn_dist.errors import CheckpointError, ConfigError
+from hornn_dist.training.metrics import perplexity
+from hornn_dist.training.run_lock import RunLock
+from hornn_dist.training.scoring import EvalResult
+
+logger = logging.getLogger("hornn_dist.train")
+
+
+def from_main(accelerator: Any, value: Any) -> Any:
+    """Return the main process's `value` on every rank."""
+    if accelerator.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]
+
+
+def take_run_folder(accelerator: Any, lock: RunLock, out: Path) -> None:
+    """Lock output_dir for this run (main process) and clear a killed save's leftovers; raise
+    the same ConfigError on every rank when another run holds the folder."""
+    error = ""
+    if accelerator.is_main_process:
+        try:
+            lock.acquire()
+        except ConfigError as err:
+            error = str(err)
+        else:
+            for stale in ckpt.remove_partial_saves(out):
+                logger.info("removed %s, left by a save that did not finish", stale)
+    error = from_main(accelerator, error)
+    if error:
+        raise ConfigError(error)
+
+
+def find_resume_point(accelerator: Any, out: Path, resume_from: str | None) -> Path | None:
+    """Return the checkpoint to resume from: the one given (it must verify), else the newest
+    of `out` that verifies, else None; the same on every rank."""
+    found, error = "", ""
+    if accelerator.is_main_process:
+        try:
+            if resume_from is not None:
+                folder = ckpt.resolve_checkpoint(resume_from)
+                ckpt.verify(folder)
+            else:
+                folder = ckpt.newest_verified(out)
+            found = str(folder) if folder is not None else ""
+        except CheckpointError as err:
+            error = str(err)
+    found, error = from_main(accelerator, (found, error))
+    if error:
+        raise CheckpointError(error)
+    return Path(found) if found else None
+
+
+def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult | None:
+    """Return the test result stored in `folder` when its run is complete under `cfg` (epochs
+    or max_steps done), after saying so; None when there is training left to do."""
+    state = ckpt.read_trainer_state(folder)
+    train = cfg.train
+    try:
+        test = state.get("test") or {}
+        result = EvalResult(loss_sum=float(test["loss_sum"]), tokens=int(test["tokens"]))
+        step, epoch = int(state["step"]), int(state["epoch"])
+    except (KeyError, TypeError, ValueError):  # no result stored (stopped, or older)
+        return None
+    done = {"train.epochs": train.epochs} if epoch >= train.epochs else {}
+    if train.max_steps and step >= train.max_steps:
+        done["train.max_steps"] = train.max_steps
+    if not done:
+        return None
+    ckpt.check_compatible(folder, cfg, vocab_hash)  # same run, same data
+    best = float(state.get("best_valid", math.inf))
+    logger.info(
+        "the run in %s is complete: %s reached at step %d (%s)",
+        train.output_dir,
+        " and ".join(f"{key} = {value}" for key, value in done.items()),
+        step,
+        folder,
+    )
+    logger.info(
+        "test: %s predicted tokens, loss %.4f, ppl %.2f%s",
+        f"{result.tokens:,}",
+        result.loss,
+        result.ppl,
+        f"; best valid loss {best:.4f}, ppl {perplexity(best, 1):.2f} "
+        f"({state.get('best_checkpoint', '')})"
+        if math.isfinite(best)
+        else "",
+    )
+    logger.info(
+        "nothing to train: raise %s to train on, or add --no-resume to start over",
+        " and ".join(f"{key} (now {value})" for key, value in done.items()),
+    )
+    return result
