@@ -399,3 +399,56 @@ def test_shard_check_benchmark_times_every_row_cold_and_warm(tmp_path):
             r["seconds"] * 40 / (r["bytes"] / 1e9)
         )
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
+
+
+def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path, capsys):
+    """benchmarks/scaling.py at a tiny size on CPU: the step, the fp32 gradient bytes and a real
+    2-process gloo all-reduce are measured; the table and the JSON hold a projected row for
+    1, 2, 4, 8, 16 and 64 GPUs, efficiency 1 at one GPU and non-increasing after."""
+    sc = _load("scaling")
+    out = tmp_path / "s.json"
+    argv = ["--vocab", "50", "--hidden", "16", "--batch-per-process", "4", "--bptt", "5",
+            "--steps", "2", "--warmup", "1", "--rounds", "1", "--allreduce-repeats", "2"]  # fmt: skip
+    rows = sc.main([*argv, "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["results"] == json.loads(json.dumps(rows))
+    assert data["meta"]["command"].startswith("python benchmarks/scaling.py --vocab 50")
+    (m,) = rows
+    params = sum(p.numel() for p in runner("hornn-fofe").model.parameters())
+    assert m["config"] == "paper" and m["batch_per_process"] == 4 and m["params"] == params
+    assert m["grad_bytes"] == 4 * params and m["step_ms"] > 0
+    assert m["allreduce_backend"] == "gloo" and m["allreduce_ranks"] == 2
+    assert len(m["allreduce_times_ms"]) == 2 and m["allreduce_ms"] > 0
+    proj = m["projection"]
+    assert [r["gpus"] for r in proj] == [1, 2, 4, 8, 16, 64]
+    assert [r["link"] for r in proj] == ["intra-node"] * 4 + ["inter-node"] * 2
+    effs = [r["projected_efficiency"] for r in proj]
+    assert effs[0] == pytest.approx(1.0) and all(0 < e <= 1 for e in effs)
+    assert effs == sorted(effs, reverse=True)
+    assert all(r["projected_tokens_per_s"] > 0 for r in proj)
+    assert proj[1]["projected_allreduce_ms"] == pytest.approx(
+        (2 * 1 / 2 * 4 * params / 450e9 + 2 * 5e-6) * 1e3
+    )
+    table = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(table) if line.lstrip().startswith("GPUs"))
+    assert table[head + 1].split() == ["projected"] * 4
+    counts = [int(line.split()[0]) for line in table[head + 2 : head + 8]]
+    assert counts == [1, 2, 4, 8, 16, 64]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    for bad, message in (
+        (["--batch-per-process", "0"], "scaling.py: --batch-per-process must be >= 1, got 0"),
+        (["--configs", "huge"], "scaling.py: --configs: unknown 'huge'; choose from paper, big"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "benchmarks/scaling.py", *bad],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.strip().splitlines() == [message]
