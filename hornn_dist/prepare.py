@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
-        help="processes for reading and encoding local files (default 1)",
+        default=None,
+        help="processes for reading and encoding local files (default: the cores this "
+        "process may use)",
     )
     parser.add_argument(
         "--verify",
@@ -64,12 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         cfg = load_data_section(args.config, args.overrides)
-        from hornn_dist.data.pipeline import prepare_corpus
+        from hornn_dist.data.pipeline import default_workers, prepare_corpus
         from hornn_dist.data.shards import open_corpus
 
-        folder = prepare_corpus(
-            cfg, workers=args.workers, progress=not args.quiet, verify=args.verify
-        )
+        workers = default_workers() if args.workers is None else args.workers
+        folder = prepare_corpus(cfg, workers=workers, progress=not args.quiet, verify=args.verify)
         corpus = open_corpus(folder, check=False)
     except HornnError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -106,6 +106,15 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def default_workers() -> int:
+    """Return the number of cores this process may run on (its CPU affinity), at least 1: the
+    default number of preparation workers, so that preparing uses every core it is given."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
 def corpus_folder(cfg: DataConfig) -> Path:
     """Return the folder where prepare_corpus puts (or finds) the shards of cfg; prepares nothing."""
     resolved = apply_preset(cfg)
