@@ -8,7 +8,11 @@ tokenizer.json): `resolve_trained`, `open_vocabulary` and `load_model` take eith
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,11 +24,14 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.checkpoint import WEIGHTS, read_trainer_state, verify
 from hornn_dist.config import RunConfig, config_from_dict
 from hornn_dist.data.config import DataConfig
-from hornn_dist.data.pipeline import corpus_folder, prepare_corpus
+from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_corpus
 from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
-from hornn_dist.errors import CheckpointError, DataError
+from hornn_dist.errors import CheckpointError, DataError, HornnError
 from hornn_dist.models import build_model, plan_for
+
+log = logging.getLogger(__name__)
+WAIT_LOG_S = 30.0  # a waiting process says what it waits for this often
 
 # marks a model folder written by hornn_dist.export; checkpoints have config.toml, never this
 EXPORTED_CONFIG = "config.json"
@@ -35,20 +42,19 @@ _REEXPORT = "export the model again (python -m hornn_dist.export RUN_OR_CHECKPOI
 def open_prepared_corpus(
     cfg: DataConfig, accelerator: Any, splits: Iterable[str] | None = None, prepare: bool = True
 ) -> Corpus:
-    """Return the corpus of `cfg`, preparing its shards first if they are missing (main process first).
+    """Return the corpus of `cfg`, preparing its shards first if they are missing.
 
-    prepare=False only opens a corpus prepared before (evaluate, generate: the config comes
-    from a checkpoint, whose paths are not the user's to read from or write to).
+    One process prepares, with every core it may use (`prepare_or_wait`); the others wait on
+    the file it writes, with no timeout. prepare=False only opens a corpus prepared before
+    (evaluate, generate: the config comes from a checkpoint, whose paths are not the user's to
+    read from or write to).
 
     The shards of `splits` (default: all) are checked against the manifest's sha256 before
     anything reads them, by each machine's main process first: it records what it checked,
     so its other processes, and later runs, read again only shards written since
     (`Corpus.verify_shards`; cost in benchmarks/README.md, "Shard check")."""
     if prepare:
-        with accelerator.main_process_first():
-            # bars on a terminal only, as tqdm users expect: a redirected log keeps the summary
-            bars = accelerator.is_main_process and sys.stderr.isatty()
-            folder = prepare_corpus(cfg, workers=1, progress=bars)
+        folder = prepare_or_wait(cfg, accelerator)
     else:
         folder = corpus_folder(cfg)
         if not (folder / MANIFEST).is_file():
@@ -66,6 +72,101 @@ def open_prepared_corpus(
     if damage is not None:
         raise damage
     return corpus
+
+
+def failure_marker(folder: Path) -> Path:
+    """Return the file where the preparing process writes the one line of its failure."""
+    return folder.with_name(f"{folder.name}.failed")
+
+
+def prepare_or_wait(cfg: DataConfig, accelerator: Any, poll_s: float = 0.5) -> Path:
+    """Return the prepared folder of `cfg`: prepared by this process, or waited for.
+
+    The preparing process is the run's first (data.cache_shared = true: every machine sees
+    cache_dir) or each machine's first (false: a cache_dir of its own); it uses every core it
+    may use. The others wait, with no collective and so no timeout, for the folder's
+    manifest.json (written last, the folder renamed into place when complete) or for the
+    failure marker, logging what they wait for every 30 s. A failed preparation ends every
+    process with the same one line: the preparing process writes it to the marker, the others
+    raise it. The only collectives are at the start (all present: an earlier run's marker is
+    gone before anyone looks) and after a failure (all present: everyone has read the line
+    before the launcher stops the processes)."""
+    # bars on a terminal only, as tqdm users expect: a redirected log keeps the summary
+    bars = accelerator.is_main_process and sys.stderr.isatty()
+    if accelerator.num_processes == 1:
+        return prepare_corpus(cfg, workers=default_workers(), progress=bars)
+    folder = corpus_folder(cfg)
+    marker = failure_marker(folder)
+    prepares = (
+        accelerator.is_main_process if cfg.cache_shared else accelerator.is_local_main_process
+    )
+    if prepares:
+        marker.unlink(missing_ok=True)
+    accelerator.wait_for_everyone()
+    if prepares:
+        try:
+            return prepare_corpus(cfg, workers=default_workers(), progress=bars)
+        except Exception as err:
+            line = str(err) if isinstance(err, HornnError) else _unexpected(err, folder)
+            _write_line(marker, line)
+            _barrier_quietly(accelerator)
+            raise
+    return _wait_for(folder, marker, accelerator, cfg.cache_shared, poll_s)
+
+
+def _unexpected(err: BaseException, folder: Path) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return (
+        f"preparing {folder} failed on {socket.gethostname()} ({type(err).__name__}: {text[:200]})"
+    )
+
+
+def _write_line(path: Path, line: str) -> None:
+    """Write one line to path at once (a reader sees all of it or no file)."""
+    tmp = path.with_name(f"{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    try:
+        tmp.write_text(line + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:  # the others then stop with the launcher; this process's error still shows
+        tmp.unlink(missing_ok=True)
+
+
+def _barrier_quietly(accelerator: Any) -> None:
+    """Meet the others; a peer already gone must not replace the error being raised."""
+    try:
+        accelerator.wait_for_everyone()
+    except RuntimeError:
+        pass
+
+
+def _wait_for(folder: Path, marker: Path, accelerator: Any, shared: bool, poll_s: float) -> Path:
+    """Wait, without a timeout, until folder is prepared (return it) or its preparation failed."""
+    rank = accelerator.process_index
+    who = (
+        "rank 0"
+        if shared
+        else f"this machine's first process (rank {rank - accelerator.local_process_index})"
+    )
+    started = time.monotonic()
+    next_log = started
+    while not (folder / MANIFEST).is_file():
+        if marker.is_file():
+            line = marker.read_text(encoding="utf-8").strip()
+            _barrier_quietly(accelerator)
+            raise DataError(line)
+        now = time.monotonic()
+        if now >= next_log:
+            log.warning(
+                "rank %d: waiting for %s to prepare %s (%.0f s so far; no timeout applies)",
+                rank,
+                who,
+                folder,
+                now - started,
+            )
+            next_log = now + WAIT_LOG_S
+        time.sleep(poll_s)
+    log.warning("rank %d: %s is prepared; waited %.1f s", rank, folder, time.monotonic() - started)
+    return folder
 
 
 def is_exported(folder: Path) -> bool:

@@ -61,6 +61,9 @@ class DataConfig:
     shard_tokens: int = 100_000_000  # at most this many tokens per .bin file
     chunk_bytes: int = 1 << 20  # read size; does not change the tokens
     cache_dir: str = "data_cache"
+    # several machines: true = cache_dir is on a filesystem every machine sees, the first
+    # process of the run prepares; false = each machine's first process prepares its own copy
+    cache_shared: bool = True
 
     def __post_init__(self) -> None:
         # The keys the user set (in the TOML file or by --set), recorded by the config loader;

@@ -69,7 +69,7 @@ class Trainer:
         from accelerate.utils import set_seed
 
         set_seed(cfg.train.seed)
-        self.phase = "waiting for the main process to prepare the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
+        self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc)
         check_fits(cfg.model, self.corpus.vocab_size, acc.device)
