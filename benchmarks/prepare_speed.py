@@ -6,7 +6,8 @@ Each size is one line of words (Zipf-distributed over a fixed 250k-word vocabula
 no newlines) written once under --dir and reused. Each run prepares it from scratch in a fresh
 child process with text8's settings (last 1M characters held out, min_count 10, no <eos>) and
 reports wall time, tokens/s, and peak RSS: of the main process, of the largest worker, and of
-the whole process tree (sampled every 50 ms). Prints a table, then the results as JSON.
+the whole process tree (sampled every 50 ms). Prints a table, each worker count's speedup over
+one worker with its peak memory, then the results as JSON.
 """
 
 from __future__ import annotations
@@ -168,6 +169,15 @@ def main() -> None:
             f"{r['bytes'] / 1e6 / r['seconds']:>6.1f} {r['main_rss_mb']:>7.0f}MB {r['worker_rss_mb']:>8.0f}MB {r['tree_rss_mb']:>7.0f}MB"
             f" {r['cpu_s']:>6.1f} {r['load_avg']:>5.1f}"
         )
+    for r in results:
+        base = next((b for b in results if b["size"] == r["size"] and b["workers"] == 1), None)
+        if base is not None and r["workers"] > 1:
+            r["speedup"] = base["seconds"] / r["seconds"]
+            print(
+                f"{r['size']}: {r['workers']} workers {r['speedup']:.2f}x faster than 1; peak RSS "
+                f"main {base['main_rss_mb']:.0f} -> {r['main_rss_mb']:.0f} MB, largest worker "
+                f"{r['worker_rss_mb']:.0f} MB, tree {base['tree_rss_mb']:.0f} -> {r['tree_rss_mb']:.0f} MB"
+            )
     print(json.dumps(results, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
