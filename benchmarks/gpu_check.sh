@@ -6,7 +6,7 @@
 # Run it with the device tool's timeout_s 600: the steps come in order of what they prove, and
 # each one's limit is cut to what is left, so a late step is skipped rather than the run lost.
 #
-# Writes logs and JSON only (no checkpoints) under $OUT, 8 files (what the device tool returns):
+# Writes logs and JSON only (no checkpoints) under $OUT, 10 files (what the device tool returns):
 #   summary.txt                  environment, then one line per step: exit code and seconds
 #   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
 #                                    benchmark step == eager, trainer's graphed step == eager,
@@ -28,7 +28,10 @@
 #                                (f) optional, if time is left: demo training in bf16 (CUDA
 #                                    graph) and fp16 (eager), 300 steps, then resumed to 600;
 #                                (g) optional, if time is left: torch.compile rows (paper, bf16)
-# GPU_CHECK_STEPS=tests,tiles,throughput,trainer,profile,train,compiled (the default: all) picks
+#   scaling.log / .json          (h) optional, if time is left: benchmarks/scaling.py, paper+big,
+#                                    bf16: per-GPU step, gradient bytes, 1-rank NCCL all-reduce,
+#                                    projected tokens/s and efficiency for 1-64 GPUs
+# GPU_CHECK_STEPS=tests,tiles,throughput,trainer,profile,train,compiled,scaling (the default: all) picks
 # steps. A failing step does not stop the others. Needs torch, accelerate, tokenizers,
 # tensorboard, pytest; not `datasets` (the demo corpus is bundled, and preparing it does not
 # import it).
@@ -44,7 +47,7 @@ WORK=/tmp/hornn_gpu_check          # run dirs and checkpoints: not under $OUT
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY="$OUT/summary.txt"
 EXTRA="$OUT/extra.log"
-STEPS=",${GPU_CHECK_STEPS:-tests,tiles,throughput,trainer,profile,train,compiled},"
+STEPS=",${GPU_CHECK_STEPS:-tests,tiles,throughput,trainer,profile,train,compiled,scaling},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 {
@@ -212,6 +215,16 @@ if want compiled; then
       --modes eager,graphed,compiled --variants hornn-fofe,lstm --json "$WORK/compiled.json"
   else
     echo "throughput_compiled: skipped (under 100 s left)" >>"$SUMMARY"
+  fi
+fi
+
+# (h) Optional: scaling.py (the scale-out issue), if at least 60 s are left.
+if want scaling; then
+  if ((DEADLINE - SECONDS >= 60)); then
+    step scaling 60 "$OUT/scaling.log" \
+      "$PY" benchmarks/scaling.py --device cuda --json "$OUT/scaling.json"
+  else
+    echo "scaling: skipped (under 60 s left)" >>"$SUMMARY"
   fi
 fi
 
