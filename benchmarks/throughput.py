@@ -67,6 +67,7 @@ from pathlib import Path
 import torch
 
 from hornn_dist.config import OptimConfig
+from hornn_dist.errors import described
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 from hornn_dist.models.config import POOLINGS
 from hornn_dist.training.optim import build_optimizer
@@ -255,9 +256,8 @@ def sync(device: torch.device) -> None:
 
 
 def error_line(exc: BaseException) -> str:
-    """Return the first line of an exception, prefixed by its type."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    """Return the first line of an exception, prefixed by its type (a table row's error)."""
+    return described(exc)
 
 
 def measure_group(

@@ -34,7 +34,7 @@ import torch
 
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.data.shards import sha256_file
-from hornn_dist.errors import CheckpointError
+from hornn_dist.errors import CheckpointError, described
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,12 @@ def is_complete(folder: Path) -> bool:
     return problem_with(folder, deep=False) is None
 
 
-def problem_with(folder: Path, deep: bool) -> str | None:
+def problem_with(folder: Path, deep: bool, only: tuple[str, ...] = ()) -> str | None:
     """Return what is wrong with a checkpoint folder's files, or None when they check out.
 
     Without `deep` it checks that DONE exists and every file of checksums.json is there with
-    its size; with `deep` also each file's sha256 (what resume does before loading).
+    its size; with `deep` also each file's sha256 (what resume does before loading). `only`
+    limits the sha256 to those files (evaluate reads the weights alone).
     """
     if not (folder / DONE).is_file():
         return f"no {DONE} marker (written last, so the save did not finish)"
@@ -88,14 +89,15 @@ def problem_with(folder: Path, deep: bool) -> str | None:
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} has {path.stat().st_size} bytes, {CHECKSUMS} says {size} (truncated?)"
-        if deep and sha256_file(path) != digest:
+        if deep and (not only or name in only) and sha256_file(path) != digest:
             return f"{name} does not match its sha256 in {CHECKSUMS} (the file was damaged)"
     return None
 
 
-def verify(folder: Path) -> None:
-    """Raise CheckpointError naming the damaged file unless every file of `folder` verifies."""
-    problem = problem_with(folder, deep=True)
+def verify(folder: Path, only: tuple[str, ...] = ()) -> None:
+    """Raise CheckpointError naming the damaged file unless every file of `folder` (or of
+    `only`) verifies."""
+    problem = problem_with(folder, deep=True, only=only)
     if problem is not None:
         raise CheckpointError(
             f"checkpoint {folder} is damaged: {problem}; resume from another one "
@@ -309,13 +311,7 @@ def _save_error(failure: BaseException | None, root: Path) -> CheckpointError:
             + (f"; a checkpoint needs about {need / 2**20:.1f} MiB" if need else "")
             + "); free some space or point train.output_dir elsewhere, then run the same command"
         )
-    return CheckpointError(f"cannot write a checkpoint in {root}: {_first_line(failure)}")
-
-
-def _first_line(err: BaseException) -> str:
-    """Return `Type: first line of the message` of an exception."""
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"
+    return CheckpointError(f"cannot write a checkpoint in {root}: {described(failure)}")
 
 
 def write_checksums(folder: Path) -> None:

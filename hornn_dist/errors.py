@@ -15,3 +15,16 @@ class DataError(HornnError):
 
 class CheckpointError(HornnError):
     """A checkpoint is missing, incomplete, or incompatible with the run."""
+
+
+def first_line(err: BaseException, default: str | None = None) -> str:
+    """Return the first line of an exception's message; without one, `default` (or its type's name)."""
+    text = str(err).strip()
+    if text:
+        return text.splitlines()[0]
+    return type(err).__name__ if default is None else default
+
+
+def described(err: BaseException, limit: int = 300) -> str:
+    """Return `Type: first line of the message` of an exception, at most `limit` characters."""
+    return f"{type(err).__name__}: {first_line(err, '')}"[:limit]

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,7 +26,7 @@ from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_corpus
 from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
-from hornn_dist.errors import CheckpointError, DataError, HornnError
+from hornn_dist.errors import CheckpointError, DataError, HornnError, described
 from hornn_dist.models import build_model, plan_for
 
 log = logging.getLogger(__name__)
@@ -40,21 +39,25 @@ _REEXPORT = "export the model again (python -m hornn_dist.export RUN_OR_CHECKPOI
 
 
 def open_prepared_corpus(
-    cfg: DataConfig, accelerator: Any, splits: Iterable[str] | None = None, prepare: bool = True
+    cfg: DataConfig,
+    accelerator: Any,
+    splits: Iterable[str] | None = None,
+    prepare: bool = True,
+    progress: bool = False,
 ) -> Corpus:
     """Return the corpus of `cfg`, preparing its shards first if they are missing.
 
     One process prepares, with every core it may use (`prepare_or_wait`); the others wait on
     the file it writes, with no timeout. prepare=False only opens a corpus prepared before
     (evaluate, generate: the config comes from a checkpoint, whose paths are not the user's to
-    read from or write to).
+    read from or write to). progress: draw preparation's bars (on the main process).
 
     The shards of `splits` (default: all) are checked against the manifest's sha256 before
     anything reads them, by each machine's main process first: it records what it checked,
     so its other processes, and later runs, read again only shards written since
     (`Corpus.verify_shards`; cost in benchmarks/README.md, "Shard check")."""
     if prepare:
-        folder = prepare_or_wait(cfg, accelerator)
+        folder = prepare_or_wait(cfg, accelerator, progress)
     else:
         folder = corpus_folder(cfg)
         if not (folder / MANIFEST).is_file():
@@ -79,7 +82,9 @@ def failure_marker(folder: Path) -> Path:
     return folder.with_name(f"{folder.name}.failed")
 
 
-def prepare_or_wait(cfg: DataConfig, accelerator: Any, poll_s: float = 0.5) -> Path:
+def prepare_or_wait(
+    cfg: DataConfig, accelerator: Any, progress: bool = False, poll_s: float = 0.5
+) -> Path:
     """Return the prepared folder of `cfg`: prepared by this process, or waited for.
 
     The preparing process is the run's first (data.cache_shared = true: every machine sees
@@ -91,8 +96,7 @@ def prepare_or_wait(cfg: DataConfig, accelerator: Any, poll_s: float = 0.5) -> P
     raise it. The only collectives are at the start (all present: an earlier run's marker is
     gone before anyone looks) and after a failure (all present: everyone has read the line
     before the launcher stops the processes)."""
-    # bars on a terminal only, as tqdm users expect: a redirected log keeps the summary
-    bars = accelerator.is_main_process and sys.stderr.isatty()
+    bars = progress and accelerator.is_main_process
     if accelerator.num_processes == 1:
         return prepare_corpus(cfg, workers=default_workers(), progress=bars)
     folder = corpus_folder(cfg)
@@ -115,10 +119,7 @@ def prepare_or_wait(cfg: DataConfig, accelerator: Any, poll_s: float = 0.5) -> P
 
 
 def _unexpected(err: BaseException, folder: Path) -> str:
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return (
-        f"preparing {folder} failed on {socket.gethostname()} ({type(err).__name__}: {text[:200]})"
-    )
+    return f"preparing {folder} failed on {socket.gethostname()} ({described(err)})"
 
 
 def _write_line(path: Path, line: str) -> None:
@@ -239,14 +240,12 @@ def load_model(
         try:
             model = PretrainedLM.from_pretrained(folder, plan=plan)
         except Exception as err:  # safetensors, a missing file, a weight of the wrong shape
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise CheckpointError(
-                f"cannot load the model in {folder} ({type(err).__name__}: {first[:200]}); "
-                + _REEXPORT
+                f"cannot load the model in {folder} ({described(err)}); " + _REEXPORT
             ) from None
         return model.to(device).eval()
     model = build_model(cfg.model, corpus.vocab_size, plan)
-    verify(folder)
+    verify(folder, only=(WEIGHTS,))  # the optimizer's state is not read here
     weights = folder / WEIGHTS
     try:
         model.load_state_dict(load_file(str(weights)))

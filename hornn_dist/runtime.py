@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hornn_dist.errors import ConfigError, HornnError
+from hornn_dist.errors import ConfigError, HornnError, first_line
 
 logger = logging.getLogger("hornn_dist")
 
@@ -51,9 +51,8 @@ def build_accelerator(
             **kwargs,
         )
     except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set without MASTER_ADDR
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(
-            f"cannot start the distributed run: {first_line}; start multi-process runs with "
+            f"cannot start the distributed run: {first_line(err)}; start multi-process runs with "
             "`accelerate launch` (see launch/README.md)"
         ) from None
     expected = int(os.environ.get("WORLD_SIZE", "1"))
@@ -130,9 +129,8 @@ def collective_failure(err: BaseException, doing: str, timeout: int) -> Collecti
     if not isinstance(err, RuntimeError) or not any(word in text for word in known):
         return None
     rank = os.environ.get("RANK", "0")
-    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     return CollectiveError(
-        f"rank {rank}: the other processes did not answer while {doing} ({first[:200]}); one "
+        f"rank {rank}: the other processes did not answer while {doing} ({first_line(err)[:200]}); one "
         f"stalled or died (see its log), or train.collective_timeout = {timeout} s is too short"
     )
 

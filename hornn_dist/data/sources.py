@@ -28,7 +28,7 @@ from typing import IO, Any
 import numpy as np
 
 from hornn_dist.data.config import PRESET_DOWNLOADS, PRESET_LOCAL_PATHS, DataConfig, apply_preset
-from hornn_dist.errors import DataError
+from hornn_dist.errors import DataError, first_line
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zip")
 _ASCII_SPACE = re.compile(rb"[ \t\n\r\x0b\x0c]")
@@ -377,12 +377,6 @@ def char_cut(
     return pieces
 
 
-def _first_line(e: BaseException) -> str:
-    """Return the first line of an exception's message, or its type's name when it has none."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _hub_where(cfg: Any) -> str:
     return f"hub dataset {cfg.hub_id!r}" + (
         f" (config {cfg.hub_config!r})" if cfg.hub_config else ""
@@ -412,7 +406,7 @@ def _hub_unreachable(endpoint: str) -> str | None:
     try:
         get_session().head(endpoint, timeout=HUB_CHECK_SECONDS)
     except Exception as e:  # noqa: BLE001 - any failure to get an answer means unreachable
-        return f"no answer from {endpoint} within {HUB_CHECK_SECONDS:g} s: {_first_line(e)}"
+        return f"no answer from {endpoint} within {HUB_CHECK_SECONDS:g} s: {first_line(e)}"
     return None
 
 
@@ -457,7 +451,7 @@ def _hub_error(e: BaseException, cfg: Any) -> DataError | None:
         return _unreachable(cfg, "offline or no network")
     if names & {"DatasetNotFoundError", "RepositoryNotFoundError", "GatedRepoError"}:
         return DataError(
-            f"{where} was not found or is not accessible ({_first_line(e)}); HINT: check data.hub_id and your Hugging Face login"
+            f"{where} was not found or is not accessible ({first_line(e)}); HINT: check data.hub_id and your Hugging Face login"
         )
     if names & {
         "FileNotFoundError",
@@ -467,7 +461,7 @@ def _hub_error(e: BaseException, cfg: Any) -> DataError | None:
         "KeyError",
     }:
         return DataError(
-            f"{where}: {_first_line(e)}; HINT: check data.hub_config, data.hub_revision, data.hub_data_dir and the split names"
+            f"{where}: {first_line(e)}; HINT: check data.hub_config, data.hub_revision, data.hub_data_dir and the split names"
         )
     return None
 

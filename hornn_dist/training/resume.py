@@ -74,7 +74,7 @@ def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult |
     train = cfg.train
     try:
         test = state.get("test") or {}
-        result = EvalResult(loss_sum=float(test["loss_sum"]), tokens=int(test["tokens"]))
+        result = EvalResult.from_record(test)
         step, epoch = int(state["step"]), int(state["epoch"])
     except (KeyError, TypeError, ValueError):  # no result stored (stopped, or older)
         return None

@@ -29,6 +29,20 @@ class EvalResult:
         """Perplexity exp(mean loss), in float64."""
         return perplexity(self.loss_sum, self.tokens)
 
+    def record(self) -> dict[str, float]:
+        """Return the result as trainer_state.json stores it (loss and ppl for the reader)."""
+        return {
+            "tokens": self.tokens,
+            "loss_sum": self.loss_sum,
+            "loss": self.loss,
+            "ppl": self.ppl,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> EvalResult:
+        """Return the result a `record()` holds; KeyError, TypeError or ValueError if it is none."""
+        return cls(loss_sum=float(record["loss_sum"]), tokens=int(record["tokens"]))
+
 
 @torch.no_grad()
 def evaluate_split(model: torch.nn.Module, stream: EvalStream, accelerator: Any) -> EvalResult:

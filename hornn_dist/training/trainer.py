@@ -69,9 +69,10 @@ class Trainer:
         from accelerate.utils import set_seed
 
         set_seed(cfg.train.seed)
+        self.progress = Progress()
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
-            self.corpus = open_prepared_corpus(cfg.data, acc)
+            self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.draws_progress())
         check_fits(cfg.model, self.corpus.vocab_size, acc.device)
         plan = plan_for(
             cfg.model, acc.device, cfg.train.batch_size // acc.num_processes, acc.mixed_precision
@@ -88,7 +89,6 @@ class Trainer:
         self.valid_stream = self._eval_stream("valid")
         self._eval_stream("test")  # a missing or too short test split fails now, not at the end
         self.schedule = LrSchedule.from_config(cfg.optim)
-        self.progress = Progress()
         self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world)
         self.step = TrainStep.for_accelerator(
@@ -112,11 +112,8 @@ class Trainer:
         try:
             yield
         except RuntimeError as err:
-            doing = (
-                self.phase
-                if not hasattr(self, "progress")
-                else (f"{self.phase} at step {self.progress.step}")
-            )
+            step = self.progress.step
+            doing = f"{self.phase} at step {step}" if step else self.phase
             failure = collective_failure(err, doing, self.cfg.train.collective_timeout)
             if failure is None:
                 raise
@@ -450,10 +447,6 @@ class Trainer:
         return self._write_checkpoint()
 
     def _write_checkpoint(self) -> Path:
-        with self._doing("saving a checkpoint"):
-            return self._write_checkpoint_now()
-
-    def _write_checkpoint_now(self) -> Path:
         acc, step = self.accelerator, self.progress.step
         trainer_state = {
             "step": step,
@@ -461,7 +454,7 @@ class Trainer:
             "schedule": self.schedule.state_dict(),
             "best_valid": self.progress.best_valid,
             "best_checkpoint": self.progress.best_checkpoint,
-            "test": _result_record(self.progress.test),
+            "test": self.progress.test.record() if self.progress.test else None,
             "vocab_hash": self.corpus.vocab_hash,
             "world_size": acc.num_processes,
         }
@@ -469,7 +462,8 @@ class Trainer:
             "stream": self.train_stream.state_dict(),
             "history": tuple(h.detach().cpu() for h in self.step.state),
         }
-        folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
+        with self._doing("saving a checkpoint"):
+            folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
         if acc.is_main_process:
             ckpt.prune_checkpoints(
                 self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint
@@ -477,15 +471,3 @@ class Trainer:
         acc.wait_for_everyone()
         self.progress.last_saved_step = step
         return folder
-
-
-def _result_record(result: EvalResult | None) -> dict[str, float] | None:
-    """Return an evaluation result as trainer_state.json stores it (None: not evaluated)."""
-    if result is None:
-        return None
-    return {
-        "tokens": result.tokens,
-        "loss_sum": result.loss_sum,
-        "loss": result.loss,
-        "ppl": result.ppl,
-    }
