@@ -14,7 +14,7 @@ import sys
 
 from hornn_dist.config import load_config
 from hornn_dist.data.config import DataConfig
-from hornn_dist.errors import HornnError
+from hornn_dist.errors import ConfigError, HornnError
 
 
 def load_data_section(path: str, overrides: list[str]) -> DataConfig:
@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         from hornn_dist.data.shards import open_corpus
 
         workers = default_workers() if args.workers is None else args.workers
+        if workers < 1:
+            raise ConfigError(f"--workers must be >= 1 (default: the cores here), got {workers}")
         folder = prepare_corpus(cfg, workers=workers, progress=not args.quiet, verify=args.verify)
         corpus = open_corpus(folder, check=False)
     except HornnError as e:

@@ -250,3 +250,9 @@ def test_two_ranks_stop_on_a_damaged_shard_with_the_same_line(tmp_path: Path) ->
     assert all(e.startswith(f"error: {shard}: sha256 checksum mismatch") for e in errors), errors
     assert "[rank" not in proc.stderr and "Connection reset" not in proc.stderr, proc.stderr[-3000:]
     assert not (run / "checkpoints").exists()
+
+
+def test_prepare_workers_below_one_names_the_flag(tiny: Path) -> None:
+    proc = run_module("hornn_dist.prepare", str(tiny / "config.toml"), "--workers", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: --workers must be >= 1 (default: the cores here), got 0"
