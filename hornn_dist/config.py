@@ -43,6 +43,9 @@ class OptimConfig:
     schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
     halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
     min_lr: float = 1e-4  # the lr is never halved below this floor
+    # convergence: once the lr has been halved, stop when an epoch lowers the validation loss by
+    # less than this fraction, or when a halving is due at min_lr (0 = run all train.epochs)
+    stop_improvement: float = 0.003
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -55,6 +58,7 @@ class OptimConfig:
         check_choice("optim.schedule", self.schedule, SCHEDULES)
         check_at_least("optim.halve_after", self.halve_after, 0)
         check_at_least("optim.min_lr", self.min_lr, 0)
+        check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
 
 
 @dataclass
@@ -182,7 +186,9 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     sections: dict[str, Any] = {}
     for section, values in raw.items():
         if section not in SECTIONS:
-            raise ConfigError(f"unknown config section [{section}]{_suggest(section, SECTIONS)}")
+            raise ConfigError(
+                f"unknown config section [{section}]{did_you_mean(section, SECTIONS)}"
+            )
         if not isinstance(values, dict):
             raise ConfigError(f"[{section}] must be a table of keys, got {values!r}")
         cls = _SECTION_TYPES[section]
@@ -299,7 +305,7 @@ def _checked_fields(section: str, cls: type, values: dict[str, Any]) -> dict[str
     out = {}
     for key, value in values.items():
         if key not in hints:
-            raise ConfigError(f"unknown key {section}.{key}{_suggest(key, names, section)}")
+            raise ConfigError(f"unknown key {section}.{key}{did_you_mean(key, names, section)}")
         out[key] = _coerce(f"{section}.{key}", value, hints[key])
     return out
 
@@ -339,7 +345,8 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     return value
 
 
-def _suggest(word: str, options: typing.Iterable[str], section: str = "") -> str:
+def did_you_mean(word: str, options: typing.Iterable[str], section: str = "") -> str:
+    """Return "; did you mean X?" for the closest option, else "; allowed: ..." listing them."""
     match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     prefix = f"{section}." if section else ""
     if match:

@@ -152,3 +152,23 @@ class StopFlag:
             raise KeyboardInterrupt
         self.requested = True
         self.signal_name = signal.Signals(signum).name
+
+
+def describe_hardware(device: torch.device, processes: int) -> str:
+    """Return what a run trains on, e.g. "1 x NVIDIA H100 80GB HBM3" or "AMD EPYC 7B13 (2 threads)"."""
+    if device.type == "cuda":
+        return f"{processes} x {torch.cuda.get_device_name(device)}"
+    name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    import platform
+
+    name = name or platform.processor() or platform.machine() or "CPU"
+    threads = torch.get_num_threads()
+    per = f"{processes} processes x {threads} threads" if processes > 1 else f"{threads} threads"
+    return f"{name} ({per})"

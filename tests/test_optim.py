@@ -14,8 +14,8 @@ from hornn_dist.training.optim import LrSchedule, build_optimizer, clip_gradient
 
 
 def schedule(**overrides: object) -> LrSchedule:
-    """Return a schedule built from an OptimConfig with `overrides`."""
-    return LrSchedule.from_config(OptimConfig(**overrides))
+    """Return a schedule built from an OptimConfig with `overrides` (no stopping rule unless given)."""
+    return LrSchedule.from_config(OptimConfig(**{"stop_improvement": 0.0, **overrides}))
 
 
 def run_epochs(sched: LrSchedule, valid_losses: list[float]) -> list[float]:
@@ -92,6 +92,37 @@ def test_fresh_state_dict_survives_json_with_an_infinite_previous_loss() -> None
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
     assert b.previous_valid == math.inf and b == a
     assert b.end_epoch(3.0) == 0.5  # the first epoch never halves on a finite loss
+
+
+def test_convergence_waits_for_a_halving_then_stops_on_a_small_improvement() -> None:
+    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01)
+    # 6.0 -> 5.99 improves by 0.17% but no halving yet: go on; 5.99 -> 6.1 halves the lr;
+    # 6.1 -> 5.0 improves by 18%: go on; 5.0 -> 4.98 improves by 0.4% < 1%: converged.
+    lrs = run_epochs(sched, [6.0, 5.99, 6.1, 5.0])
+    assert lrs == [1.0, 1.0, 0.5, 0.5] and not sched.stopped
+    sched.end_epoch(4.98)
+    assert sched.stopped.startswith("converged: epoch 5 lowered the validation loss by 0.400%")
+    assert "optim.stop_improvement = 0.01" in sched.stopped and sched.lr == 0.5
+
+
+def test_convergence_after_a_halving_includes_a_worse_epoch() -> None:
+    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.001)
+    run_epochs(sched, [5.0, 5.2])  # halved once
+    assert not sched.stopped
+    assert sched.end_epoch(5.3) == 0.5 and "after 1 lr halving(s)" in sched.stopped
+
+
+def test_a_halving_due_at_min_lr_ends_the_run() -> None:
+    sched = schedule(lr=0.5, schedule="fixed_then_halve", halve_after=0, min_lr=0.25)
+    sched.stop_improvement = 1e-9  # only the min_lr rule can fire: every epoch improves a lot
+    assert run_epochs(sched, [4.0, 3.0]) == [0.25, 0.25]
+    assert "already at optim.min_lr = 0.25" in sched.stopped
+
+
+def test_no_stopping_rule_runs_every_epoch() -> None:
+    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.5, stop_improvement=0.0)
+    run_epochs(sched, [5.0, 5.0, 5.0, 5.0, 5.0])
+    assert sched.lr == 0.5 and not sched.stopped
 
 
 def test_apply_sets_the_lr_on_every_parameter_group() -> None:

@@ -17,7 +17,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import OptimConfig, load_config
 from hornn_dist.errors import ConfigError
 from hornn_dist.training import optim
-from tests.train_helpers import check_ok, run_module, write_tiny_config
+from tests.train_helpers import check_ok, run_module, scalars, write_tiny_config
 
 STEPS_PER_EPOCH = 14  # the tiny config: 456 train tokens, 4 streams x bptt 8
 
@@ -110,7 +110,9 @@ def test_changed_schedule_keeps_its_history() -> None:
     schedule.end_epoch(5.0)
     schedule.end_epoch(6.0)  # plateau: halved to 0.25
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.25, momentum=0.5)
-    cfg = OptimConfig(lr=0.1, schedule="fixed_then_halve", halve_after=1, weight_decay=0.0)
+    cfg = OptimConfig(
+        lr=0.1, schedule="fixed_then_halve", halve_after=1, weight_decay=0.0, stop_improvement=0.0
+    )
     notes = optim.apply_changed_settings(saved, cfg, schedule, opt)
     assert notes[0] == "optim.lr 0.5 -> 0.1 (the schedule had reached 0.25)"
     assert schedule.lr == 0.1 and schedule.epochs_done == 2 and schedule.previous_valid == 6.0
@@ -135,7 +137,8 @@ def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
 
     again = train(workdir, "finished", "--set", "train.epochs=2")
     check_ok(again)
-    assert f"is complete: train.epochs = 2 reached at step {2 * STEPS_PER_EPOCH}" in again.stderr
+    assert f"is complete at step {2 * STEPS_PER_EPOCH}" in again.stderr
+    assert "trained train.epochs = 2 epochs" in again.stderr
     stored = f"test: 216 predicted tokens, loss {test['loss']:.4f}, ppl {test['ppl']:.2f}"
     assert stored in again.stderr
     assert "raise train.epochs (now 2)" in again.stderr and "--no-resume" in again.stderr
@@ -167,3 +170,63 @@ def test_a_max_steps_run_validates_at_its_end_and_best_names_its_step(
     evaluated = run_module("hornn_dist.evaluate", str(workdir / "short" / "checkpoints" / "best"))
     check_ok(evaluated)
     assert note in evaluated.stderr
+
+
+def _stop_reasons(run_dir: Path) -> list[tuple[int, str]]:
+    """Return the run/stop_reason texts of a run's TensorBoard files as (step, text)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0}).Reload()
+    tag = next(t for t in acc.Tags()["tensors"] if t.startswith("run/stop_reason"))
+    return [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
+
+
+def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) -> None:
+    # fixed_then_halve halves after epoch 1; epoch 2 improves by far less than 90%: converged
+    settings = (
+        "--set", "optim.schedule=fixed_then_halve", "--set", "optim.halve_after=1",
+        "--set", "optim.stop_improvement=0.9", "--set", "train.epochs=6",
+    )  # fmt: skip
+    proc = train(workdir, "converged", *settings)
+    check_ok(proc)
+    end = 2 * STEPS_PER_EPOCH
+    assert f"training ended at step {end}: converged: epoch 2 lowered the validation loss by" in (
+        proc.stderr
+    )
+    assert "under optim.stop_improvement = 0.9, after 1 lr halving(s)" in proc.stderr
+    assert "epoch 2 done" in proc.stderr and "epoch 3 done" not in proc.stderr
+    assert "lr for next epoch" not in proc.stderr.split("epoch 2 done")[1].splitlines()[0]
+    [(step, reason)] = _stop_reasons(workdir / "converged")
+    assert step == end and reason.startswith("converged: epoch 2 lowered")
+    state = ckpt.read_trainer_state(newest(workdir, "converged"))
+    assert state["stop_reason"] == reason and state["test"]["tokens"] == 216
+    assert [round(h["epoch"], 6) for h in state["valid_history"]] == [1.0, 2.0]
+    assert state["train_seconds"] > 0 and state["tokens_per_sec"] > 0 and state["parameters"] > 0
+    assert state["hardware"]
+
+    again = train(workdir, "converged", *settings)  # converged counts as finished
+    check_ok(again)
+    assert "is complete at step" in again.stderr and reason in again.stderr
+    assert "set optim.stop_improvement = 0 (now 0.9)" in again.stderr
+
+    more = train(workdir, "converged", *settings[:-4], "--set", "optim.stop_improvement=0.0",
+                 "--set", "train.epochs=3")  # fmt: skip
+    check_ok(more)  # without the rule the run trains on to train.epochs
+    assert "resuming from" in more.stderr and "epoch 3 done" in more.stderr
+    assert "training ended at step 42: trained train.epochs = 3 epochs" in more.stderr
+
+
+def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Path) -> None:
+    # huge initial weights and an lr too small to fix them: ppl far above the 41-word vocabulary
+    proc = train(
+        workdir, "uniform", "--set", "model.init_std=3.0", "--set", "optim.lr=1e-6",
+        "--set", "train.max_steps=2",
+    )  # fmt: skip
+    check_ok(proc)
+    [line] = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert "above the vocabulary size" in line and "worse than guessing uniformly" in line
+    assert "optim.lr" in line and "optim.clip_mode" in line and "optim.max_col_norm" in line
+    assert scalars(workdir / "uniform")["valid/worse_than_uniform"] == [(2, 1.0)]
+    fine = train(workdir, "fine", "--set", "train.max_steps=2")
+    check_ok(fine)
+    assert "WARNING" not in fine.stderr

@@ -45,3 +45,9 @@ def describe_run(writer: Any, hparams: dict[str, Any], path_keys: Iterable[str])
     writer.file_writer.add_summary(hparams_pb(hparams))
     writer.add_custom_scalars(layout(path_keys))
     writer.flush()
+
+
+def record_stop(writer: Any, reason: str, step: int) -> None:
+    """Write why training ended into the TEXT tab (tag run/stop_reason) at its last step."""
+    writer.add_text("run/stop_reason", reason, global_step=step)
+    writer.flush()

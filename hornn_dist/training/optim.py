@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -28,37 +29,70 @@ def clip_gradients(parameters: list[torch.nn.Parameter], cfg: OptimConfig) -> No
 
 @dataclass
 class LrSchedule:
-    """The two lr recipes of §4, stepped once per epoch with that epoch's validation loss.
+    """The two lr recipes of §4, stepped once per epoch with that epoch's validation loss,
+    and the rule that says when such a run has converged.
 
     plateau: halve the lr whenever the validation loss did not decrease from the
     previous epoch's (PTB).
     fixed_then_halve: keep the lr for `halve_after` epochs, then halve it after every epoch (text8).
     The lr never goes below `min_lr`.
+    Convergence (`stop_improvement` > 0): once the lr has been halved, an epoch that lowers the
+    validation loss by less than that fraction ends the run, as does a halving due at `min_lr`
+    (the stopping rule of Mikolov's rnnlm, which the paper's PTB and text8 recipes come from).
     """
 
     lr: float
     schedule: str
     halve_after: int
     min_lr: float
+    stop_improvement: float = 0.0
     previous_valid: float = float("inf")
     epochs_done: int = 0
+    halvings: int = 0
+    stopped: str = ""  # why the run converged; empty while it trains
 
     @classmethod
     def from_config(cls, cfg: OptimConfig) -> LrSchedule:
         """Return the schedule at its initial lr."""
-        return cls(lr=cfg.lr, schedule=cfg.schedule, halve_after=cfg.halve_after, min_lr=cfg.min_lr)
+        return cls(
+            lr=cfg.lr,
+            schedule=cfg.schedule,
+            halve_after=cfg.halve_after,
+            min_lr=cfg.min_lr,
+            stop_improvement=cfg.stop_improvement,
+        )
 
     def end_epoch(self, valid_loss: float) -> float:
-        """Record one finished epoch and its validation loss; return the lr for the next epoch."""
+        """Record one finished epoch and its validation loss; return the lr for the next epoch
+        (`stopped` says why when the run has converged)."""
         self.epochs_done += 1
         if self.schedule == "plateau":
             halve = valid_loss >= self.previous_valid
         else:
             halve = self.epochs_done >= self.halve_after
+        improvement = relative_improvement(self.previous_valid, valid_loss)
         self.previous_valid = valid_loss
-        if halve:  # never below min_lr, and never raised to it when the lr started lower
+        if self.stop_improvement > 0:
+            self.stopped = self._converged(improvement, halve)
+        if halve and not self.stopped:  # never below min_lr, nor raised to it from a lower lr
             self.lr = max(self.lr / 2, min(self.min_lr, self.lr))
+            self.halvings += 1
         return self.lr
+
+    def _converged(self, improvement: float, halve: bool) -> str:
+        """Return why the run has converged after this epoch, or "" when it goes on."""
+        if self.halvings and improvement < self.stop_improvement:
+            return (
+                f"converged: epoch {self.epochs_done} lowered the validation loss by "
+                f"{improvement:.3%}, under optim.stop_improvement = {self.stop_improvement:g}, "
+                f"after {self.halvings} lr halving(s)"
+            )
+        if halve and self.lr <= self.min_lr:
+            return (
+                f"converged: epoch {self.epochs_done} called for halving an lr already at "
+                f"optim.min_lr = {self.min_lr:g}"
+            )
+        return ""
 
     def apply(self, optimizer: torch.optim.Optimizer) -> None:
         """Set the current lr on every parameter group."""
@@ -70,13 +104,25 @@ class LrSchedule:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the schedule's state."""
+        """Restore the schedule's state (a checkpoint from before a field existed keeps its default)."""
         for key, value in state.items():
             setattr(self, key, value)
 
 
+def relative_improvement(previous: float, current: float) -> float:
+    """Return the fraction by which `current` lowers `previous` (inf after the first epoch)."""
+    if not math.isfinite(previous):
+        return math.inf
+    return (previous - current) / abs(previous) if previous else 0.0
+
+
 # How a resume applies an [optim] key the config changed since the checkpoint (besides `lr`):
-SCHEDULE_KEYS = ("min_lr", "schedule", "halve_after")  # into the restored schedule
+SCHEDULE_KEYS = (
+    "min_lr",
+    "schedule",
+    "halve_after",
+    "stop_improvement",
+)  # into the restored schedule
 OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
 STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step
 
@@ -106,6 +152,8 @@ def apply_changed_settings(
                 note += f" (the schedule had reached {restored_lr:.4g})"
         elif key in SCHEDULE_KEYS:
             setattr(schedule, key, new)
+            if key == "stop_improvement":
+                schedule.stopped = ""  # judged afresh under the new threshold
         elif key in OPTIMIZER_KEYS:
             for group in optimizer.param_groups:
                 group[key] = new

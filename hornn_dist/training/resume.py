@@ -67,30 +67,43 @@ def find_resume_point(accelerator: Any, out: Path, resume_from: str | None) -> P
     return Path(found) if found else None
 
 
+def completion(state: dict[str, Any], cfg: RunConfig) -> dict[str, Any]:
+    """Return the config keys whose end a checkpoint's trainer state reached with its test
+    result stored ({"train.epochs": 15}, ...); empty when the run has training left to do."""
+    train = cfg.train
+    try:
+        EvalResult.from_record(state.get("test") or {})
+        step, epoch = int(state["step"]), int(state["epoch"])
+    except (KeyError, TypeError, ValueError):  # no result stored (stopped, or older)
+        return {}
+    done: dict[str, Any] = {"train.epochs": train.epochs} if epoch >= train.epochs else {}
+    if train.max_steps and step >= train.max_steps:
+        done["train.max_steps"] = train.max_steps
+    converged = (state.get("schedule") or {}).get("stopped", "")
+    if converged and cfg.optim.stop_improvement > 0:
+        done["optim.stop_improvement"] = cfg.optim.stop_improvement
+    return done
+
+
 def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult | None:
     """Return the test result stored in `folder` when its run is complete under `cfg` (epochs
     or max_steps done), after saying so; None when there is training left to do."""
     state = ckpt.read_trainer_state(folder)
-    train = cfg.train
-    try:
-        test = state.get("test") or {}
-        result = EvalResult.from_record(test)
-        step, epoch = int(state["step"]), int(state["epoch"])
-    except (KeyError, TypeError, ValueError):  # no result stored (stopped, or older)
-        return None
-    done = {"train.epochs": train.epochs} if epoch >= train.epochs else {}
-    if train.max_steps and step >= train.max_steps:
-        done["train.max_steps"] = train.max_steps
+    done = completion(state, cfg)
     if not done:
         return None
+    result = EvalResult.from_record(state["test"])
+    step = int(state["step"])
+    train = cfg.train
     ckpt.check_compatible(folder, cfg, vocab_hash)  # same run, same data
     best = float(state.get("best_valid", math.inf))
     logger.info(
-        "the run in %s is complete: %s reached at step %d (%s)",
+        "the run in %s is complete at step %d (%s): %s",
         train.output_dir,
-        " and ".join(f"{key} = {value}" for key, value in done.items()),
         step,
         folder,
+        state.get("stop_reason")
+        or " and ".join(f"{key} = {value} reached" for key, value in done.items()),
     )
     logger.info(
         "test: %s predicted tokens, loss %.4f, ppl %.2f%s",
@@ -103,7 +116,12 @@ def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult |
         else "",
     )
     logger.info(
-        "nothing to train: raise %s to train on, or add --no-resume to start over",
-        " and ".join(f"{key} (now {value})" for key, value in done.items()),
+        "nothing to train: %s to train on, or add --no-resume to start over",
+        " and ".join(
+            f"set {key} = 0 (now {value})"
+            if key == "optim.stop_improvement"
+            else f"raise {key} (now {value})"
+            for key, value in done.items()
+        ),
     )
     return result

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
-from hornn_dist.runtime import StopFlag, build_accelerator, collective_failure, setup_logging
+from hornn_dist.runtime import (
+    StopFlag,
+    build_accelerator,
+    collective_failure,
+    describe_hardware,
+    setup_logging,
+)
 from hornn_dist.training import dashboard
 from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.memory import check_fits
@@ -52,6 +59,9 @@ class Progress:
     last_saved_step: int = -1
     last_valid_step: int = -1  # not saved: a resumed run does not know
     test: EvalResult | None = None  # the final test result, saved with the last checkpoint
+    stop_reason: str = ""  # why training ended (epochs, max_steps, converged, a signal)
+    train_seconds: float = 0.0  # wall-clock time in the training loop, over all resumes
+    valid_history: list[dict[str, float]] = field(default_factory=list)  # one entry per validation
 
 
 class Trainer:
@@ -70,6 +80,7 @@ class Trainer:
 
         set_seed(cfg.train.seed)
         self.progress = Progress()
+        self._loop_started: float | None = None  # perf_counter at the training loop's start
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.draws_progress())
@@ -143,6 +154,7 @@ class Trainer:
         self._log_start()
         self.phase = "training"
         stopped = self._loop()
+        self._record_stop(stopped)
         result = None if stopped else self._finish()
         if self.progress.last_saved_step != self.progress.step:
             self._save()
@@ -183,6 +195,8 @@ class Trainer:
             best_valid=state["best_valid"],
             best_checkpoint=state["best_checkpoint"],
             last_saved_step=state["step"],
+            train_seconds=float(state.get("train_seconds", 0.0)),
+            valid_history=list(state.get("valid_history", [])),
         )
         self.schedule.load_state_dict(state["schedule"])
         rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
@@ -276,17 +290,27 @@ class Trainer:
             unit="step",
             dynamic_ncols=True,
         )
+        self._loop_started = time.perf_counter()
         try:
             with logging_redirect_tqdm():  # log lines print above the bar
                 return self._run_epochs(bar)
         finally:
             bar.close()
+            self.progress.train_seconds = self._train_seconds()
+            self._loop_started = None
+
+    def _train_seconds(self) -> float:
+        """Return the wall-clock seconds spent in the training loop, over all resumes, until now."""
+        running = time.perf_counter() - self._loop_started if self._loop_started else 0.0
+        return self.progress.train_seconds + running
 
     def _run_epochs(self, bar: Any) -> bool:
         cfg, stream = self.cfg.train, self.train_stream
         running, speed = RunningLoss(), Throughput()
         tokens_per_step = cfg.batch_size * cfg.bptt
-        while stream.epoch < cfg.epochs and not self._reached_max_steps():
+        while not (
+            stream.epoch >= cfg.epochs or self._reached_max_steps() or self.schedule.stopped
+        ):
             if stream.step == 0:  # a new epoch starts from a zero history
                 self.step.reset_state()
             for x, y in stream.epoch_batches():
@@ -317,7 +341,9 @@ class Trainer:
                     break
             else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
                 result = self._validate_and_save(end_of_epoch=True)
-                last = stream.epoch >= cfg.epochs or self._reached_max_steps()
+                last = (
+                    stream.epoch >= cfg.epochs or self._reached_max_steps() or self.schedule.stopped
+                )
                 logger.info(
                     "epoch %d done: valid ppl %.2f%s",
                     stream.epoch,
@@ -325,6 +351,23 @@ class Trainer:
                     "" if last else f", lr for next epoch {self.schedule.lr:.4g}",
                 )
         return False
+
+    def _record_stop(self, by_signal: bool) -> None:
+        """Say in the log and in TensorBoard why training ended; keep it for trainer_state.json."""
+        cfg = self.cfg.train
+        if by_signal:
+            reason = f"stopped by {self.stop.signal_name or 'a stop signal'}; run again to resume"
+        elif self.schedule.stopped:
+            reason = self.schedule.stopped
+        elif self._reached_max_steps():
+            reason = f"reached train.max_steps = {cfg.max_steps}"
+        else:
+            reason = f"trained train.epochs = {cfg.epochs} epochs"
+        self.progress.stop_reason = reason
+        logger.info("training ended at step %d: %s", self.progress.step, reason)
+        if self.cfg.log.tensorboard and self.accelerator.is_main_process:
+            writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
+            dashboard.record_stop(writer, reason, self.progress.step)
 
     def _reached_max_steps(self) -> bool:
         return bool(self.cfg.train.max_steps) and self.progress.step >= self.cfg.train.max_steps
@@ -391,6 +434,16 @@ class Trainer:
         if end_of_epoch:
             self.schedule.end_epoch(result.loss)
             self.schedule.apply(self.optimizer)
+        self.progress.valid_history.append(
+            {
+                "step": self.progress.step,
+                "epoch": self.progress.step / self.train_stream.steps_per_epoch,
+                "loss": result.loss,
+                "ppl": result.ppl,
+                "lr": self.schedule.lr,
+            }
+        )
+        self._warn_if_worse_than_uniform(result)
         is_best = result.loss < self.progress.best_valid
         if is_best:
             self.progress.best_valid = result.loss
@@ -407,6 +460,23 @@ class Trainer:
         )
         self.progress.last_valid_step = self.progress.step
         return result
+
+    def _warn_if_worse_than_uniform(self, result: EvalResult) -> None:
+        """Warn when validation perplexity exceeds the vocabulary size: the model predicts
+        worse than a uniform guess, the mark of a recipe that does not train this model."""
+        vocab = self.corpus.vocab_size
+        if result.ppl <= vocab:
+            return
+        logger.warning(
+            "valid ppl %.1f at step %d is above the vocabulary size %d (worse than guessing "
+            "uniformly): the recipe does not train this model; lower optim.lr, set "
+            'optim.clip_mode = "norm" with optim.clip = 0.25, set optim.max_col_norm, or try '
+            "another model.activation",
+            result.ppl,
+            self.progress.step,
+            vocab,
+        )
+        self._track({"valid/worse_than_uniform": 1.0})
 
     def _log_train(
         self, loss: float, tokens_per_sec: float, norms: dict[str, float], bar: Any
@@ -446,6 +516,13 @@ class Trainer:
         self._check_finite()
         return self._write_checkpoint()
 
+    def _mean_tokens_per_sec(self) -> float:
+        """Return the tokens trained per wall-clock second of the loop so far (validation included)."""
+        seconds = self._train_seconds()
+        if not seconds:
+            return 0.0
+        return self.progress.step * self.cfg.train.batch_size * self.cfg.train.bptt / seconds
+
     def _write_checkpoint(self) -> Path:
         acc, step = self.accelerator, self.progress.step
         trainer_state = {
@@ -455,6 +532,12 @@ class Trainer:
             "best_valid": self.progress.best_valid,
             "best_checkpoint": self.progress.best_checkpoint,
             "test": self.progress.test.record() if self.progress.test else None,
+            "stop_reason": self.progress.stop_reason,
+            "train_seconds": self._train_seconds(),
+            "tokens_per_sec": self._mean_tokens_per_sec(),
+            "hardware": describe_hardware(acc.device, acc.num_processes),
+            "parameters": self.core.num_parameters(),
+            "valid_history": self.progress.valid_history,
             "vocab_hash": self.corpus.vocab_hash,
             "world_size": acc.num_processes,
         }

@@ -1,0 +1,89 @@
+"""What a training run left behind, read back: its config and its newest checkpoint's trainer state."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import RunConfig
+from hornn_dist.errors import HornnError
+from hornn_dist.experiments.plan import RUNS_FILE
+from hornn_dist.training.resume import completion
+
+
+@dataclass
+class RunRecord:
+    """One run of a sweep as its newest checkpoint tells it."""
+
+    name: str
+    folder: Path
+    config: RunConfig
+    model: str = ""  # the sweep's name for the model (without the recipe)
+    recipe: str = ""
+    finished: bool = False  # epochs, max_steps or convergence reached, test scored
+    step: int = 0
+    epochs: float = 0.0
+    best_valid_ppl: float = math.inf
+    test_ppl: float = math.nan
+    parameters: int = 0
+    tokens_per_sec: float = 0.0
+    train_seconds: float = 0.0
+    hardware: str = ""
+    stop_reason: str = ""
+    valid_history: list[dict[str, float]] = field(default_factory=list)
+
+
+def read_run(folder: Path, name: str = "", model: str = "", recipe: str = "") -> RunRecord | None:
+    """Return the record of the run in `folder`, or None when it has no complete checkpoint."""
+    checkpoints = ckpt.list_checkpoints(folder, warn=False) if folder.is_dir() else []
+    if not checkpoints:
+        return None
+    newest = checkpoints[-1]
+    try:
+        config = ckpt.read_config(newest)
+        state = ckpt.read_trainer_state(newest)
+    except HornnError:
+        return None
+    history = list(state.get("valid_history") or [])
+    test = state.get("test") or {}
+    best = float(state.get("best_valid", math.inf))
+    return RunRecord(
+        name=name or folder.name,
+        folder=folder,
+        config=config,
+        model=model or folder.name,
+        recipe=recipe,
+        finished=bool(completion(state, config)),
+        step=int(state.get("step", 0)),
+        epochs=float(history[-1]["epoch"]) if history else float(state.get("epoch", 0)),
+        best_valid_ppl=math.exp(best) if best < 700 else math.inf,
+        test_ppl=float(test.get("ppl", math.nan)),
+        parameters=int(state.get("parameters", 0)),
+        tokens_per_sec=float(state.get("tokens_per_sec", 0.0)),
+        train_seconds=float(state.get("train_seconds", 0.0)),
+        hardware=str(state.get("hardware", "")),
+        stop_reason=str(state.get("stop_reason", "")),
+        valid_history=history,
+    )
+
+
+def read_runs(runs_dir: Path) -> list[RunRecord]:
+    """Return the records of every run under `runs_dir` that has a checkpoint: the sweep's runs
+    in its order when runs_dir holds a sweep.json, else every sub-folder by name."""
+    listing = runs_dir / RUNS_FILE
+    if listing.is_file():
+        entries: list[dict[str, Any]] = json.loads(listing.read_text())["runs"]
+    else:
+        entries = [{"name": p.name} for p in sorted(runs_dir.iterdir()) if p.is_dir()]
+    records = []
+    for entry in entries:
+        record = read_run(
+            runs_dir / entry["name"], entry["name"], entry.get("model", ""), entry.get("recipe", "")
+        )
+        if record is not None:
+            records.append(record)
+    return records

@@ -1,0 +1,206 @@
+"""Run a sweep's training runs as ordinary `hornn_dist.train` processes, one per slot at a time.
+
+A slot is the CPU (one run at a time) or one GPU (`CUDA_VISIBLE_DEVICES=i`, one run per GPU
+at a time). A finished run is skipped; an unfinished one resumes from its checkpoints (the
+trainer's own resume). Each run's output goes to `output_dir/NAME/train.log`; the sweep prints
+one line as a run starts and one as it ends. A failed run is reported and the sweep goes on.
+SIGINT/SIGTERM are passed to the running runs, which checkpoint and exit, and the sweep stops.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
+from hornn_dist.experiments.results import read_run
+
+logger = logging.getLogger("hornn_dist.sweep")
+
+LOG_FILE = "train.log"
+
+
+@dataclass
+class SweepOutcome:
+    """How many runs of a sweep ended which way."""
+
+    finished: int = 0
+    skipped: int = 0  # finished before this sweep started
+    failed: int = 0
+    interrupted: bool = False
+
+
+@dataclass
+class _Running:
+    run: PlannedRun
+    index: int
+    slot: int
+    process: subprocess.Popen
+    started: float
+    log: object
+
+
+def run_sweep(plan: SweepPlan, gpus: int = 0, poll_seconds: float = 1.0) -> SweepOutcome:
+    """Train every run of `plan` not finished yet, `max(gpus, 1)` at a time; return the outcome."""
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    (plan.output_dir / RUNS_FILE).write_text(json.dumps(plan.record(), indent=1))
+    outcome = SweepOutcome()
+    todo: list[tuple[int, PlannedRun]] = []
+    total = len(plan.runs)
+    for index, run in enumerate(plan.runs, 1):
+        record = read_run(plan.output_dir / run.name)
+        if record is not None and record.finished:
+            outcome.skipped += 1
+            logger.info(
+                "[%d/%d] %s: already finished (test ppl %.2f), skipped",
+                index,
+                total,
+                run.name,
+                record.test_ppl,
+            )
+        else:
+            todo.append((index, run))
+    slots = [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(gpus)] if gpus > 1 else [{}]
+    free = list(range(len(slots)))
+    running: list[_Running] = []
+    stop = _SignalForwarder(lambda: [r.process for r in running])
+    with stop:
+        while (todo and not stop.requested) or running:
+            while todo and free and not stop.requested:
+                index, run = todo.pop(0)
+                running.append(_start(plan, run, index, total, free.pop(0), slots))
+            time.sleep(poll_seconds)
+            for item in [r for r in running if r.process.poll() is not None]:
+                running.remove(item)
+                free.append(item.slot)
+                _report_end(plan, item, total, outcome, stop.requested)
+    outcome.interrupted = stop.requested
+    return outcome
+
+
+def train_command(plan: SweepPlan, run: PlannedRun) -> list[str]:
+    """Return the command line that trains one run of the sweep."""
+    command = [sys.executable, "-m", "hornn_dist.train", str(plan.base)]
+    for item in (*run.overrides, f"train.output_dir={plan.output_dir / run.name}"):
+        command += ["--set", item]
+    return command
+
+
+def _start(
+    plan: SweepPlan, run: PlannedRun, index: int, total: int, slot: int, slots: list[dict]
+) -> _Running:
+    folder = plan.output_dir / run.name
+    folder.mkdir(parents=True, exist_ok=True)
+    log = open(folder / LOG_FILE, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end)
+    resuming = read_run(folder) is not None
+    where = f" on GPU {slots[slot]['CUDA_VISIBLE_DEVICES']}" if slots[slot] else ""
+    logger.info(
+        "[%d/%d] %s: %s%s (log: %s)",
+        index,
+        total,
+        run.name,
+        "resuming" if resuming else "training",
+        where,
+        folder / LOG_FILE,
+    )
+    env = {**os.environ, **slots[slot]}
+    process = subprocess.Popen(
+        train_command(plan, run),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,  # a terminal's Ctrl-C reaches the sweep, which passes it on once
+    )
+    return _Running(run, index, slot, process, time.monotonic(), log)
+
+
+def _report_end(
+    plan: SweepPlan, item: _Running, total: int, outcome: SweepOutcome, stopping: bool
+) -> None:
+    item.log.close()
+    took = _duration(time.monotonic() - item.started)
+    folder = plan.output_dir / item.run.name
+    code = item.process.returncode
+    record = read_run(folder)
+    prefix = f"[{item.index}/{total}] {item.run.name}"
+    if code == 0 and record is not None and record.finished:
+        outcome.finished += 1
+        logger.info(
+            "%s: done in %s: best valid ppl %.2f, test ppl %.2f, %.1f epochs (%s)",
+            prefix,
+            took,
+            record.best_valid_ppl,
+            record.test_ppl,
+            record.epochs,
+            record.stop_reason,
+        )
+    elif code == 0 and stopping:
+        logger.info(
+            "%s: stopped after %s with a checkpoint; the next sweep resumes it", prefix, took
+        )
+    else:
+        outcome.failed += 1
+        logger.error(
+            "%s: FAILED (exit %s) after %s: %s; see %s",
+            prefix,
+            code,
+            took,
+            _last_error(folder / LOG_FILE),
+            folder / LOG_FILE,
+        )
+
+
+def _last_error(log: Path) -> str:
+    """Return the run log's last `error:` line, else its last line."""
+    try:
+        lines = [
+            line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()
+        ]
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["empty log"])[-1][:300]
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+class _SignalForwarder:
+    """Within its block, SIGINT/SIGTERM set `requested` and reach each running run once."""
+
+    def __init__(self, processes: Callable[[], list[subprocess.Popen]]) -> None:
+        self.processes = processes
+        self.requested = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _SignalForwarder:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.requested:
+            logger.info(
+                "%s received: the running runs checkpoint and stop; run the sweep again to go on",
+                signal.Signals(signum).name,
+            )
+        self.requested = True
+        for process in self.processes():
+            if process.poll() is None:
+                process.send_signal(signum)

@@ -1,0 +1,91 @@
+"""Run a grid of training runs: `python -m hornn_dist.sweep SWEEP.toml [--set k=v ...]`.
+
+Each run is an ordinary `hornn_dist.train` run in `output_dir/NAME` (see
+`hornn_dist/experiments/plan.py` for the sweep file). Running the same command again skips the
+finished runs and resumes the unfinished ones. On a machine with several GPUs one run trains
+per GPU at a time. Then `python -m hornn_dist.report OUTPUT_DIR` writes the tables and plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.experiments.plan import read_sweep
+from hornn_dist.experiments.runner import run_sweep, train_command
+from hornn_dist.runtime import run_cli, setup_logging
+
+logger = logging.getLogger("hornn_dist.sweep")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line."""
+    parser = argparse.ArgumentParser(
+        prog="hornn_dist.sweep",
+        description="Train every run of a sweep file (skips finished runs, resumes the others).",
+    )
+    parser.add_argument("sweep", help="sweep file, e.g. configs/sweeps/demo_orders.toml")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value in every run (repeatable), e.g. --set train.epochs=2",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="train this many runs at once, one per GPU (default: every visible GPU; 0 or 1: one run at a time)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list the runs and their commands, train nothing"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep from the command line; return the exit code (1 when a run failed)."""
+    args = parse_args(argv)
+    setup_logging(True)
+    plan = read_sweep(args.sweep, tuple(args.overrides))
+    if args.dry_run:
+        for run in plan.runs:
+            print(f"{run.name}: {' '.join(train_command(plan, run))}")
+        return 0
+    gpus = visible_gpus() if args.gpus is None else args.gpus
+    if gpus < 0:
+        raise ConfigError(f"--gpus must be 0 or more, got {gpus}")
+    logger.info(
+        "sweep %s: %d runs in %s, %s",
+        plan.path,
+        len(plan.runs),
+        plan.output_dir,
+        f"{gpus} at a time (one per GPU)" if gpus > 1 else "one at a time",
+    )
+    outcome = run_sweep(plan, gpus)
+    if outcome.interrupted:
+        logger.info("sweep stopped: run the same command again to go on where it stopped")
+        return 0
+    logger.info(
+        "sweep done: %d trained, %d already finished, %d failed; tables and plots: "
+        "python -m hornn_dist.report %s",
+        outcome.finished,
+        outcome.skipped,
+        outcome.failed,
+        plan.output_dir,
+    )
+    return 1 if outcome.failed else 0
+
+
+def visible_gpus() -> int:
+    """Return the number of CUDA devices this process sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,202 @@
+"""`hornn_dist.sweep`: sweep files read and checked in full, runs trained, skipped and resumed."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.experiments.plan import read_sweep
+from hornn_dist.experiments.results import read_runs
+from tests.train_helpers import REPO, env, run_module, write_tiny_config
+
+DEMO_ORDERS = REPO / "configs" / "sweeps" / "demo_orders.toml"
+# demo_orders shrunk to a few steps per run of a tiny model; the corpus is the bundled one
+SHRINK = (
+    "train.max_steps=3",
+    "model.hidden_size=8",
+    "model.embedding_size=8",
+    "train.eval_batch_size=40",
+    "log.tensorboard=false",
+)
+
+
+def write_sweep(folder: Path, text: str) -> Path:
+    """Write a sweep file next to a tiny run config (`base = "tiny.toml"`); return its path."""
+    config = write_tiny_config(folder / "data")
+    (folder / "tiny.toml").write_text(config.read_text())
+    path = folder / "sweep.toml"
+    path.write_text(f'base = "tiny.toml"\noutput_dir = "{folder / "runs"}"\n{text}')
+    return path
+
+
+# ---------------------------------------------------------------- the sweep file
+
+
+def test_every_shipped_sweep_expands_into_valid_runs() -> None:
+    expected = {
+        "demo_orders": 14,
+        "demo_alpha": 8,
+        "demo_summary": 12,
+        "ptb_orders": 14,
+        "ptb_alpha": 8,
+        "ptb_summary": 12,
+        "text8_summary": 6,
+    }
+    for name, runs in expected.items():
+        plan = read_sweep(REPO / "configs" / "sweeps" / f"{name}.toml")
+        assert len(plan.runs) == runs, name
+    orders = read_sweep(DEMO_ORDERS)
+    by_name = {run.name: run.config for run in orders.runs}
+    assert (
+        by_name["hornn4-gated"].model.order == 4
+        and by_name["hornn4-gated"].model.pooling == "gated"
+    )
+    assert by_name["rnn"].model.order == 1 and by_name["lstm"].model.arch == "lstm"
+    assert by_name["hornn2-fofe"].train.output_dir == "runs/sweeps/demo_orders/hornn2-fofe"
+
+
+def test_recipes_multiply_the_runs_and_the_command_line_comes_last(tmp_path: Path) -> None:
+    path = write_sweep(
+        tmp_path,
+        'set = { "optim.lr" = 0.2 }\n'
+        '[[runs]]\nname = "h{model.order}"\ngrid = { "model.order" = [1, 2] }\n'
+        '[recipes]\na = { "optim.clip" = 1.0 }\nb = { "optim.clip" = 2.0, "optim.lr" = 0.3 }\n',
+    )
+    plan = read_sweep(path, ("optim.clip=9.0",))
+    assert [r.name for r in plan.runs] == ["h1--a", "h1--b", "h2--a", "h2--b"]
+    assert [r.model for r in plan.runs] == ["h1", "h1", "h2", "h2"]
+    assert [r.config.optim.lr for r in plan.runs] == [0.2, 0.3, 0.2, 0.3]  # recipe after `set`
+    assert {r.config.optim.clip for r in plan.runs} == {9.0}  # --set after everything
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('runz = []\n[[runs]]\nname = "a"\n', "unknown sweep key 'runz'; did you mean runs?"),
+        ("", "the sweep has no runs; add at least one [[runs]] table"),
+        (
+            '[[runs]]\nname = "h{model.order}"\ngrid = { "model.order" = [] }\n',
+            "grid 'model.order' is empty; give it at least one value",
+        ),
+        (
+            '[[runs]]\nname = "a"\nsets = {}\n',
+            "[[runs]] #1: unknown key 'sets'; did you mean set?",
+        ),
+        (
+            '[[runs]]\nname = "h{model.order}"\ngrid = { "model.order" = [2, 0] }\n',
+            "run h0: model.order must be",
+        ),
+        (
+            '[[runs]]\nname = "a"\nset = { "model.orders" = 2 }\n',
+            "run a: unknown key model.orders; did you mean model.order?",
+        ),
+        ('[[runs]]\nname = "a"\n[[runs]]\nname = "a"\n', "two runs are named 'a'"),
+        (
+            '[[runs]]\nname = "{model.order}"\n',
+            "name uses {model.order}, which its grid does not set",
+        ),
+        (
+            'layout = "table9"\n[[runs]]\nname = "a"\n',
+            "layout must be one of orders, alpha, summary",
+        ),
+    ],
+)
+def test_a_bad_sweep_file_is_one_line_naming_the_problem(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        read_sweep(write_sweep(tmp_path, text))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_failing_override_is_reported_before_anything_trains(tmp_path: Path) -> None:
+    path = write_sweep(
+        tmp_path,
+        '[[runs]]\nname = "ok"\n[[runs]]\nname = "bad"\nset = { "optim.momentum" = 1.5 }\n',
+    )
+    proc = run_module("hornn_dist.sweep", str(path))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"error: {path}: run bad: optim.momentum must be in [0.0, 1.0), got 1.5"], (
+        proc.stderr
+    )
+    assert not (tmp_path / "runs").exists()  # not even the valid run started
+
+
+# ---------------------------------------------------------------- running
+
+
+def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    # "b" asks for a corpus split that does not exist: training fails before its first step
+    path = write_sweep(
+        tmp_path,
+        'set = { "train.max_steps" = 2, "log.tensorboard" = false }\n'
+        '[[runs]]\nname = "a"\n'
+        f'[[runs]]\nname = "b"\nset = {{ "data.valid" = "{tmp_path / "missing.txt"}" }}\n'
+        '[[runs]]\nname = "c"\n',
+    )
+    proc = run_module("hornn_dist.sweep", str(path))
+    assert proc.returncode == 1, proc.stderr
+    assert "[2/3] b: FAILED (exit 2)" in proc.stderr and "missing.txt" in proc.stderr
+    assert "[3/3] c: done in" in proc.stderr
+    assert "sweep done: 2 trained, 0 already finished, 1 failed" in proc.stderr
+    records = {r.name: r for r in read_runs(tmp_path / "runs")}
+    assert set(records) == {"a", "c"} and all(r.finished for r in records.values())
+
+
+def test_demo_orders_interrupted_and_started_again_runs_only_the_missing_runs(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "hornn_dist.sweep", str(DEMO_ORDERS)]
+    for item in SHRINK:
+        command += ["--set", item]
+    out = tmp_path / "runs" / "sweeps" / "demo_orders"
+    first = subprocess.Popen(command, cwd=tmp_path, env=env(), stderr=subprocess.PIPE, text=True)
+    lines = []
+    assert first.stderr is not None
+    for line in first.stderr:
+        lines.append(line)
+        if "[3/14] hornn2-max: done in" in line:
+            first.send_signal(signal.SIGINT)
+            break
+    log = "".join(lines) + first.stderr.read()
+    first.wait(timeout=300)
+    assert first.returncode == 0, log
+    assert "SIGINT received" in log and "sweep stopped" in log
+    assert "[14/14]" not in log
+    done_before = {r.name for r in read_runs(out) if r.finished}
+    assert {"rnn", "hornn2-sum", "hornn2-max"} <= done_before and len(done_before) < 14
+    stamps = {name: _checkpoint_stamps(out / name) for name in done_before}
+
+    started = time.monotonic()
+    again = subprocess.run(command, cwd=tmp_path, env=env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    for name in done_before:
+        assert f"{name}: already finished" in again.stderr
+        assert _checkpoint_stamps(out / name) == stamps[name]  # not trained again
+    trained = [line for line in again.stderr.splitlines() if ": done in" in line]
+    assert len(trained) == 14 - len(done_before)
+    assert f"sweep done: {len(trained)} trained, {len(done_before)} already finished, 0 failed" in (
+        again.stderr
+    )
+    records = read_runs(out)
+    assert [r.name for r in records] == [r.name for r in read_sweep(DEMO_ORDERS).runs]
+    assert all(r.finished and math.isfinite(r.test_ppl) for r in records)
+    assert json.loads((out / "sweep.json").read_text())["layout"] == "orders"
+    assert time.monotonic() - started < 300
+
+
+def _checkpoint_stamps(folder: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime_ns
+        for p in (folder / "checkpoints").rglob("*")
+        if p.is_file()
+    }
