@@ -1,0 +1,163 @@
+"""PNG plots of a sweep's picked runs: test perplexity by order (Table 2), by α (Figure 4), and
+every run's validation perplexity by epoch.
+
+matplotlib is an optional dependency (`pip install -e ".[report]"`), imported inside the
+functions. Figures are drawn on matplotlib's Agg canvas directly, without pyplot, so the
+caller's own matplotlib backend is left as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.experiments.paper import (
+    ALPHA_BEST,
+    ALPHA_USED,
+    POOLING_LABELS,
+    PTB_BY_ORDER,
+    SUMMARY,
+    paper_column,
+    paper_model,
+)
+from hornn_dist.experiments.results import RunRecord
+from hornn_dist.experiments.tables import order_cells
+
+PLOT_FILES = ("orders.png", "alpha.png", "valid_curves.png")
+COLORS = {"": "black", "sum": "C0", "max": "C1", "fofe": "C2", "gated": "C3"}
+
+
+def require_matplotlib() -> None:
+    """Raise ConfigError (one line) when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            'report\'s plots need matplotlib: pip install -e ".[report]" (or pass --no-plots)'
+        ) from None
+
+
+def _figure(panels: int = 1) -> tuple[Any, list[Any]]:
+    """Return a figure on the Agg canvas and its `panels` axes side by side."""
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6 * panels, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, [fig.add_subplot(1, panels, i + 1) for i in range(panels)]
+
+
+def draw_plots(picked: Sequence[RunRecord], out_dir: Path, paper: str) -> list[Path]:
+    """Write every plot the picked runs support into `out_dir`; return the files written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, draw in (
+        ("orders.png", lambda p: plot_orders(picked, p, paper)),
+        ("alpha.png", lambda p: plot_alpha(picked, p)),
+        ("valid_curves.png", lambda p: plot_valid_curves(picked, p)),
+    ):
+        path = out_dir / name
+        if draw(path):
+            written.append(path)
+        else:
+            path.unlink(missing_ok=True)  # a previous report's plot the runs no longer support
+    return written
+
+
+def plot_orders(picked: Sequence[RunRecord], path: Path, paper: str) -> bool:
+    """Draw test ppl against order, one line per pooling and the RNN at order 1 (beside the
+    paper's Table 2 on PTB); return False, drawing nothing, without a HORNN of order ≥ 2."""
+    points: dict[str, list[tuple[int, float]]] = {}
+    for (pooling, order), runs in order_cells(picked).items():  # the runs Table 2 shows
+        if math.isfinite(runs[0].test_ppl):
+            points.setdefault(pooling, []).append((order, runs[0].test_ppl))
+    if not any(points.get(pooling) for pooling in POOLING_LABELS):
+        return False
+    with_paper = paper == "ptb"
+    fig, axes = _figure(2 if with_paper else 1)
+    _order_lines(axes[0], points, "ours")
+    if with_paper:
+        table = {p: sorted(by_order.items()) for p, by_order in PTB_BY_ORDER.items()}
+        _order_lines(axes[1], {"": [(1, SUMMARY["ptb"]["RNN"])], **table}, paper_column(paper))
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def _order_lines(ax: Any, points: dict[str, list[tuple[int, float]]], title: str) -> None:
+    """Draw one line per pooling, the RNN as a point at order 1 and a dotted level."""
+    for pooling, xy in points.items():
+        xy = sorted(xy)
+        xs, ys = [x for x, _ in xy], [y for _, y in xy]
+        if pooling:
+            ax.plot(xs, ys, "o-", color=COLORS[pooling], label=POOLING_LABELS[pooling])
+        else:
+            ax.plot(xs, ys, "s", color=COLORS[""], label="RNN (order 1)")
+            ax.axhline(min(ys), color=COLORS[""], linestyle=":", linewidth=1)
+    ax.set_xticks(sorted({x for xy in points.values() for x, _ in xy}))
+    ax.set_xlabel("order N")
+    ax.set_ylabel("test perplexity")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def plot_alpha(picked: Sequence[RunRecord], path: Path) -> bool:
+    """Draw test and valid ppl of the FOFE HORNNs against α (one pair of lines per order);
+    return False, drawing nothing, with fewer than two α values."""
+    by_order: dict[int, list[RunRecord]] = {}
+    for record in picked:
+        if paper_model(record.config).pooling == "fofe":
+            by_order.setdefault(record.config.model.order, []).append(record)
+    alphas = {r.config.model.alpha for runs in by_order.values() for r in runs}
+    if len(alphas) < 2:
+        return False
+    fig, (ax,) = _figure()
+    ax.axvspan(*ALPHA_BEST, color="0.9", label="paper: best α range")
+    ax.axvline(ALPHA_USED, color="0.5", linestyle=":", label=f"paper: α = {ALPHA_USED} used")
+    for index, (order, runs) in enumerate(sorted(by_order.items())):
+        runs = sorted(runs, key=lambda r: r.config.model.alpha)
+        xs = [r.config.model.alpha for r in runs]
+        color = f"C{index}"
+        ax.plot(xs, [r.test_ppl for r in runs], "o-", color=color, label=f"order {order}: test")
+        ax.plot(
+            xs, [r.best_valid_ppl for r in runs], "s--", color=color, label=f"order {order}: valid"
+        )
+    ax.set_xlabel("forgetting factor α")
+    ax.set_ylabel("perplexity")
+    ax.set_title("FOFE HORNN by α")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def plot_valid_curves(picked: Sequence[RunRecord], path: Path) -> bool:
+    """Draw each picked run's validation ppl against epoch (log y when the range is wide);
+    return True (drawn for any runs)."""
+    fig, (ax,) = _figure()
+    values = []
+    for record in picked:
+        history = [h for h in record.valid_history if math.isfinite(h.get("ppl", math.nan))]
+        if not history:
+            continue
+        label = record.model or record.name
+        label += f" ({record.recipe})" if record.recipe else ""
+        ys = [h["ppl"] for h in history]
+        ax.plot([h["epoch"] for h in history], ys, "o-", markersize=3, label=label)
+        values += ys
+    if values and max(values) > 3 * min(values):
+        ax.set_yscale("log")
+    if not values:
+        ax.text(0.5, 0.5, "no validation yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation perplexity")
+    ax.set_title("validation perplexity of each model's kept run")
+    ax.grid(alpha=0.3)
+    if values:
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return True

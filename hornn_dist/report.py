@@ -1,0 +1,159 @@
+"""Tables and plots of a finished sweep: `python -m hornn_dist.report RUNS_DIR [--out DIR]`.
+
+Reads every run under RUNS_DIR (the `output_dir` of `python -m hornn_dist.sweep`), keeps each
+model's recipe with the best validation perplexity, and writes `report.md` (the paper's tables
+with its numbers beside ours) and PNG plots into `--out` (default RUNS_DIR/report). The layout
+and the paper's corpus come from the sweep file (its sweep.json); --layout and --paper override.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.experiments.plan import LAYOUTS, PAPERS, RUNS_FILE
+from hornn_dist.experiments.results import RunRecord, read_runs
+from hornn_dist.experiments.tables import pick_best, render_tables
+from hornn_dist.runtime import run_cli, setup_logging
+
+logger = logging.getLogger("hornn_dist.report")
+
+PLOT_TITLES = {
+    "orders.png": "Test perplexity by order",
+    "alpha.png": "Perplexity of the FOFE HORNN by α",
+    "valid_curves.png": "Validation perplexity by epoch",
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line."""
+    parser = argparse.ArgumentParser(
+        prog="hornn_dist.report",
+        description="Write the Markdown tables and PNG plots of a sweep's finished runs.",
+    )
+    parser.add_argument("runs_dir", help="a sweep's output_dir, e.g. runs/sweeps/demo_summary")
+    parser.add_argument(
+        "--out", help="folder for report.md and the plots (default RUNS_DIR/report)"
+    )
+    parser.add_argument(
+        "--layout", choices=LAYOUTS, help="main table (default: the sweep file's, else summary)"
+    )
+    parser.add_argument(
+        "--paper", choices=PAPERS, help="the paper's numbers beside ours (default: the sweep's)"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="write the tables only")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the report of a sweep from the command line; return the exit code."""
+    args = parse_args(argv)
+    setup_logging(True)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font-cache notes
+    runs_dir = Path(args.runs_dir)
+    sweep = read_sweep_record(runs_dir)
+    layout = args.layout or sweep.get("layout", "summary")
+    paper = args.paper or sweep.get("paper", "none")
+    if not args.no_plots:
+        from hornn_dist.experiments.plots import require_matplotlib
+
+        require_matplotlib()  # before any work, so a missing extra costs nothing
+    records = read_runs(runs_dir)
+    check_finished(runs_dir, records, sweep)
+    out = Path(args.out) if args.out else runs_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    plots: list[Path] = []
+    if not args.no_plots:
+        from hornn_dist.experiments.plots import draw_plots
+
+        plots = draw_plots(pick_best(records), out, paper)
+    command = " ".join(["python -m hornn_dist.report", *map(shlex.quote, _argv(argv))])
+    text = render_report(runs_dir, records, layout, paper, command, plots)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    print(text, end="", flush=True)
+    logger.info(
+        "wrote %s and %d plot(s) (%s) for %d runs, layout %s, paper %s",
+        out / "report.md",
+        len(plots),
+        ", ".join(p.name for p in plots) or "none",
+        len(records),
+        layout,
+        paper,
+    )
+    return 0
+
+
+def _argv(argv: list[str] | None) -> list[str]:
+    return sys.argv[1:] if argv is None else list(argv)
+
+
+def read_sweep_record(runs_dir: Path) -> dict:
+    """Return the sweep.json of `runs_dir` ({} without one); raise ConfigError (one line) when
+    the folder is missing or the file unreadable."""
+    if not runs_dir.is_dir():
+        what = "is a file, not a folder" if runs_dir.exists() else "not found"
+        raise ConfigError(
+            f"runs folder {runs_dir} {what}; pass the output_dir of a sweep, "
+            "e.g. runs/sweeps/demo_orders"
+        )
+    listing = runs_dir / RUNS_FILE
+    if not listing.is_file():
+        return {}
+    try:
+        record = json.loads(listing.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(
+            f"{listing} is unreadable ({err}); run the sweep again to rewrite it"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
+        raise ConfigError(f"{listing} has no list of runs; run the sweep again to rewrite it")
+    return record
+
+
+def check_finished(runs_dir: Path, records: list[RunRecord], sweep: dict) -> None:
+    """Raise ConfigError (one line) when no run under `runs_dir` has finished."""
+    if any(r.finished for r in records):
+        return
+    count = f"{len(records)} run{'' if len(records) == 1 else 's'} with checkpoints"
+    how = (
+        f"python -m hornn_dist.sweep {sweep['sweep']}"
+        if sweep.get("sweep")
+        else ("python -m hornn_dist.sweep SWEEP.toml (or python -m hornn_dist.train CONFIG)")
+    )
+    raise ConfigError(
+        f"no finished run under {runs_dir} ({count}, none finished): train them with {how}"
+    )
+
+
+def render_report(
+    runs_dir: Path,
+    records: list[RunRecord],
+    layout: str,
+    paper: str,
+    command: str,
+    plots: list[Path],
+) -> str:
+    """Return the whole report.md: title, date, command, tables and links to the plots."""
+    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    finished = sum(r.finished for r in records)
+    head = (
+        f"# HORNN sweep report: {runs_dir.name}\n\n"
+        f"Written {date} by `{command}` from {len(records)} runs in `{runs_dir}` "
+        f"({finished} finished); layout {layout}, paper's numbers: {paper}. Each model's run is "
+        "its recipe with the lowest best validation perplexity.\n\n"
+    )
+    text = head + render_tables(records, layout, paper)
+    if plots:
+        links = "\n\n".join(f"![{PLOT_TITLES[p.name]}]({p.name})" for p in plots)
+        text += f"\n## Plots\n\n{links}\n"
+    return text
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,266 @@
+"""`python -m hornn_dist.report`: the tables and plots of a real sweep of tiny runs (one of them
+stopped unfinished by SIGTERM), the recipe picked by validation, the paper's numbers beside
+ours, and the one-line errors."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hornn_dist.config import load_config
+from hornn_dist.experiments.paper import paper_model, paper_ppl
+from hornn_dist.experiments.results import RunRecord, read_run, read_runs
+from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
+from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+
+SWEEP = """
+base = "config.toml"
+output_dir = "{runs}"
+layout = "orders"
+paper = "ptb"
+set = {{ "train.max_steps" = 6, "train.eval_every" = 2, "train.checkpoint_every" = 0 }}
+
+[[runs]]
+name = "rnn"
+set = {{ "model.order" = 1, "model.pooling" = "sum" }}
+
+[[runs]]
+name = "hornn{{model.order}}-fofe"
+set = {{ "model.pooling" = "fofe" }}
+grid = {{ "model.order" = [2, 3] }}
+
+[[runs]]
+name = "fofe3-a{{model.alpha}}"
+set = {{ "model.pooling" = "fofe", "model.order" = 3 }}
+grid = {{ "model.alpha" = [0.3] }}
+
+[[runs]]
+name = "lstm"  # trains until the test stops the sweep with SIGTERM
+set = {{ "model.arch" = "lstm", "train.max_steps" = 0, "train.epochs" = 1000, "optim.stop_improvement" = 0 }}
+"""
+FINISHED = ["rnn", "hornn2-fofe", "hornn3-fofe", "fofe3-a0.3"]
+PLOTS = ("orders.png", "alpha.png", "valid_curves.png")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Return the output_dir of a real sweep: four finished runs and an LSTM stopped mid-run."""
+    folder = tmp_path_factory.mktemp("report")
+    write_tiny_config(folder)
+    runs = folder / "runs"
+    sweep = folder / "sweep.toml"
+    sweep.write_text(SWEEP.format(runs=runs))
+    with open(folder / "sweep.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hornn_dist.sweep", str(sweep)],
+            cwd=REPO,
+            env=env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_for(runs / "lstm" / "train.log", "step 2:", proc)
+            proc.send_signal(signal.SIGTERM)  # passed on to the LSTM, which checkpoints
+            assert proc.wait(timeout=120) == 0, (folder / "sweep.log").read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    lstm = read_run(runs / "lstm")
+    assert lstm is not None and not lstm.finished, (folder / "sweep.log").read_text()
+    return runs
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if path.is_file() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path} (sweep exit {proc.poll()})")
+
+
+def _table(markdown: str, heading: str) -> list[dict[str, str]]:
+    """Return the rows of the first table after `heading` as {header: cell}."""
+    lines = markdown[markdown.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    headers = table[0]
+    assert set(table[1]) <= {"---", "---:"}
+    return [dict(zip(headers, row, strict=True)) for row in table[2:]]
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_report_writes_tables_with_the_papers_numbers_and_real_pngs(
+    runs: Path, tmp_path: Path
+) -> None:
+    from PIL import Image
+
+    out = tmp_path / "out"
+    proc = run_module("hornn_dist.report", str(runs), "--out", str(out))
+    check_ok(proc)
+    markdown = (out / "report.md").read_text()
+    assert proc.stdout == markdown
+    assert f"wrote {out / 'report.md'}" in proc.stderr
+    records = {r.name: r for r in read_runs(runs)}
+
+    best = _table(markdown, "## Best run of each model")
+    assert [row["run"] for row in best] == FINISHED  # one row per finished run, sweep order
+    for row in best:
+        record = records[row["run"]]
+        for column, value in (
+            ("test ppl", record.test_ppl),
+            ("best valid ppl", record.best_valid_ppl),
+        ):
+            assert math.isfinite(float(row[column])) and row[column] == f"{value:.2f}"
+        assert row["paper (PTB, H 400)"] == f"{paper_ppl(paper_model(record.config), 'ptb'):g}"
+    assert [row["paper (PTB, H 400)"] for row in best] == ["123", "103", "101", "101"]
+    assert best[0]["× RNN"] == "1.000"
+
+    by_order = {row["model"]: row for row in _table(markdown, "## Test perplexity by order")}
+    assert by_order["RNN"]["1st order: paper (PTB, H 400)"] == "123"
+    assert by_order["FOFE HORNN"]["2nd order: ours"] == f"{records['hornn2-fofe'].test_ppl:.2f}"
+    assert by_order["FOFE HORNN"]["2nd order: paper (PTB, H 400)"] == "103"
+
+    lstm = records["lstm"]
+    assert f"Not finished, left out: lstm (step {lstm.step})" in markdown
+    every = {row["run"]: row for row in _table(markdown, "## All runs")}
+    assert set(every) == {*FINISHED, "lstm"}
+    assert every["lstm"]["finished"] == f"no (step {lstm.step})"
+
+    for name in PLOTS:
+        assert f"]({name})" in markdown
+        with Image.open(out / name) as image:
+            image.verify()
+        with Image.open(out / name) as image:
+            image.load()
+            assert image.format == "PNG" and image.width > 0 and image.height > 0
+
+
+def test_flags_override_the_sweeps_layout_and_paper(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "alpha"
+    proc = run_module(
+        "hornn_dist.report", str(runs), "--out", str(out), "--layout", "alpha", "--paper", "text8"
+    )
+    check_ok(proc)
+    rows = _table(proc.stdout, "## Test perplexity by forgetting factor α")
+    assert [(row["α"], row["run"]) for row in rows] == [
+        ("0.3", "fofe3-a0.3"),
+        ("0.6", "hornn2-fofe"),
+        ("0.6", "hornn3-fofe"),
+    ]
+    assert "## Test perplexity by order" not in proc.stdout
+    assert {p.name for p in out.glob("*.png")} == set(PLOTS)  # what the runs support, any layout
+
+    records = read_runs(runs)
+    text8 = _table(render_tables(records, "summary", "text8"), "## Best run")
+    assert [row["paper (text8, H 500)"] for row in text8] == ["184", "—", "154", "154"]
+    plain = render_tables(records, "summary", "none")
+    assert "paper (" not in plain and "× RNN" in plain
+
+
+def _record(name: str, recipe: str, valid: float, test: float, finished: bool = True) -> RunRecord:
+    return RunRecord(
+        name=f"{name}--{recipe}",
+        folder=Path(name),
+        config=load_config(None, ["model.pooling='fofe'", "model.order=3"]),
+        model=name,
+        recipe=recipe,
+        finished=finished,
+        best_valid_ppl=valid,
+        test_ppl=test,
+    )
+
+
+def test_each_model_keeps_its_recipe_with_the_lowest_valid_ppl_never_the_test() -> None:
+    records = [
+        _record("hornn3-fofe", "value5", valid=120.0, test=90.0),  # best test, worse valid
+        _record("hornn3-fofe", "norm025", valid=110.0, test=130.0),
+        _record("hornn3-fofe", "quick", valid=100.0, test=80.0, finished=False),
+        _record("hornn3-fofe", "nan", valid=math.nan, test=70.0),
+    ]
+    picked = pick_best(records)
+    assert [(r.model, r.recipe) for r in picked] == [("hornn3-fofe", "norm025")]
+    row = _table(summary_table(picked, "ptb"), "|")[0]
+    assert (row["recipe"], row["test ppl"], row["paper (PTB, H 400)"]) == (
+        "norm025",
+        "130.00",
+        "101",
+    )
+
+
+def test_paper_models_of_each_arch() -> None:
+    cases = {
+        ("model.arch='hornn'", "model.order=1", "model.pooling='gated'"): ("RNN", 123, 184),
+        ("model.pooling='sum'", "model.order=2"): ("HORNN (2nd order)", 111, None),
+        ("model.pooling='max'", "model.order=4"): ("Max HORNN (4th order)", 108, None),
+        ("model.pooling='gated'", "model.order=3"): ("Gated HORNN (3rd order)", 100, 144),
+        ("model.arch='lstm'",): ("LSTM", 117, 156),
+        ("model.arch='rnn'",): ("RNN (nn.RNN)", None, None),
+        ("model.arch='gru'",): ("GRU", None, None),
+    }
+    for overrides, (label, ptb, text8) in cases.items():
+        model = paper_model(load_config(None, list(overrides)))
+        assert (model.label, paper_ppl(model, "ptb"), paper_ppl(model, "text8")) == (
+            label,
+            ptb,
+            text8,
+        ), overrides
+
+
+def test_stop_reasons_are_shortened() -> None:
+    assert short_stop("reached train.max_steps = 4") == "max_steps 4"
+    assert short_stop("trained train.epochs = 15 epochs") == "15 epochs"
+    assert short_stop("converged: epoch 7 lowered the validation loss by 0.1%") == (
+        "converged (epoch 7)"
+    )
+    assert short_stop("stopped by SIGTERM; run again to resume") == "stopped by SIGTERM"
+
+
+def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:
+    line = _one_line_error(run_module("hornn_dist.report", str(tmp_path / "nope")))
+    assert f"runs folder {tmp_path / 'nope'} not found" in line
+    assert "pass the output_dir of a sweep, e.g. runs/sweeps/demo_orders" in line
+
+
+def test_a_folder_without_a_finished_run_is_one_line(runs: Path, tmp_path: Path) -> None:
+    only = tmp_path / "only_unfinished"
+    shutil.copytree(runs / "lstm", only / "lstm")
+    line = _one_line_error(run_module("hornn_dist.report", str(only)))
+    assert f"no finished run under {only} (1 run with checkpoints, none finished)" in line
+    assert "python -m hornn_dist.sweep" in line
+    assert not (only / "report").exists()
+
+
+def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; "
+        f"sys.argv = ['hornn_dist.report', {str(runs)!r}, '--out', {str(out)!r}]; "
+        "runpy.run_module('hornn_dist.report', run_name='__main__', alter_sys=True)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env()
+    )
+    line = _one_line_error(proc)
+    assert line == (
+        'error: report\'s plots need matplotlib: pip install -e ".[report]" (or pass --no-plots)'
+    )
+    assert not out.exists()
