@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import logging
 import shlex
 import sys
 from pathlib import Path
 
 from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import LAYOUTS, PAPERS, RUNS_FILE
-from hornn_dist.experiments.results import RunRecord, read_runs
+from hornn_dist.experiments.plan import LAYOUTS, PAPERS
+from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record
 from hornn_dist.experiments.tables import pick_best, render_tables
 from hornn_dist.runtime import run_cli, setup_logging
 
@@ -55,7 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     """Write the report of a sweep from the command line; return the exit code."""
     args = parse_args(argv)
     setup_logging(True)
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font-cache notes
     runs_dir = Path(args.runs_dir)
     sweep = read_sweep_record(runs_dir)
     layout = args.layout or sweep.get("layout", "summary")
@@ -91,29 +89,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _argv(argv: list[str] | None) -> list[str]:
     return sys.argv[1:] if argv is None else list(argv)
-
-
-def read_sweep_record(runs_dir: Path) -> dict:
-    """Return the sweep.json of `runs_dir` ({} without one); raise ConfigError (one line) when
-    the folder is missing or the file unreadable."""
-    if not runs_dir.is_dir():
-        what = "is a file, not a folder" if runs_dir.exists() else "not found"
-        raise ConfigError(
-            f"runs folder {runs_dir} {what}; pass the output_dir of a sweep, "
-            "e.g. runs/sweeps/demo_orders"
-        )
-    listing = runs_dir / RUNS_FILE
-    if not listing.is_file():
-        return {}
-    try:
-        record = json.loads(listing.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(
-            f"{listing} is unreadable ({err}); run the sweep again to rewrite it"
-        ) from None
-    if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
-        raise ConfigError(f"{listing} has no list of runs; run the sweep again to rewrite it")
-    return record
 
 
 def check_finished(runs_dir: Path, records: list[RunRecord], sweep: dict) -> None:

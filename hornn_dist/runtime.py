@@ -73,7 +73,7 @@ def setup_logging(is_main: bool) -> None:
         datefmt="%H:%M:%S",
         force=True,
     )
-    for noisy in ("accelerate", "torch", "datasets", "filelock", "fsspec", "urllib3"):
+    for noisy in ("accelerate", "torch", "datasets", "filelock", "fsspec", "urllib3", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -170,5 +170,6 @@ def describe_hardware(device: torch.device, processes: int) -> str:
 
     name = name or platform.processor() or platform.machine() or "CPU"
     threads = torch.get_num_threads()
-    per = f"{processes} processes x {threads} threads" if processes > 1 else f"{threads} threads"
+    per = f"{threads} thread{'s' if threads > 1 else ''}"
+    per = f"{processes} processes x {per}" if processes > 1 else per
     return f"{name} ({per})"

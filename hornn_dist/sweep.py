@@ -3,17 +3,19 @@
 Each run is an ordinary `hornn_dist.train` run in `output_dir/NAME` (see
 `hornn_dist/experiments/plan.py` for the sweep file). Running the same command again skips the
 finished runs and resumes the unfinished ones. On a machine with several GPUs one run trains
-per GPU at a time. Then `python -m hornn_dist.report OUTPUT_DIR` writes the tables and plots.
+per GPU at a time; on a CPU machine `--jobs N` trains N at a time on a share of the cores each.
+Then `python -m hornn_dist.report OUTPUT_DIR` writes the tables and plots.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
-from hornn_dist.experiments.runner import run_sweep, train_command
+from hornn_dist.experiments.runner import cpu_slots, gpu_slots, run_sweep, train_command
 from hornn_dist.runtime import run_cli, setup_logging
 
 logger = logging.getLogger("hornn_dist.sweep")
@@ -35,10 +37,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="override a config value in every run (repeatable), e.g. --set train.epochs=2",
     )
     parser.add_argument(
-        "--gpus",
+        "--jobs",
         type=int,
         default=None,
-        help="train this many runs at once, one per GPU (default: every visible GPU; 0 or 1: one run at a time)",
+        help="runs trained at once: one per GPU (default: every visible GPU), or without GPUs "
+        "sharing the CPU cores (default 1)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="list the runs and their commands, train nothing"
@@ -55,17 +58,23 @@ def main(argv: list[str] | None = None) -> int:
         for run in plan.runs:
             print(f"{run.name}: {' '.join(train_command(plan, run))}")
         return 0
-    gpus = visible_gpus() if args.gpus is None else args.gpus
-    if gpus < 0:
-        raise ConfigError(f"--gpus must be 0 or more, got {gpus}")
+    gpus = visible_gpus()
+    jobs = args.jobs if args.jobs is not None else max(gpus, 1)
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be 1 or more, got {jobs}")
+    if gpus and jobs > gpus:
+        raise ConfigError(f"--jobs {jobs} is more than the {gpus} visible GPU(s); one run per GPU")
+    slots = gpu_slots(jobs) if gpus else cpu_slots(jobs, os.cpu_count() or 1)
     logger.info(
         "sweep %s: %d runs in %s, %s",
         plan.path,
         len(plan.runs),
         plan.output_dir,
-        f"{gpus} at a time (one per GPU)" if gpus > 1 else "one at a time",
+        f"{jobs} at a time ({'one per GPU' if gpus else 'sharing the CPU cores'})"
+        if jobs > 1
+        else "one at a time",
     )
-    outcome = run_sweep(plan, gpus)
+    outcome = run_sweep(plan, slots)
     if outcome.interrupted:
         logger.info("sweep stopped: run the same command again to go on where it stopped")
         return 0

@@ -18,7 +18,7 @@ from hornn_dist.config import load_config
 from hornn_dist.experiments.paper import paper_model, paper_ppl
 from hornn_dist.experiments.results import RunRecord, read_run, read_runs
 from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
-from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+from tests.train_helpers import REPO, check_ok, env, markdown_table, run_module, write_tiny_config
 
 SWEEP = """
 base = "config.toml"
@@ -86,20 +86,6 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 18
     raise AssertionError(f"{text!r} never appeared in {path} (sweep exit {proc.poll()})")
 
 
-def _table(markdown: str, heading: str) -> list[dict[str, str]]:
-    """Return the rows of the first table after `heading` as {header: cell}."""
-    lines = markdown[markdown.index(heading) :].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append([cell.strip() for cell in line.strip("|").split(" | ")])
-    headers = table[0]
-    assert set(table[1]) <= {"---", "---:"}
-    return [dict(zip(headers, row, strict=True)) for row in table[2:]]
-
-
 def _one_line_error(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -121,7 +107,7 @@ def test_report_writes_tables_with_the_papers_numbers_and_real_pngs(
     assert f"wrote {out / 'report.md'}" in proc.stderr
     records = {r.name: r for r in read_runs(runs)}
 
-    best = _table(markdown, "## Best run of each model")
+    best = markdown_table(markdown, "## Best run of each model")
     assert [row["run"] for row in best] == FINISHED  # one row per finished run, sweep order
     for row in best:
         record = records[row["run"]]
@@ -134,14 +120,16 @@ def test_report_writes_tables_with_the_papers_numbers_and_real_pngs(
     assert [row["paper (PTB, H 400)"] for row in best] == ["123", "103", "101", "101"]
     assert best[0]["× RNN"] == "1.000"
 
-    by_order = {row["model"]: row for row in _table(markdown, "## Test perplexity by order")}
+    by_order = {
+        row["model"]: row for row in markdown_table(markdown, "## Test perplexity by order")
+    }
     assert by_order["RNN"]["1st order: paper (PTB, H 400)"] == "123"
     assert by_order["FOFE HORNN"]["2nd order: ours"] == f"{records['hornn2-fofe'].test_ppl:.2f}"
     assert by_order["FOFE HORNN"]["2nd order: paper (PTB, H 400)"] == "103"
 
     lstm = records["lstm"]
     assert f"Not finished, left out: lstm (step {lstm.step})" in markdown
-    every = {row["run"]: row for row in _table(markdown, "## All runs")}
+    every = {row["run"]: row for row in markdown_table(markdown, "## All runs")}
     assert set(every) == {*FINISHED, "lstm"}
     assert every["lstm"]["finished"] == f"no (step {lstm.step})"
 
@@ -160,7 +148,7 @@ def test_flags_override_the_sweeps_layout_and_paper(runs: Path, tmp_path: Path) 
         "hornn_dist.report", str(runs), "--out", str(out), "--layout", "alpha", "--paper", "text8"
     )
     check_ok(proc)
-    rows = _table(proc.stdout, "## Test perplexity by forgetting factor α")
+    rows = markdown_table(proc.stdout, "## Test perplexity by forgetting factor α")
     assert [(row["α"], row["run"]) for row in rows] == [
         ("0.3", "fofe3-a0.3"),
         ("0.6", "hornn2-fofe"),
@@ -170,7 +158,7 @@ def test_flags_override_the_sweeps_layout_and_paper(runs: Path, tmp_path: Path) 
     assert {p.name for p in out.glob("*.png")} == set(PLOTS)  # what the runs support, any layout
 
     records = read_runs(runs)
-    text8 = _table(render_tables(records, "summary", "text8"), "## Best run")
+    text8 = markdown_table(render_tables(records, "summary", "text8"), "## Best run")
     assert [row["paper (text8, H 500)"] for row in text8] == ["184", "—", "154", "154"]
     plain = render_tables(records, "summary", "none")
     assert "paper (" not in plain and "× RNN" in plain
@@ -198,7 +186,7 @@ def test_each_model_keeps_its_recipe_with_the_lowest_valid_ppl_never_the_test() 
     ]
     picked = pick_best(records)
     assert [(r.model, r.recipe) for r in picked] == [("hornn3-fofe", "norm025")]
-    row = _table(summary_table(picked, "ptb"), "|")[0]
+    row = markdown_table(summary_table(picked, "ptb"), "|")[0]
     assert (row["recipe"], row["test ppl"], row["paper (PTB, H 400)"]) == (
         "norm025",
         "130.00",

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.experiments.results import read_runs
-from tests.train_helpers import REPO, env, run_module, write_tiny_config
+from hornn_dist.experiments.runner import cpu_slots, gpu_slots
+from tests.train_helpers import REPO, env, markdown_table, run_module, write_tiny_config
 
 DEMO_ORDERS = REPO / "configs" / "sweeps" / "demo_orders.toml"
 # demo_orders shrunk to a few steps per run of a tiny model; the corpus is the bundled one
@@ -134,6 +136,22 @@ def test_a_failing_override_is_reported_before_anything_trains(tmp_path: Path) -
 # ---------------------------------------------------------------- running
 
 
+def test_slots_share_the_cores_or_take_one_gpu_each() -> None:
+    assert cpu_slots(1, 16) == [{}]  # one run: torch's own thread count
+    assert cpu_slots(2, 2) == [{"OMP_NUM_THREADS": "1"}] * 2
+    assert cpu_slots(3, 16) == [{"OMP_NUM_THREADS": "5"}] * 3
+    assert cpu_slots(4, 2) == [{"OMP_NUM_THREADS": "1"}] * 4
+    assert gpu_slots(1) == [{}]
+    assert gpu_slots(3) == [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(3)]
+
+
+def test_jobs_below_one_is_one_line(tmp_path: Path) -> None:
+    proc = run_module(
+        "hornn_dist.sweep", str(write_sweep(tmp_path, '[[runs]]\nname = "a"\n')), "--jobs", "0"
+    )
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: --jobs must be 1 or more, got 0"
+
+
 def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     # "b" asks for a corpus split that does not exist: training fails before its first step
     path = write_sweep(
@@ -143,8 +161,9 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
         f'[[runs]]\nname = "b"\nset = {{ "data.valid" = "{tmp_path / "missing.txt"}" }}\n'
         '[[runs]]\nname = "c"\n',
     )
-    proc = run_module("hornn_dist.sweep", str(path))
+    proc = run_module("hornn_dist.sweep", str(path), "--jobs", "2")  # two at a time
     assert proc.returncode == 1, proc.stderr
+    assert "3 runs in" in proc.stderr and "2 at a time (sharing the CPU cores)" in proc.stderr
     assert "[2/3] b: FAILED (exit 2)" in proc.stderr and "missing.txt" in proc.stderr
     assert "[3/3] c: done in" in proc.stderr
     assert "sweep done: 2 trained, 0 already finished, 1 failed" in proc.stderr
@@ -192,6 +211,21 @@ def test_demo_orders_interrupted_and_started_again_runs_only_the_missing_runs(
     assert all(r.finished and math.isfinite(r.test_ppl) for r in records)
     assert json.loads((out / "sweep.json").read_text())["layout"] == "orders"
     assert time.monotonic() - started < 300
+
+    report = run_module("hornn_dist.report", str(out))
+    assert report.returncode == 0, report.stderr
+    markdown = (out / "report" / "report.md").read_text()
+    every = markdown_table(markdown, "## All runs")
+    assert [row["run"] for row in every] == [r.name for r in records]  # one row per run
+    for row in every:
+        assert math.isfinite(float(row["test ppl"])) and math.isfinite(float(row["best valid ppl"]))
+    by_order = {row["model"]: row for row in markdown_table(markdown, "## Test perplexity by order")}
+    assert set(by_order) == {"RNN", "HORNN", "Max HORNN", "FOFE HORNN", "Gated HORNN"}
+    assert by_order["Gated HORNN"]["4th order: paper (PTB, H 400)"] == "100"
+    for name in ("orders.png", "valid_curves.png"):
+        with Image.open(out / "report" / name) as image:
+            image.load()  # decodes every pixel: a broken file raises
+            assert image.format == "PNG" and image.width > 100 and image.height > 100
 
 
 def _checkpoint_stamps(folder: Path) -> dict[str, int]:

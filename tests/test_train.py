@@ -247,6 +247,8 @@ def test_sigterm_checkpoints_and_exits_zero(workdir: Path) -> None:
     newest = list_checkpoints(out)[-1]
     state = read_trainer_state(newest)
     assert state["step"] >= 20 and state["epoch"] < 1000
+    assert state["stop_reason"] == "stopped by SIGTERM; run again to resume"
+    assert f"training ended at step {state['step']}: stopped by SIGTERM" in log
     assert "test:" not in log  # stopped early: no final test pass
 
 

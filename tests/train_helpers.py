@@ -158,3 +158,17 @@ def check_ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, (
         f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
     )
+
+
+def markdown_table(markdown: str, heading: str) -> list[dict[str, str]]:
+    """Return the rows of the first Markdown table after `heading` as {header: cell}."""
+    lines = markdown[markdown.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    headers = table[0]
+    assert set(table[1]) <= {"---", "---:"}
+    return [dict(zip(headers, row, strict=True)) for row in table[2:]]

@@ -10,7 +10,7 @@ from typing import Any
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
-from hornn_dist.errors import HornnError
+from hornn_dist.errors import ConfigError, HornnError
 from hornn_dist.experiments.plan import RUNS_FILE
 from hornn_dist.training.resume import completion
 
@@ -74,9 +74,9 @@ def read_run(folder: Path, name: str = "", model: str = "", recipe: str = "") ->
 def read_runs(runs_dir: Path) -> list[RunRecord]:
     """Return the records of every run under `runs_dir` that has a checkpoint: the sweep's runs
     in its order when runs_dir holds a sweep.json, else every sub-folder by name."""
-    listing = runs_dir / RUNS_FILE
-    if listing.is_file():
-        entries: list[dict[str, Any]] = json.loads(listing.read_text())["runs"]
+    sweep = read_sweep_record(runs_dir)
+    if sweep:
+        entries: list[dict[str, Any]] = sweep["runs"]
     else:
         entries = [{"name": p.name} for p in sorted(runs_dir.iterdir()) if p.is_dir()]
     records = []
@@ -87,3 +87,26 @@ def read_runs(runs_dir: Path) -> list[RunRecord]:
         if record is not None:
             records.append(record)
     return records
+
+
+def read_sweep_record(runs_dir: Path) -> dict:
+    """Return the sweep.json of `runs_dir` ({} without one); raise ConfigError (one line) when
+    the folder is missing or the file unreadable."""
+    if not runs_dir.is_dir():
+        what = "is a file, not a folder" if runs_dir.exists() else "not found"
+        raise ConfigError(
+            f"runs folder {runs_dir} {what}; pass the output_dir of a sweep, "
+            "e.g. runs/sweeps/demo_orders"
+        )
+    listing = runs_dir / RUNS_FILE
+    if not listing.is_file():
+        return {}
+    try:
+        record = json.loads(listing.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(
+            f"{listing} is unreadable ({err}); run the sweep again to rewrite it"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
+        raise ConfigError(f"{listing} has no list of runs; run the sweep again to rewrite it")
+    return record

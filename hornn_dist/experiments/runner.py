@@ -1,7 +1,8 @@
 """Run a sweep's training runs as ordinary `hornn_dist.train` processes, one per slot at a time.
 
-A slot is the CPU (one run at a time) or one GPU (`CUDA_VISIBLE_DEVICES=i`, one run per GPU
-at a time). A finished run is skipped; an unfinished one resumes from its checkpoints (the
+A slot is one GPU (`CUDA_VISIBLE_DEVICES=i`, one run per GPU at a time) or, without GPUs, a
+share of the CPU cores (`OMP_NUM_THREADS` = cores / jobs, so concurrent runs do not fight over
+the same cores). A finished run is skipped; an unfinished one resumes from its checkpoints (the
 trainer's own resume). Each run's output goes to `output_dir/NAME/train.log`; the sweep prints
 one line as a run starts and one as it ends. A failed run is reported and the sweep goes on.
 SIGINT/SIGTERM are passed to the running runs, which checkpoint and exit, and the sweep stops.
@@ -49,8 +50,11 @@ class _Running:
     log: object
 
 
-def run_sweep(plan: SweepPlan, gpus: int = 0, poll_seconds: float = 1.0) -> SweepOutcome:
-    """Train every run of `plan` not finished yet, `max(gpus, 1)` at a time; return the outcome."""
+def run_sweep(
+    plan: SweepPlan, slots: list[dict[str, str]], poll_seconds: float = 1.0
+) -> SweepOutcome:
+    """Train every run of `plan` not finished yet, one per slot (`slots`: each one's extra
+    environment, from `gpu_slots` or `cpu_slots`) at a time; return the outcome."""
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     (plan.output_dir / RUNS_FILE).write_text(json.dumps(plan.record(), indent=1))
     outcome = SweepOutcome()
@@ -69,7 +73,6 @@ def run_sweep(plan: SweepPlan, gpus: int = 0, poll_seconds: float = 1.0) -> Swee
             )
         else:
             todo.append((index, run))
-    slots = [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(gpus)] if gpus > 1 else [{}]
     free = list(range(len(slots)))
     running: list[_Running] = []
     stop = _SignalForwarder(lambda: [r.process for r in running])
@@ -87,6 +90,18 @@ def run_sweep(plan: SweepPlan, gpus: int = 0, poll_seconds: float = 1.0) -> Swee
     return outcome
 
 
+def gpu_slots(gpus: int) -> list[dict[str, str]]:
+    """Return one slot per GPU (a single slot, the default device, for one GPU)."""
+    return [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(gpus)] if gpus > 1 else [{}]
+
+
+def cpu_slots(jobs: int, cores: int) -> list[dict[str, str]]:
+    """Return `jobs` slots sharing `cores` CPU cores (at least one thread each)."""
+    if jobs <= 1:
+        return [{}]
+    return [{"OMP_NUM_THREADS": str(max(1, cores // jobs))} for _ in range(jobs)]
+
+
 def train_command(plan: SweepPlan, run: PlannedRun) -> list[str]:
     """Return the command line that trains one run of the sweep."""
     command = [sys.executable, "-m", "hornn_dist.train", str(plan.base)]
@@ -102,7 +117,13 @@ def _start(
     folder.mkdir(parents=True, exist_ok=True)
     log = open(folder / LOG_FILE, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end)
     resuming = read_run(folder) is not None
-    where = f" on GPU {slots[slot]['CUDA_VISIBLE_DEVICES']}" if slots[slot] else ""
+    env_slot = slots[slot]
+    if "CUDA_VISIBLE_DEVICES" in env_slot:
+        where = f" on GPU {env_slot['CUDA_VISIBLE_DEVICES']}"
+    elif "OMP_NUM_THREADS" in env_slot:
+        where = f" with {env_slot['OMP_NUM_THREADS']} CPU thread(s)"
+    else:
+        where = ""
     logger.info(
         "[%d/%d] %s: %s%s (log: %s)",
         index,

@@ -154,7 +154,8 @@ class Trainer:
         self._log_start()
         self.phase = "training"
         stopped = self._loop()
-        self._record_stop(stopped)
+        if not stopped:  # a signal's stop was recorded before its checkpoint
+            self._record_stop(by_signal=False)
         result = None if stopped else self._finish()
         if self.progress.last_saved_step != self.progress.step:
             self._save()
@@ -335,6 +336,7 @@ class Trainer:
                         self.stop.signal_name,
                         self.progress.step,
                     )
+                    self._record_stop(by_signal=True)
                     self._save()
                     return True
                 if self._reached_max_steps():
