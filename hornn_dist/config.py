@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import math
@@ -159,17 +160,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     """Return the validated RunConfig read from a TOML file (None = defaults) with overrides applied."""
     raw: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {path} not found; pass a TOML file such as configs/demo.toml"
-            )
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"config file {path} is not UTF-8 text: {err}") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
+        raw = read_toml(Path(path), "config file", "configs/demo.toml")
     for item in overrides:
         section, key, value = parse_override(item)
         if _field_type(section, key) is str and not isinstance(value, str):
@@ -223,6 +214,27 @@ def _user_keys(table: dict[str, Any]) -> frozenset[str] | None:
     (written before the writer kept only the set keys: judge by defaults there, as it was)."""
     every = {f.name for f in dataclasses.fields(DataConfig)}
     return None if every <= set(table) else frozenset(table)
+
+
+def add_set_option(
+    parser: argparse.ArgumentParser, help: str, metavar: str = "SECTION.KEY=VALUE"
+) -> None:
+    """Add the repeatable `--set section.key=value` option (into `overrides`) to a command."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar=metavar, help=help
+    )
+
+
+def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
+    """Return the tables of a TOML file; raise ConfigError (one line) naming `what` it is."""
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} not found; pass a TOML file such as {example}")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {path} is not UTF-8 text: {err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{what} {path} is not valid TOML: {err}") from None
 
 
 def parse_override(item: str) -> tuple[str, str, Any]:

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from hornn_dist.config import load_config
+from hornn_dist.config import add_set_option, load_config
 from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import ConfigError, HornnError
 
@@ -29,13 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m hornn_dist.prepare", description=__doc__.splitlines()[0]
     )
     parser.add_argument("config", help="the run's TOML file (its [data] section is used)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
+    add_set_option(
+        parser,
+        "override a key, e.g. --set data.min_count=5 (value in TOML syntax; the section defaults to data)",
         metavar="KEY=VALUE",
-        help="override a key, e.g. --set data.min_count=5 (value in TOML syntax; the section defaults to data)",
     )
     parser.add_argument(
         "--workers",

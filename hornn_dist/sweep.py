@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 
+from hornn_dist.config import add_set_option
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.experiments.runner import cpu_slots, gpu_slots, run_sweep, train_command
@@ -28,13 +29,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Train every run of a sweep file (skips finished runs, resumes the others).",
     )
     parser.add_argument("sweep", help="sweep file, e.g. configs/sweeps/demo_orders.toml")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value in every run (repeatable), e.g. --set train.epochs=2",
+    add_set_option(
+        parser, "override a config value in every run (repeatable), e.g. --set train.epochs=2"
     )
     parser.add_argument(
         "--jobs",

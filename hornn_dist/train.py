@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from hornn_dist.config import load_config
+from hornn_dist.config import add_set_option, load_config
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.trainer import Trainer
 
@@ -22,14 +22,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Train a HORNN language model (resumes from output_dir when checkpoints exist).",
     )
     parser.add_argument("config", help="run config TOML, e.g. configs/demo.toml")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value (repeatable), e.g. --set train.max_steps=100",
-    )
+    add_set_option(parser, "override a config value (repeatable), e.g. --set train.max_steps=100")
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--resume", metavar="PATH", help="resume from this checkpoint or run directory"

@@ -26,18 +26,12 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.config import RunConfig, did_you_mean, load_config, to_toml
+from hornn_dist.config import RunConfig, did_you_mean, load_config, read_toml, to_toml
 from hornn_dist.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 LAYOUTS = ("orders", "alpha", "summary")
 PAPERS = ("ptb", "text8", "none")
@@ -85,14 +79,7 @@ class SweepPlan:
 def read_sweep(path: str | Path, cli_overrides: tuple[str, ...] = ()) -> SweepPlan:
     """Return the SweepPlan of a sweep file; raise ConfigError (one line) on any problem."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(
-            f"sweep file {path} not found; pass one such as configs/sweeps/demo_orders.toml"
-        )
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"sweep file {path} is not valid TOML: {err}") from None
+    raw = read_toml(path, "sweep file", "configs/sweeps/demo_orders.toml")
     for key in raw:
         if key not in SWEEP_KEYS:
             raise ConfigError(f"{path}: unknown sweep key {key!r}{did_you_mean(key, SWEEP_KEYS)}")
