@@ -47,7 +47,14 @@ def write_tiny_config(folder: Path, train_words: int = 420, **sections: dict) ->
             "cache_dir": str(folder / "cache"),
         },
         "model": {"pooling": "gated", "order": 3, "hidden_size": 12, "embedding_size": 10},
-        "optim": {"lr": 0.3, "momentum": 0.5, "weight_decay": 1e-5, "max_col_norm": 3.0},
+        # no stopping rule: a test's run trains the epochs or steps it asks for
+        "optim": {
+            "lr": 0.3,
+            "momentum": 0.5,
+            "weight_decay": 1e-5,
+            "max_col_norm": 3.0,
+            "stop_improvement": 0.0,
+        },
         "train": {
             "batch_size": 4,
             "bptt": 8,
