@@ -64,11 +64,12 @@ lr = 0.25
 momentum = 0.8
 weight_decay = 0.0
 clip = 1.0
-clip_mode = "norm"
-max_col_norm = 4.0
+clip_mode = "value"
+max_col_norm = 2.0
 schedule = "fixed_then_halve"
 halve_after = 3
 min_lr = 0.001
+stop_improvement = 0.01
 
 [train]
 batch_size = 8
