@@ -171,6 +171,12 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     records = {r.name: r for r in read_runs(tmp_path / "runs")}
     assert set(records) == {"a", "c"} and all(r.finished for r in records.values())
 
+    # more steps for every run: the finished runs train on from their checkpoints
+    more = run_module("hornn_dist.sweep", str(path), "--set", "train.max_steps=3")
+    assert "[1/3] a: resuming" in more.stderr and "[3/3] c: resuming" in more.stderr
+    assert "already finished, skipped" not in more.stderr
+    assert {r.name: r.step for r in read_runs(tmp_path / "runs")} == {"a": 3, "c": 3}
+
 
 def test_demo_orders_interrupted_and_started_again_runs_only_the_missing_runs(
     tmp_path: Path,
@@ -220,7 +226,9 @@ def test_demo_orders_interrupted_and_started_again_runs_only_the_missing_runs(
     assert [row["run"] for row in every] == [r.name for r in records]  # one row per run
     for row in every:
         assert math.isfinite(float(row["test ppl"])) and math.isfinite(float(row["best valid ppl"]))
-    by_order = {row["model"]: row for row in markdown_table(markdown, "## Test perplexity by order")}
+    by_order = {
+        row["model"]: row for row in markdown_table(markdown, "## Test perplexity by order")
+    }
     assert set(by_order) == {"RNN", "HORNN", "Max HORNN", "FOFE HORNN", "Gated HORNN"}
     assert by_order["Gated HORNN"]["4th order: paper (PTB, H 400)"] == "100"
     for name in ("orders.png", "valid_curves.png"):

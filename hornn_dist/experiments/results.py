@@ -37,8 +37,15 @@ class RunRecord:
     valid_history: list[dict[str, float]] = field(default_factory=list)
 
 
-def read_run(folder: Path, name: str = "", model: str = "", recipe: str = "") -> RunRecord | None:
-    """Return the record of the run in `folder`, or None when it has no complete checkpoint."""
+def read_run(
+    folder: Path,
+    name: str = "",
+    model: str = "",
+    recipe: str = "",
+    planned: RunConfig | None = None,
+) -> RunRecord | None:
+    """Return the record of the run in `folder`, or None when it has no complete checkpoint;
+    `finished` judged by `planned` (a sweep's config for it now) or else the run's own config."""
     checkpoints = ckpt.list_checkpoints(folder, warn=False) if folder.is_dir() else []
     if not checkpoints:
         return None
@@ -57,7 +64,7 @@ def read_run(folder: Path, name: str = "", model: str = "", recipe: str = "") ->
         config=config,
         model=model or folder.name,
         recipe=recipe,
-        finished=bool(completion(state, config)),
+        finished=bool(completion(state, planned or config)),
         step=int(state.get("step", 0)),
         epochs=float(history[-1]["epoch"]) if history else float(state.get("epoch", 0)),
         best_valid_ppl=math.exp(best) if best < 700 else math.inf,

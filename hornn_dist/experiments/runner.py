@@ -61,7 +61,7 @@ def run_sweep(
     todo: list[tuple[int, PlannedRun]] = []
     total = len(plan.runs)
     for index, run in enumerate(plan.runs, 1):
-        record = read_run(plan.output_dir / run.name)
+        record = read_run(plan.output_dir / run.name, planned=run.config)
         if record is not None and record.finished:
             outcome.skipped += 1
             logger.info(
@@ -151,7 +151,7 @@ def _report_end(
     took = _duration(time.monotonic() - item.started)
     folder = plan.output_dir / item.run.name
     code = item.process.returncode
-    record = read_run(folder)
+    record = read_run(folder, planned=item.run.config)
     prefix = f"[{item.index}/{total}] {item.run.name}"
     if code == 0 and record is not None and record.finished:
         outcome.finished += 1
