@@ -38,7 +38,7 @@ class OptimConfig:
     weight_decay: float = 1e-6
     # the recipe that trained every model stably (README "Reproducing the paper", Recipes):
     clip: float = 0.25  # 0 = no clipping
-    clip_mode: str = "norm"  # norm: global L2 norm | value: the paper's hard clipping of each element
+    clip_mode: str = "norm"  # norm: global L2 norm | value: hard clip of each element (§4)
     max_col_norm: float = 4.0  # column normalisation threshold (0 = off)
     schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
     halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
