@@ -257,12 +257,13 @@ def to_toml(sections: dict[str, dict[str, Any]]) -> str:
     for section, values in sections.items():
         lines.append(f"[{section}]")
         for key, value in values.items():
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
         lines.append("")
     return "\n".join(lines)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """Return one value as a TOML literal (what `--set` and the config files parse back)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -270,7 +271,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return _toml_string(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.config import RunConfig, did_you_mean, load_config, read_toml, to_toml
+from hornn_dist.config import RunConfig, did_you_mean, load_config, read_toml, toml_value
 from hornn_dist.errors import ConfigError
 
 LAYOUTS = ("orders", "alpha", "summary")
@@ -126,13 +126,8 @@ def _overrides(path: Path, where: str, table: Any) -> tuple[str, ...]:
     for key, value in table.items():
         if "." not in key:
             raise ConfigError(f'{path}: {where} key {key!r} must be "section.key", e.g. "optim.lr"')
-        items.append(f"{key}={_toml_literal(value)}")
+        items.append(f"{key}={toml_value(value)}")
     return tuple(items)
-
-
-def _toml_literal(value: Any) -> str:
-    """Return value as the TOML literal `--set` parses back to the same value."""
-    return to_toml({"x": {"v": value}}).splitlines()[1].removeprefix("v = ")
 
 
 def _recipes(path: Path, table: Any) -> list[tuple[str, tuple[str, ...]]]:

@@ -24,6 +24,7 @@ from types import FrameType
 
 from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
 from hornn_dist.experiments.results import read_run
+from hornn_dist.experiments.tables import fmt_duration
 
 logger = logging.getLogger("hornn_dist.sweep")
 
@@ -58,7 +59,7 @@ def run_sweep(
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     (plan.output_dir / RUNS_FILE).write_text(json.dumps(plan.record(), indent=1))
     outcome = SweepOutcome()
-    todo: list[tuple[int, PlannedRun]] = []
+    todo: list[tuple[int, PlannedRun, bool]] = []  # (index, run, resuming)
     total = len(plan.runs)
     for index, run in enumerate(plan.runs, 1):
         record = read_run(plan.output_dir / run.name, planned=run.config)
@@ -72,15 +73,15 @@ def run_sweep(
                 record.test_ppl,
             )
         else:
-            todo.append((index, run))
+            todo.append((index, run, record is not None))
     free = list(range(len(slots)))
     running: list[_Running] = []
     stop = _SignalForwarder(lambda: [r.process for r in running])
     with stop:
         while (todo and not stop.requested) or running:
             while todo and free and not stop.requested:
-                index, run = todo.pop(0)
-                running.append(_start(plan, run, index, total, free.pop(0), slots))
+                index, run, resuming = todo.pop(0)
+                running.append(_start(plan, run, index, total, resuming, free.pop(0), slots))
             time.sleep(poll_seconds)
             for item in [r for r in running if r.process.poll() is not None]:
                 running.remove(item)
@@ -111,12 +112,17 @@ def train_command(plan: SweepPlan, run: PlannedRun) -> list[str]:
 
 
 def _start(
-    plan: SweepPlan, run: PlannedRun, index: int, total: int, slot: int, slots: list[dict]
+    plan: SweepPlan,
+    run: PlannedRun,
+    index: int,
+    total: int,
+    resuming: bool,
+    slot: int,
+    slots: list[dict],
 ) -> _Running:
     folder = plan.output_dir / run.name
     folder.mkdir(parents=True, exist_ok=True)
     log = open(folder / LOG_FILE, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end)
-    resuming = read_run(folder) is not None
     env_slot = slots[slot]
     if "CUDA_VISIBLE_DEVICES" in env_slot:
         where = f" on GPU {env_slot['CUDA_VISIBLE_DEVICES']}"
@@ -148,7 +154,7 @@ def _report_end(
     plan: SweepPlan, item: _Running, total: int, outcome: SweepOutcome, stopping: bool
 ) -> None:
     item.log.close()
-    took = _duration(time.monotonic() - item.started)
+    took = fmt_duration(time.monotonic() - item.started)
     folder = plan.output_dir / item.run.name
     code = item.process.returncode
     record = read_run(folder, planned=item.run.config)
@@ -190,12 +196,6 @@ def _last_error(log: Path) -> str:
         return "no log"
     errors = [line for line in lines if line.startswith("error:")]
     return (errors or lines or ["empty log"])[-1][:300]
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 class _SignalForwarder:

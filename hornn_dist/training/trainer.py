@@ -93,6 +93,7 @@ class Trainer:
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.core = acc.unwrap_model(self.model)
         rank, world = acc.process_index, acc.num_processes
+        self.hardware = describe_hardware(acc.device, world)  # for trainer_state.json
         # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
         self.train_stream = TBPTTStream(
             self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
@@ -537,7 +538,7 @@ class Trainer:
             "stop_reason": self.progress.stop_reason,
             "train_seconds": self._train_seconds(),
             "tokens_per_sec": self._mean_tokens_per_sec(),
-            "hardware": describe_hardware(acc.device, acc.num_processes),
+            "hardware": self.hardware,
             "parameters": self.core.num_parameters(),
             "valid_history": self.progress.valid_history,
             "vocab_hash": self.corpus.vocab_hash,
