@@ -7,10 +7,11 @@
 
 Measured on the machine it runs on, per config:
 
-* compute: the per-process step time of the trainer's own step (`TrainStep`, eager, as every
-  rank runs it under DDP) at the per-process batch b (`--batch-per-process`, default the
-  config's B: paper 20, big 128), as `throughput.py` times it;
-* bytes: what DDP all-reduces per step, the gradients of every parameter,
+* compute: the per-process step time of the trainer's own step (`TrainStep`: replayed CUDA
+  graphs on CUDA, eager on CPU, as every rank runs it) without its all-reduce, at the
+  per-process batch b (`--batch-per-process`, default the config's B: paper 20, big 128), as
+  `throughput.py` times it;
+* bytes: what the step all-reduces per step, its flat buffer of every parameter's gradient,
   sum(numel) x 4 bytes (fp32 gradients: the parameters stay fp32 under bf16 autocast);
 * all-reduce: a real `torch.distributed.all_reduce` of a float32 tensor of that many bytes, on
   CPU between 2 processes over gloo on 127.0.0.1, on CUDA in a 1-process NCCL group (no link:
@@ -19,8 +20,8 @@ Measured on the machine it runs on, per config:
 Projected for N GPUs (weak scaling: each rank keeps b streams, the global batch is N·b):
 
     all-reduce(N) = 2(N-1)/N · bytes / bandwidth + 2(N-1) · latency        (ring; 0 at N = 1)
-    step(N)       = compute + all-reduce(N)       (no overlap: DDP overlaps its buckets with
-                                                  the backward, so this efficiency is a floor)
+    step(N)       = compute + all-reduce(N)       (the step all-reduces between its backward
+                                                  and its update: nothing overlaps it)
     tokens/s(N)   = N · b · T / step(N)
     efficiency(N) = tokens/s(N) / (N · tokens/s(1))
 
@@ -39,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,6 +58,7 @@ from throughput import (  # noqa: E402
     Case,
     Runner,
     comma_list,
+    free_port,
     script_meta,
     write_json,
 )
@@ -69,6 +70,7 @@ INTER_GBPS = 50.0  # 400 Gb/s NDR InfiniBand, one NIC per GPU
 LATENCY_US = 5.0  # per ring step: an assumption
 GRAD_BYTES = 4  # fp32 gradients
 WORKER_FLAG = "--allreduce-worker"
+MODE = {"cuda": "graphed", "cpu": "eager"}  # how the trainer runs its step on each device
 
 
 class Parser(argparse.ArgumentParser):
@@ -186,13 +188,6 @@ def project(
     return rows
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def allreduce_worker(argv: list[str]) -> None:
     """One rank of the measured all-reduce: time `repeats` all-reduces of `numel` float32s;
     rank 0 prints the seconds of each as one JSON line."""
@@ -273,10 +268,9 @@ def measure_config(config: str, args: argparse.Namespace, device: torch.device) 
     shape = replace(CONFIGS[config], **overrides)
     if args.batch_per_process:
         shape = replace(shape, batch=args.batch_per_process)
-    case = Case(args.variant, config, args.precision, "eager")
+    case = Case(args.variant, config, args.precision, MODE[device.type])
     runner = Runner(case, shape, SimpleNamespace(layers=1, order=3), device)
-    for _ in range(args.warmup):
-        runner.step()
+    runner.warmup(args.warmup)
     rounds = [runner.run(args.steps) / args.steps for _ in range(args.rounds)]
     step_s = statistics.median(rounds)
     params = [p for p in runner.model.parameters() if p.requires_grad]
@@ -342,7 +336,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     device = torch.device(args.device)
     meta = script_meta("scaling.py", argv, args, device)
     meta.update(
-        step="hornn_dist.training.step.TrainStep (eager, as under DDP)",
+        step=f"hornn_dist.training.step.TrainStep ({MODE[device.type]}, as each rank runs it)",
         model="projected: ring all-reduce = 2(N-1)/N * bytes / bus bandwidth + 2(N-1) * "
         "latency; step = compute + all-reduce (no overlap); tokens/s = N * b * T / step; "
         "efficiency = tokens/s(N) / (N * tokens/s(1))",
@@ -359,7 +353,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(
         f"projected: intra-node {args.intra_gbps:g} GB/s up to {args.gpus_per_node} GPUs, "
         f"inter-node {args.inter_gbps:g} GB/s above, {args.latency_us:g} µs per ring step; "
-        "no overlap of all-reduce and backward (an efficiency floor)"
+        "the all-reduce runs between backward and update, not overlapped"
     )
     print(f"wrote {args.json}")
     return rows

@@ -14,11 +14,17 @@ them on every replay, as the trainer's graph does. Under bf16/fp16 the forward r
 `torch.autocast` as Accelerate's prepared model runs it; fp16 rows have no gradient scaler
 (the trainer's fp16 adds Accelerate's, which keeps its step eager). Every mode runs that step:
 
-    eager     TrainStep.run every step, as the trainer on CPU, under DDP or fp16
+    eager     TrainStep.run every step, as the trainer on CPU or with fp16
     graphed   (CUDA) TrainStep's own CUDA graph, as the trainer on one GPU: WARMUP_STEPS
               eager steps on a side stream, then captured and replayed; the warm-up runs at
               least WARMUP_STEPS + 1 steps, so every timed step is a replay
-    compiled  torch.compile of TrainStep's body, default mode (--compile)
+    compiled  torch.compile of TrainStep's two parts, default mode (--compile)
+    eager-ar, graphed-ar, ingraph-ar
+              what a rank of a multi-process run runs: the step averages its flat gradients
+              with one all-reduce (TrainStep(reduce=True)), eagerly, between two graphs (the
+              trainer's choice) or inside one graph (NCCL). Unless launched with more ranks,
+              the group is this one process (NCCL on CUDA, gloo on CPU): the cost of the
+              all-reduce path, not of the wire (scaling.py projects that)
 
 Configs (order 3, one layer, E = H):
 
@@ -57,6 +63,7 @@ import math
 import os
 import platform
 import shlex
+import socket
 import statistics
 import sys
 import time
@@ -131,7 +138,11 @@ VARIANTS: dict[str, ModelConfig] = {
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:
 TRITON_VARIANTS = "hornn-sum-triton,hornn-max-triton,hornn-fofe-triton,hornn-gated-triton"
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype
-MODES = ("eager", "graphed", "compiled")
+# The *-ar modes give the step `reduce=True` (TrainStep's multi-process path: one all-reduce
+# of the flat gradients) in a one-process group (NCCL on CUDA, gloo on CPU) unless launched
+# with more: what a rank of a multi-process run runs, less the wire time that scaling.py adds.
+ALL_REDUCE_MODES = {"eager-ar": "eager", "graphed-ar": "graphed", "ingraph-ar": "graphed"}
+MODES = ("eager", "graphed", "compiled", *ALL_REDUCE_MODES)
 
 
 @dataclass(frozen=True)
@@ -181,8 +192,11 @@ class Runner:
     """One case ready to time: the trainer's TrainStep around a fresh model, and token blocks."""
 
     def __init__(self, case: Case, shape: Shape, args: argparse.Namespace, device: torch.device):
-        if case.mode == "graphed" and device.type != "cuda":
-            raise RuntimeError("graphed mode needs --device cuda")
+        how = ALL_REDUCE_MODES.get(case.mode, case.mode)  # eager, graphed or compiled
+        if how == "graphed" and device.type != "cuda":
+            raise RuntimeError(f"{case.mode} mode needs --device cuda")
+        if case.mode in ALL_REDUCE_MODES:
+            join_process_group(device)
         cfg = VARIANTS[case.variant]
         if cfg.arch == "hornn" and cfg.engine == "triton":  # an error row, not a failed step later
             from hornn_dist.models.triton_scan import check_available
@@ -204,13 +218,16 @@ class Runner:
             batch_size=shape.batch,
             bptt=shape.bptt,
             optim=OPTIM,
-            graph_reason=None if case.mode == "graphed" else f"{case.mode} mode",
+            graph_reason=None if how == "graphed" else f"{case.mode} mode",
+            reduce=case.mode in ALL_REDUCE_MODES,
+            reduce_in_graph=case.mode == "ingraph-ar",
             autocast=(
                 contextlib.nullcontext
                 if dtype is None
                 else lambda: torch.autocast(device_type=device.type, dtype=dtype)
             ),
         )
+        self.graphed = how == "graphed"
         if case.mode == "compiled":
             # Dynamo guards on the optimizer object: every compiled row adds entries for the
             # same code (the step's body, SGD.step); past the default limit of 8 it silently
@@ -232,11 +249,11 @@ class Runner:
         capture, so that every timed step replays the graph."""
         if self.case.mode == "compiled":
             steps = max(steps, 3)  # compile; recompile once SGD's momentum buffers exist
-        if self.case.mode == "graphed":
+        if self.graphed:
             steps = max(steps, WARMUP_STEPS + 1)  # the last captures the step and replays it
         for _ in range(steps):
             self.step()
-        if self.case.mode == "graphed" and self.train.graph is None:
+        if self.graphed and not self.train.graphs:
             raise RuntimeError("the step was not captured in a CUDA graph during the warm-up")
 
     def run(self, steps: int) -> float:
@@ -247,6 +264,26 @@ class Runner:
             self.step()
         sync(self.device)
         return time.perf_counter() - start
+
+
+def join_process_group(device: torch.device) -> None:
+    """Join torch.distributed's default group: the launcher's (RANK, WORLD_SIZE, MASTER_*), else
+    a group of this one process; NCCL on CUDA, gloo on CPU."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if "WORLD_SIZE" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def sync(device: torch.device) -> None:
@@ -440,7 +477,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma list of fp32, bf16, fp16 (autocast; default: cpu fp32, cuda fp32,bf16)",
     )
     p.add_argument(
-        "--modes", help="comma list of eager, graphed, compiled (default: cpu eager, cuda both)"
+        "--modes",
+        help="comma list of eager, graphed, compiled, eager-ar, graphed-ar, ingraph-ar "
+        "(default: cpu eager, cuda eager,graphed)",
     )
     p.add_argument("--compile", action="store_true", help="add the compiled mode")
     for name, help_ in (

@@ -95,6 +95,8 @@ def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> N
     second = _train(workdir, "resumed2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29613)
     check_ok(second)
     assert "resuming from" in second.stderr
+    # The multi-process path that CUDA graphs replay, here eager: no DDP, one all-reduce.
+    assert "gradients averaged over 2 processes by one all-reduce between backward" in second.stderr
     folder = list_checkpoints(_out(workdir, "resumed2"))[-1]
     assert {p.name for p in folder.glob("rank_*.pt")} == {"rank_0.pt", "rank_1.pt"}
     _assert_bit_identical(final_weights(straight_2), final_weights(_out(workdir, "resumed2")))

@@ -1,8 +1,10 @@
-"""TrainStep: the static-buffer training step (eager on CPU, CUDA graph on one GPU).
+"""TrainStep: the static-buffer training step (eager on CPU, CUDA graphs on a GPU).
 
-The CPU tests run the same `_body` that a CUDA graph captures and check it against a plain
-step written out here; the CUDA tests (skipped without a GPU) check that replaying the graph
-gives what eager steps give, including after the lr changes (re-capture).
+The CPU tests run the same parts that CUDA graphs capture and check them against a plain
+step written out here; the CUDA tests (skipped without a GPU) check that replaying the graphs
+gives what eager steps give, including after the lr changes (re-capture), with one process
+and with the multi-process path (the all-reduce between two graphs or inside one) in a
+one-process group. tests/test_step_ranks.py runs that path with two real ranks.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from hornn_dist.config import config_from_dict
@@ -199,7 +202,9 @@ def test_backward_unscale_and_autocast_are_called_where_the_step_needs_them():
     loss = step.run(*batches(1)[0], measure=False)
     assert calls == [("autocast", None), ("backward", False), ("unscale", True)]
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
-    assert all(p.grad is None for p in step.params)  # zeroed after the SGD step
+    assert int(torch.count_nonzero(step.flat_grad)) == 0  # zeroed after the SGD step
+    flat = step.flat_grad.untyped_storage().data_ptr()
+    assert all(p.grad.untyped_storage().data_ptr() == flat for p in step.params)  # still views
 
 
 def _graph_vs_eager(
@@ -278,3 +283,70 @@ def test_triton_engine_steps_match_the_fused_engine(make_accelerator, pooling):
     torch.testing.assert_close(t_norms, f_norms, rtol=1e-4, atol=1e-6)
     for p, q in zip(t_params, f_params, strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """Return a function that joins a one-process torch.distributed group; leave it after."""
+
+    def join(backend: str) -> None:
+        url = f"file://{tmp_path / 'group'}"
+        dist.init_process_group(backend, init_method=url, rank=0, world_size=1)
+
+    yield join
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_the_multi_process_path_in_one_process_takes_the_same_steps(one_process_group):
+    """reduce=True scales by 1/1 and all-reduces over one process: the steps do not change."""
+    one_process_group("gloo")
+    cfg = run_config("gated")
+    alone, reducing = bare_step(cfg), bare_step(cfg, reduce=True)
+    assert reducing.processes == 1 and "averaged over 1 processes" in reducing.describe()
+    for i, (x, y) in enumerate(batches(4)):
+        assert torch.equal(alone.run(x, y, measure=i == 3), reducing.run(x, y, measure=i == 3))
+    for p, q in zip(alone.core.parameters(), reducing.core.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert torch.equal(alone.norms, reducing.norms)
+
+
+def _graphs_vs_eager_reducing(reduce_in_graph: bool, rtol: float = 1e-5) -> None:
+    """Replayed graphs of the multi-process path equal its eager steps (NCCL, one process)."""
+    cfg, data = run_config("gated"), batches(12, seed=3)
+    device = torch.device("cuda")
+    results = []
+    for graph_reason in (None, "eager"):
+        torch.manual_seed(0)
+        model = build_model(cfg.model, V).to(device)
+        step = TrainStep(
+            model, model, build_optimizer(model, cfg.optim), device=device, batch_size=B,
+            bptt=T, optim=cfg.optim, graph_reason=graph_reason, reduce=True,
+            reduce_in_graph=reduce_in_graph,
+        )  # fmt: skip
+        losses = []
+        for i, (x, y) in enumerate(data):
+            if i == 8:  # the schedule halves the lr: the graphs must be captured again
+                for group in step.optimizer.param_groups:
+                    group["lr"] /= 2
+            losses.append(step.run(x, y, measure=True).clone())
+        torch.cuda.synchronize()
+        results.append((step, torch.stack(losses)))
+    (graphed, g_loss), (eager, e_loss) = results
+    assert graphed.captures == 2 and len(graphed.graphs) == (1 if reduce_in_graph else 2)
+    torch.testing.assert_close(g_loss, e_loss, rtol=rtol, atol=1e-6)
+    torch.testing.assert_close(graphed.norms, eager.norms, rtol=rtol, atol=1e-6)
+    for p, q in zip(graphed.core.parameters(), eager.core.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=rtol, atol=1e-6)
+
+
+@cuda
+def test_cuda_graphs_with_the_all_reduce_between_equal_eager_steps(one_process_group):
+    one_process_group("nccl")
+    _graphs_vs_eager_reducing(reduce_in_graph=False)
+
+
+@cuda
+def test_cuda_graph_with_the_all_reduce_inside_equals_eager_steps(one_process_group):
+    one_process_group("nccl")
+    _graphs_vs_eager_reducing(reduce_in_graph=True)

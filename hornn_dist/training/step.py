@@ -1,33 +1,48 @@
-"""One training step (a TBPTT window), called eagerly or replayed from a CUDA graph.
+"""One training step (a TBPTT window), called eagerly or replayed from CUDA graphs.
 
-`TrainStep.run(x, y)` copies the batch into static buffers and runs the whole step:
+`TrainStep.run(x, y)` copies the batch into static buffers and runs the whole step in three
+parts:
 
-    forward -> cross-entropy -> backward -> (fp16: unscale) -> gradient norms -> clip
-    -> SGD -> zero_grad -> max-norm (column normalisation) -> carry the state
+    forward_backward: forward -> cross-entropy -> backward (into one flat gradient buffer)
+                      -> carry the state
+    reduce:           (several processes) average the flat gradients: one all-reduce
+    update:           (fp16: unscale) -> gradient norms -> clip -> SGD -> zero the gradients
+                      -> max-norm (column normalisation)
 
 Everything the step reads or writes between calls lives in tensors allocated once: the
-batch, the carried state (HORNN histories / RNN states), the loss, the gradient norms, the
-device step counter and the first non-finite step. So the same `_body` can be captured in a
-CUDA graph and replayed with no host work but one graph launch and one batch upload; the
-step then waits for nothing on the host (no `.item()`), as PyTorch's whole-network capture
-recipe asks (https://pytorch.org/docs/stable/notes/cuda.html#whole-network-capture).
+batch, the carried state (HORNN histories / RNN states), every parameter's gradient (views of
+one flat buffer), the loss, the gradient norms, the device step counter and the first
+non-finite step. So the parts can be captured in CUDA graphs and replayed with no host work
+but the graph launches and one batch upload; the step then waits for nothing on the host (no
+`.item()`), as PyTorch's whole-network capture recipe asks
+(https://pytorch.org/docs/stable/notes/cuda.html#whole-network-capture).
 
-When the graph applies (CUDA, one process, `train.mixed_precision` no or bf16 and
-`train.cuda_graph = true`), the first `WARMUP_STEPS` steps of a run (and of a resumed run)
-run eagerly on a side stream (they create SGD's momentum buffers and warm up cuBLAS/cuDNN),
-then the step is captured and replayed. A change of the learning rate (the schedule halves
-it at an epoch end) re-captures it, since the graph holds the lr as a constant. Elsewhere
-(CPU, several processes with DDP's all-reduce, fp16's GradScaler, which reads its overflow
-flag on the host) the same `_body` runs eagerly, so CPU runs exercise the code path that
-the GPU replays.
+Several processes average their gradients here, not in DDP: the trainer does not wrap the
+model in DistributedDataParallel. The gradients of all parameters are one flat buffer, which
+one `torch.distributed.all_reduce` averages after the backward, scaled first by 1/processes as
+DDP's reducer does, so two ranks step exactly as DDP's two ranks would. With a graph, one
+process captures its whole step in one graph; several capture `forward_backward` and `update`
+as two graphs sharing one memory pool and run the all-reduce eagerly between them (any
+backend: NCCL, or gloo over CUDA tensors). `reduce_in_graph` captures the all-reduce inside one
+graph instead (NCCL only); `REDUCE_IN_GRAPH` is the trainer's choice, and
+benchmarks/README.md ("Graphed multi-process step") says why.
+
+When a graph applies (CUDA, `train.mixed_precision` no or bf16 and `train.cuda_graph = true`),
+the first `WARMUP_STEPS` steps of a run (and of a resumed run) run eagerly on a side stream
+(they create SGD's momentum buffers, warm up cuBLAS/cuDNN and start NCCL's communicator),
+then the step is captured and replayed. A change of the learning rate (the schedule halves it
+at an epoch end) re-captures it, since the graph holds the lr as a constant. Elsewhere (CPU,
+fp16's GradScaler, which reads its overflow flag on the host) the same parts run eagerly, so
+CPU runs, with one process or several, exercise the code path that the GPU replays.
 
 The step knows nothing of the run's config or of Accelerate: it takes the model, the
 optimizer, the sizes, the `OptimConfig` (clip, max-norm) and what a launcher adds as plain
-callables (`backward`: Accelerate's, with fp16's loss scaling and DDP's all-reduce; `unscale`:
-fp16's unscaling; `autocast`: the forward's autocast where the model does not autocast itself)
-and the graph decision. `TrainStep.for_accelerator` builds the trainer's step from its config
-and Accelerator, and `benchmarks/throughput.py` builds the same step around a bare model, so
-the benchmark times what the trainer runs.
+callables (`backward`: Accelerate's, with fp16's loss scaling; `unscale`: fp16's unscaling;
+`autocast`: the forward's autocast where the model does not autocast itself), whether to
+average over the processes of `torch.distributed`'s default group, and the graph decision.
+`TrainStep.for_accelerator` builds the trainer's step from its config and Accelerator, and
+`benchmarks/throughput.py` builds the same step around a bare model, so the benchmark times
+what the trainer runs.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -48,34 +64,57 @@ from hornn_dist.training.optim import clip_gradients
 
 logger = logging.getLogger("hornn_dist")
 
-WARMUP_STEPS = 3  # eager steps before capture (momentum buffers, cuBLAS/cuDNN handles)
+WARMUP_STEPS = 3  # eager steps before capture (momentum buffers, cuBLAS/cuDNN handles, NCCL)
+REDUCE_IN_GRAPH = False  # several processes: all-reduce between two graphs (see the docstring)
 
 
 def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
-    """Return why the step cannot be a CUDA graph in this run, or None when it can."""
+    """Return why the step cannot be CUDA graphs in this run, or None when it can."""
     if not cfg.train.cuda_graph:
         return "train.cuda_graph = false"
     if accelerator.device.type != "cuda":
         return "not on CUDA"
-    if accelerator.num_processes > 1:
-        return f"{accelerator.num_processes} processes (DDP's all-reduce runs eagerly)"
     if accelerator.mixed_precision == "fp16":
         return "fp16's gradient scaler checks for overflow on the host"
     return None
 
 
+def flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:
+    """Give every parameter a `.grad` that is a view of one zeroed buffer; return the buffer.
+
+    The backward accumulates into the views in place, so one kernel zeroes every gradient and
+    one all-reduce averages them, at addresses a CUDA graph can hold.
+    """
+    kinds = {(p.dtype, p.device) for p in params}
+    if len(kinds) != 1:
+        raise ValueError(
+            f"the parameters must share one dtype and device, not {sorted(map(str, kinds))}"
+        )
+    dtype, device = kinds.pop()
+    flat = torch.zeros(sum(p.numel() for p in params), dtype=dtype, device=device)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat
+
+
 class TrainStep:
-    """The training step with static buffers; `run` calls it eagerly or replays its graph.
+    """The training step with static buffers; `run` calls it eagerly or replays its graphs.
 
     model: what the forward calls (under the trainer Accelerate's prepared model, which
-        autocasts and under DDP all-reduces); core: the bare RecurrentLM inside it (state,
-        gradient norms, max-norm); optimizer: its SGD (or Accelerate's wrapper of it).
+        autocasts); core: the bare RecurrentLM inside it (state, gradient norms, max-norm);
+        optimizer: its SGD (or Accelerate's wrapper of it).
     device, batch_size, bptt: where and what the static buffers hold (batch_size per process).
     optim: the clip (`clip`, `clip_mode`) and max-norm (`max_col_norm`) settings.
-    graph_reason: why the step is not a CUDA graph, or None to capture and replay it (CUDA
+    graph_reason: why the step is not CUDA graphs, or None to capture and replay them (CUDA
         only); the trainer's comes from `graph_unavailable_reason`.
+    reduce: average the gradients over the processes of torch.distributed's default group
+        (which must be initialised); the processes start from rank 0's weights.
+    reduce_in_graph: with `reduce` and a graph, capture the all-reduce in the one graph
+        (NCCL) instead of running it between two.
     backward: runs the backward of the loss (default `Tensor.backward`).
-    unscale: called after the backward, before the gradients are read (fp16's unscaling).
+    unscale: called after the gradients are averaged, before they are read (fp16's unscaling).
     autocast: returns the context the forward runs in (default none).
     """
 
@@ -90,6 +129,8 @@ class TrainStep:
         bptt: int,
         optim: OptimConfig,
         graph_reason: str | None,
+        reduce: bool = False,
+        reduce_in_graph: bool = REDUCE_IN_GRAPH,
         backward: Callable[[Tensor], Any] = Tensor.backward,
         unscale: Callable[[], Any] | None = None,
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
@@ -100,6 +141,12 @@ class TrainStep:
         self.optim = optim
         self._backward, self._unscale, self._autocast = backward, unscale, autocast
         self.params = [p for p in core.parameters() if p.requires_grad]
+        self.flat_grad = flat_gradients(self.params)
+        self.processes = dist.get_world_size() if reduce else 1
+        self.reduce = reduce
+        self.reduce_in_graph = reduce_in_graph
+        if reduce:
+            self._start_from_rank_0()
         T = bptt
         self.xy = torch.zeros(2, T, batch_size, dtype=torch.int64, device=device)  # (2, T, b)
         self.state = core.init_state(batch_size, device)  # carried state, copied in place
@@ -112,7 +159,7 @@ class TrainStep:
         self.bad_step = torch.zeros((), dtype=torch.int64, device=device)  # first non-finite
         self.graph_reason = graph_reason
         self.use_graph = self.graph_reason is None
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.graphs: list[torch.cuda.CUDAGraph] = []  # replayed in order, all-reduce between
         self.graph_lr: float | None = None
         self.eager_steps = 0  # eager steps since the set-up (warm-up before capture)
         self.captures = 0
@@ -137,7 +184,8 @@ class TrainStep:
         batch_size: int,
     ) -> TrainStep:
         """Return the trainer's step: Accelerate's backward (and fp16's unscaling) around the
-        prepared model and optimizer, a CUDA graph where `graph_unavailable_reason` allows."""
+        prepared model and optimizer, averaging over the processes, graphs where
+        `graph_unavailable_reason` allows."""
         fp16 = accelerator.mixed_precision == "fp16"
         return cls(
             model,
@@ -148,6 +196,7 @@ class TrainStep:
             bptt=cfg.train.bptt,
             optim=cfg.optim,
             graph_reason=graph_unavailable_reason(cfg, accelerator),
+            reduce=accelerator.num_processes > 1,
             backward=accelerator.backward,
             unscale=accelerator.unscale_gradients if fp16 else None,
         )
@@ -157,8 +206,21 @@ class TrainStep:
     def describe(self) -> str:
         """Return one line saying how the step runs."""
         if self.use_graph:
-            return f"CUDA graph (captured after {WARMUP_STEPS} eager warm-up steps)"
-        return f"eager ({self.graph_reason})"
+            how = f"CUDA graph (captured after {WARMUP_STEPS} eager warm-up steps)"
+            if self.reduce and not self.reduce_in_graph:
+                how = f"CUDA graphs (captured after {WARMUP_STEPS} eager warm-up steps)"
+        else:
+            how = f"eager ({self.graph_reason})"
+        if not self.reduce:
+            return how
+        where = (
+            "in the graph"
+            if self.use_graph and self.reduce_in_graph
+            else "between backward and update"
+        )
+        return (
+            f"{how}, gradients averaged over {self.processes} processes by one all-reduce {where}"
+        )
 
     def reset_state(self) -> None:
         """Zero the carried state (a new epoch starts from a zero history)."""
@@ -175,18 +237,25 @@ class TrainStep:
         self.forget_graph()  # a restore replaces the optimizer's momentum tensors
 
     def forget_graph(self) -> None:
-        """Drop the captured graph: the next steps warm up and capture again."""
-        self.graph, self.graph_lr, self.eager_steps = None, None, 0
+        """Drop the captured graphs: the next steps warm up and capture again."""
+        self.graphs, self.graph_lr, self.eager_steps = [], None, 0
 
     def grad_norms(self) -> dict[str, float]:
         """Return the last measured gradient norms by TensorBoard tag (one host sync)."""
         return dict(zip(self.norm_names, self.norms.tolist(), strict=True))
 
     def compile(self) -> None:
-        """Run the body through `torch.compile` from now on (the benchmark's compiled mode;
+        """Run the parts through `torch.compile` from now on (the benchmark's compiled mode;
         Dynamo breaks its graph at the backward, around the optimizer's calls and inside the
         recurrence engines)."""
-        self._body = torch.compile(self._body)
+        self._forward_backward = torch.compile(self._forward_backward)
+        self._update = torch.compile(self._update)
+
+    def _start_from_rank_0(self) -> None:
+        """Copy rank 0's parameters and buffers to every process (what DDP does at its start)."""
+        with torch.no_grad():
+            for tensor in [*self.core.parameters(), *self.core.buffers()]:
+                dist.broadcast(tensor, src=0)
 
     # ------------------------------------------------------------------ running
 
@@ -200,10 +269,10 @@ class TrainStep:
             self._body(measure)
             return self.loss
         lr = self.optimizer.param_groups[0]["lr"]
-        if self.graph is not None and lr != self.graph_lr:
+        if self.graphs and lr != self.graph_lr:
             self.forget_graph()
             self.eager_steps = WARMUP_STEPS  # warm already: capture again at once
-        if self.graph is None and self.eager_steps < WARMUP_STEPS:
+        if not self.graphs and self.eager_steps < WARMUP_STEPS:
             current = torch.cuda.current_stream(self.xy.device)
             self._side.wait_stream(current)
             with torch.cuda.stream(self._side):
@@ -211,10 +280,13 @@ class TrainStep:
             current.wait_stream(self._side)
             self.eager_steps += 1
             return self.loss
-        if self.graph is None:
+        if not self.graphs:
             self._capture(lr)
-        assert self.graph is not None
-        self.graph.replay()
+        first, *rest = self.graphs
+        first.replay()
+        for graph in rest:
+            self._reduce()
+            graph.replay()
         return self.loss
 
     def _upload(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -232,16 +304,33 @@ class TrainStep:
         self._uploaded[slot].record()
 
     def _capture(self, lr: float) -> None:
-        self.optimizer.zero_grad(set_to_none=True)  # backward allocates grads in the graph pool
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # records the step; it does not run it
-            self._body(measure=True)
-        self.graph, self.graph_lr = graph, lr
+        if self.reduce and not self.reduce_in_graph:
+            before = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(before):  # records the part; it does not run it
+                self._forward_backward()
+            after = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(after, pool=before.pool()):  # replayed in capture order
+                self._update(measure=True)
+            self.graphs = [before, after]
+        else:
+            whole = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(whole):
+                self._body(measure=True)
+            self.graphs = [whole]
+        self.graph_lr = lr
         self.captures += 1
-        logger.info("captured the training step in a CUDA graph (lr %.4g)", lr)
+        logger.info(
+            "captured the training step in %d CUDA graph(s) (lr %.4g)", len(self.graphs), lr
+        )
 
     def _body(self, measure: bool) -> None:
         """The whole step on the static buffers; nothing here waits for the device."""
+        self._forward_backward()
+        self._reduce()
+        self._update(measure)
+
+    def _forward_backward(self) -> None:
+        """Forward, loss and backward into the flat gradients; count the step; carry the state."""
         x, y = self.xy[0], self.xy[1]
         with self._autocast():
             logits, new_state = self.model(x, self.state)  # (T, b, V)
@@ -254,6 +343,15 @@ class TrainStep:
             self.loss.copy_(loss)
             for buf, new in zip(self.state, new_state, strict=True):
                 buf.copy_(new)  # after backward: the old state was saved for it
+
+    def _reduce(self) -> None:
+        """Average the flat gradients over the processes (scaled first, as DDP's reducer does)."""
+        if self.reduce:
+            self.flat_grad.mul_(1.0 / self.processes)
+            dist.all_reduce(self.flat_grad)
+
+    def _update(self, measure: bool) -> None:
+        """Unscale (fp16), measure, clip, SGD, zero the gradients, max-norm."""
         if self._unscale is not None:
             self._unscale()
         if measure:
@@ -262,5 +360,5 @@ class TrainStep:
                 self.norms.copy_(torch.cat([total, self.core.path_grad_norm_vector()]))
         clip_gradients(self.params, self.optim)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.flat_grad.zero_()
         column_normalize_(self.core, self.optim.max_col_norm)

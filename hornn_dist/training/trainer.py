@@ -90,7 +90,9 @@ class Trainer:
         )
         model = build_model(cfg.model, self.corpus.vocab_size, plan)
         optimizer = build_optimizer(model, cfg.optim)
-        self.model, self.optimizer = acc.prepare(model, optimizer)
+        # No DDP: the step averages the flat gradients itself (one all-reduce, CUDA graphs).
+        self.model = acc.prepare_model(model, evaluation_mode=True)
+        self.optimizer = acc.prepare_optimizer(optimizer)
         self.core = acc.unwrap_model(self.model)
         rank, world = acc.process_index, acc.num_processes
         self.hardware = describe_hardware(acc.device, world)  # for trainer_state.json
