@@ -273,10 +273,12 @@ def join_process_group(device: torch.device) -> None:
 
     if dist.is_initialized():
         return
-    if "WORLD_SIZE" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group(backend)
+    else:
+        url = f"tcp://127.0.0.1:{free_port()}"
+        dist.init_process_group(backend, init_method=url, rank=0, world_size=1)
 
 
 def free_port() -> int:
@@ -348,6 +350,10 @@ def measure_group(
     for row in rows.values():
         if best_lstm and "tokens_per_s" in row:
             row["ratio_to_best_lstm"] = row["tokens_per_s"] / best_lstm
+    for case, row in rows.items():  # the multi-process path against the one-process step
+        alone = rows.get(replace(case, mode=ALL_REDUCE_MODES.get(case.mode, "")), {})
+        if "tokens_per_s" in row and "tokens_per_s" in alone:
+            row["ratio_to_one_process"] = row["tokens_per_s"] / alone["tokens_per_s"]
     runners.clear()
     gc.collect()
     if device.type == "cuda":
@@ -447,6 +453,19 @@ def print_best(rows: list[dict]) -> None:
             f"{variant:<{width}}{config:<7}{precision:<6}{r['mode']:<10}{r['tokens_per_s']:>11.0f}"
             f"{ratio:>9}"
         )
+
+
+def print_all_reduce(rows: list[dict]) -> None:
+    """Print each *-ar row's tokens/s as a ratio to the same variant's one-process mode."""
+    width = max([len(r["variant"]) + 2 for r in rows] + [22])
+    print(f"{'variant':<{width}}{'config':<7}{'prec':<6}{'mode':<12}{'vs one process':>15}")
+    for r in rows:
+        if "ratio_to_one_process" in r:
+            alone = ALL_REDUCE_MODES[r["mode"]]
+            print(
+                f"{r['variant']:<{width}}{r['config']:<7}{r['precision']:<6}{r['mode']:<12}"
+                f"{r['ratio_to_one_process']:>8.3f}x {alone}"
+            )
 
 
 def comma_list(p: argparse.ArgumentParser, flag: str, value: str, allowed) -> list[str]:
@@ -635,7 +654,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print_table(rows)
     if len(args.modes) > 1:
         print("\n== best mode of each variant (the ratio the speed issue asks for)")
-        print_best(rows)
+        print_best([r for r in rows if r["mode"] not in ALL_REDUCE_MODES])
+    if any("ratio_to_one_process" in r for r in rows):
+        print("\n== the multi-process path (one all-reduce of the flat gradients) vs one process")
+        print_all_reduce(rows)
     print(f"wrote {args.json}")
     return rows
 

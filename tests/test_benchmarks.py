@@ -452,3 +452,28 @@ def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path
         )
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.strip().splitlines() == [message]
+
+
+def test_all_reduce_mode_times_the_multi_process_step_against_the_one_process_one(tmp_path):
+    """eager-ar runs TrainStep(reduce=True) in a one-process gloo group: the steps are the
+    eager row's, and its row gives the ratio to that row."""
+    import torch.distributed as dist
+
+    try:
+        eager, reducing = runner("hornn-gated"), runner("hornn-gated", mode="eager-ar")
+        assert reducing.train.reduce and reducing.train.processes == 1 and not eager.train.reduce
+        for run in (eager, reducing):
+            run.run(3)
+        assert torch.equal(reducing.train.loss, eager.train.loss)
+        for got, want in zip(reducing.model.parameters(), eager.model.parameters(), strict=True):
+            assert torch.equal(got, want)
+        out = tmp_path / "t.json"
+        rows = tp.main([*FAST, "--variants", "hornn-fofe", "--modes", "eager,eager-ar",
+                        "--json", str(out)])  # fmt: skip
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    ar = next(r for r in rows if r["mode"] == "eager-ar")
+    alone = next(r for r in rows if r["mode"] == "eager")
+    assert ar["ratio_to_one_process"] == pytest.approx(ar["tokens_per_s"] / alone["tokens_per_s"])
+    assert "ratio_to_one_process" not in alone
