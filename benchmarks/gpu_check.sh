@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
-# One GPU check of the speed issue, run from the repo root on a machine with one CUDA GPU:
+# One GPU check of the speed and scale-out issues, run from the repo root on a machine with one
+# CUDA GPU:
 #
-#   OUT=/some/folder bash benchmarks/gpu_check.sh     # ~7-8 min on an H100, hard stop at 560 s
+#   OUT=/some/folder bash benchmarks/gpu_check.sh     # hard stop at 560 s
+#   GPU_CHECK_STEPS=scaleout OUT=/some/folder bash benchmarks/gpu_check.sh   # ~4-5 min
 #
 # Run it with the device tool's timeout_s 600: the steps come in order of what they prove, and
 # each one's limit is cut to what is left, so a late step is skipped rather than the run lost.
 #
-# Writes logs and JSON only (no checkpoints) under $OUT, 10 files (what the device tool returns):
+# Writes logs and JSON only (no checkpoints) under $OUT, 14 files (what the device tool returns):
 #   summary.txt                  environment, then one line per step: exit code and seconds
+#   scaleout_tests.log           (0) the multi-process step on CUDA: pytest of its graphs vs
+#                                    eager steps (all-reduce between two graphs, and inside
+#                                    one) in a 1-process NCCL group, and two processes sharing
+#                                    the GPU (gloo over CUDA tensors): graphed == eager == DDP,
+#                                    and == one process on both batches
+#   scaleout.log / .json         (0) benchmarks/throughput.py, paper+big, fp32+bf16: hornn-fofe
+#                                    and lstm graphed (one process) vs graphed-ar (the trainer's
+#                                    multi-process step, NCCL world size 1), ingraph-ar (the
+#                                    all-reduce captured), eager-ar and eager-ddp (the old path);
+#                                    the goal: graphed-ar >= 0.9x graphed
+#   scaling.log / .json          (0) benchmarks/scaling.py, paper+big, bf16: per-GPU graphed
+#                                    step, gradient bytes, 1-rank NCCL all-reduce, projected
+#                                    tokens/s and efficiency for 1-64 GPUs
 #   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
 #                                    benchmark step == eager, trainer's graphed step == eager,
 #                                    triton engine vs fused; (a2) benchmarks/precision.py:
@@ -28,10 +43,7 @@
 #                                (f) optional, if time is left: demo training in bf16 (CUDA
 #                                    graph) and fp16 (eager), 300 steps, then resumed to 600;
 #                                (g) optional, if time is left: torch.compile rows (paper, bf16)
-#   scaling.log / .json          (h) optional, if time is left: benchmarks/scaling.py, paper+big,
-#                                    bf16: per-GPU step, gradient bytes, 1-rank NCCL all-reduce,
-#                                    projected tokens/s and efficiency for 1-64 GPUs
-# GPU_CHECK_STEPS=tests,tiles,throughput,trainer,profile,train,compiled,scaling (the default: all) picks
+# GPU_CHECK_STEPS=scaleout,tests,tiles,throughput,trainer,profile,train,compiled (the default: all) picks
 # steps. A failing step does not stop the others. Needs torch, accelerate, tokenizers,
 # tensorboard, pytest; not `datasets` (the demo corpus is bundled, and preparing it does not
 # import it).
@@ -47,7 +59,7 @@ WORK=/tmp/hornn_gpu_check          # run dirs and checkpoints: not under $OUT
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY="$OUT/summary.txt"
 EXTRA="$OUT/extra.log"
-STEPS=",${GPU_CHECK_STEPS:-tests,tiles,throughput,trainer,profile,train,compiled,scaling},"
+STEPS=",${GPU_CHECK_STEPS:-scaleout,tests,tiles,throughput,trainer,profile,train,compiled},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 {
@@ -79,6 +91,24 @@ step() {
   echo "$name: rc=$rc, $((SECONDS - start))s$note" >>"$SUMMARY"
   return $rc
 }
+
+# (0) The scale-out issue's GPU proofs: the multi-process step's graphs against its eager steps
+#     and DDP (two processes on the one GPU over gloo), its speed at NCCL world size 1 against
+#     the one-process graph, and the scaling projection from this GPU's graphed step.
+if want scaleout; then
+  step scaleout_tests 150 "$OUT/scaleout_tests.log" \
+    "$PY" -m pytest tests/test_train_step.py tests/test_step_ranks.py -q -k "cuda or gpu" \
+    -p no:cacheprovider -rf
+  tail -n 3 "$OUT/scaleout_tests.log" >>"$SUMMARY"
+  step scaleout_speed 200 "$OUT/scaleout.log" \
+    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 \
+    --modes graphed,graphed-ar,ingraph-ar,eager-ar,eager-ddp --variants hornn-fofe,lstm --rounds 3 \
+    --json "$OUT/scaleout.json"
+  sed -n '/^== the multi-process path/,$p' "$OUT/scaleout.log" >>"$SUMMARY"
+  step scaling 90 "$OUT/scaling.log" \
+    "$PY" benchmarks/scaling.py --device cuda --configs paper,big --json "$OUT/scaling.json"
+  grep -e "^measured:" "$OUT/scaling.log" >>"$SUMMARY"
+fi
 
 # (a) CUDA tests: the model's CUDA-vs-CPU checks, the benchmark's graphed-vs-eager checks and
 #     the triton engine's checks against the fused engine.
@@ -215,16 +245,6 @@ if want compiled; then
       --modes eager,graphed,compiled --variants hornn-fofe,lstm --json "$WORK/compiled.json"
   else
     echo "throughput_compiled: skipped (under 100 s left)" >>"$SUMMARY"
-  fi
-fi
-
-# (h) Optional: scaling.py (the scale-out issue), if at least 60 s are left.
-if want scaling; then
-  if ((DEADLINE - SECONDS >= 60)); then
-    step scaling 60 "$OUT/scaling.log" \
-      "$PY" benchmarks/scaling.py --device cuda --json "$OUT/scaling.json"
-  else
-    echo "scaling: skipped (under 60 s left)" >>"$SUMMARY"
   fi
 fi
 

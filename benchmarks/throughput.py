@@ -25,6 +25,8 @@ them on every replay, as the trainer's graph does. Under bf16/fp16 the forward r
               trainer's choice) or inside one graph (NCCL). Unless launched with more ranks,
               the group is this one process (NCCL on CUDA, gloo on CPU): the cost of the
               all-reduce path, not of the wire (scaling.py projects that)
+    eager-ddp the peer of those: the eager step around a DDP-wrapped model (DDP's bucketed
+              all-reduce overlapping the backward), the trainer's multi-process step before
 
 Configs (order 3, one layer, E = H):
 
@@ -139,9 +141,16 @@ DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU;
 TRITON_VARIANTS = "hornn-sum-triton,hornn-max-triton,hornn-fofe-triton,hornn-gated-triton"
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype
 # The *-ar modes give the step `reduce=True` (TrainStep's multi-process path: one all-reduce
-# of the flat gradients) in a one-process group (NCCL on CUDA, gloo on CPU) unless launched
-# with more: what a rank of a multi-process run runs, less the wire time that scaling.py adds.
-ALL_REDUCE_MODES = {"eager-ar": "eager", "graphed-ar": "graphed", "ingraph-ar": "graphed"}
+# of the flat gradients) and eager-ddp wraps the model in DDP instead (the trainer's earlier
+# multi-process step, the peer), in a one-process group (NCCL on CUDA, gloo on CPU) unless
+# launched with more: what a rank runs, less the wire time that scaling.py adds. Each maps to
+# the one-process mode it is compared with.
+ALL_REDUCE_MODES = {
+    "eager-ar": "eager",
+    "graphed-ar": "graphed",
+    "ingraph-ar": "graphed",
+    "eager-ddp": "eager",
+}
 MODES = ("eager", "graphed", "compiled", *ALL_REDUCE_MODES)
 
 
@@ -204,6 +213,10 @@ class Runner:
             check_available(device)
         self.case, self.shape, self.device = case, shape, device
         self.model, self.opt = build(case.variant, shape, device, args.layers, args.order)
+        forward: torch.nn.Module = self.model
+        if case.mode == "eager-ddp":
+            ids = [device.index or 0] if device.type == "cuda" else None
+            forward = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         gen = torch.Generator().manual_seed(1)
         # on the host, as the trainer's batches: TrainStep uploads each (pinned, on CUDA)
         self.data = torch.randint(
@@ -211,7 +224,7 @@ class Runner:
         )  # (BLOCKS, T+1, B)
         dtype = PRECISIONS[case.precision]
         self.train = TrainStep(
-            self.model,
+            forward,
             self.model,
             self.opt,
             device=device,
@@ -219,7 +232,7 @@ class Runner:
             bptt=shape.bptt,
             optim=OPTIM,
             graph_reason=None if how == "graphed" else f"{case.mode} mode",
-            reduce=case.mode in ALL_REDUCE_MODES,
+            reduce=case.mode in ALL_REDUCE_MODES and case.mode != "eager-ddp",
             reduce_in_graph=case.mode == "ingraph-ar",
             autocast=(
                 contextlib.nullcontext
@@ -497,7 +510,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--modes",
-        help="comma list of eager, graphed, compiled, eager-ar, graphed-ar, ingraph-ar "
+        help="comma list of eager, graphed, compiled, eager-ar, graphed-ar, ingraph-ar, eager-ddp "
         "(default: cpu eager, cuda eager,graphed)",
     )
     p.add_argument("--compile", action="store_true", help="add the compiled mode")
