@@ -3,16 +3,15 @@
 `TrainStep.run(x, y)` copies the batch into static buffers and runs the whole step in three
 parts:
 
-    forward_backward: forward -> cross-entropy -> backward (into one flat gradient buffer)
-                      -> carry the state
-    reduce:           (several processes) average the flat gradients: one all-reduce
+    forward_backward: forward -> cross-entropy -> backward -> carry the state
+    reduce:           (several processes) average the gradients: one all-reduce of a flat buffer
     update:           (fp16: unscale) -> gradient norms -> clip -> SGD -> zero the gradients
                       -> max-norm (column normalisation)
 
 Everything the step reads or writes between calls lives in tensors allocated once: the
-batch, the carried state (HORNN histories / RNN states), every parameter's gradient (views of
-one flat buffer), the loss, the gradient norms, the device step counter and the first
-non-finite step. So the parts can be captured in CUDA graphs and replayed with no host work
+batch, the carried state (HORNN histories / RNN states), the loss, the gradient norms, the
+device step counter and the first non-finite step (with several processes also every
+parameter's gradient, as views of one flat buffer). So the parts can be captured in CUDA graphs and replayed with no host work
 but the graph launches and one batch upload; the step then waits for nothing on the host (no
 `.item()`), as PyTorch's whole-network capture recipe asks
 (https://pytorch.org/docs/stable/notes/cuda.html#whole-network-capture).
@@ -141,7 +140,9 @@ class TrainStep:
         self.optim = optim
         self._backward, self._unscale, self._autocast = backward, unscale, autocast
         self.params = [p for p in core.parameters() if p.requires_grad]
-        self.flat_grad = flat_gradients(self.params)
+        # One process: no flat buffer, so the backward hands its outputs over as the gradients
+        # (set to None after each step) instead of adding them into a buffer.
+        self.flat_grad = flat_gradients(self.params) if reduce else None
         self.processes = dist.get_world_size() if reduce else 1
         self.reduce = reduce
         self.reduce_in_graph = reduce_in_graph
@@ -304,6 +305,7 @@ class TrainStep:
         self._uploaded[slot].record()
 
     def _capture(self, lr: float) -> None:
+        self._zero_grad()  # one process: the backward allocates the gradients in the graph pool
         if self.reduce and not self.reduce_in_graph:
             before = torch.cuda.CUDAGraph()
             with torch.cuda.graph(before):  # records the part; it does not run it
@@ -346,7 +348,7 @@ class TrainStep:
 
     def _reduce(self) -> None:
         """Average the flat gradients over the processes (scaled first, as DDP's reducer does)."""
-        if self.reduce:
+        if self.flat_grad is not None:
             self.flat_grad.mul_(1.0 / self.processes)
             dist.all_reduce(self.flat_grad)
 
@@ -360,5 +362,11 @@ class TrainStep:
                 self.norms.copy_(torch.cat([total, self.core.path_grad_norm_vector()]))
         clip_gradients(self.params, self.optim)
         self.optimizer.step()
-        self.flat_grad.zero_()
+        self._zero_grad()
         column_normalize_(self.core, self.optim.max_col_norm)
+
+    def _zero_grad(self) -> None:
+        if self.flat_grad is None:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.flat_grad.zero_()
