@@ -264,9 +264,9 @@ def test_column_normalize_noop_when_disabled():
 
 
 def test_column_normalize_reaches_a_wrapped_model():
-    # A wrapper like DDP's `.module`; the real DDP path runs in the 2-rank trainer tests
-    # (tests/test_train.py, optim.max_col_norm = 3). An in-process gloo group here could hang
-    # in ProcessGroupGloo's destructor at teardown.
+    # A wrapper with a `.module`, as DDP's (benchmarks' eager-ddp rows) or a user's: max-norm
+    # reaches the bare model inside. A plain wrapper, not DDP: an in-process gloo group here
+    # could hang in ProcessGroupGloo's destructor at teardown.
     class Wrapper(torch.nn.Module):
         def __init__(self, module):
             super().__init__()

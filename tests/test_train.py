@@ -1,4 +1,4 @@
-"""The training job end to end: exact resume (1 and 2 real ranks), DDP equivalence, kills, TensorBoard."""
+"""The training job end to end: exact resume (1 and 2 real ranks), 2 ranks like 1, kills, TensorBoard."""
 
 from __future__ import annotations
 
