@@ -205,6 +205,19 @@ def test_backward_unscale_and_autocast_are_called_where_the_step_needs_them():
     assert all(p.grad is None for p in step.params)  # zeroed after the SGD step
 
 
+def steps_with_the_lr_halved(step: TrainStep, data: list) -> torch.Tensor:
+    """Run `step` on every batch, halving the lr before the 9th (the schedule at an epoch end:
+    a graph must be captured again); return the losses."""
+    losses = []
+    for i, (x, y) in enumerate(data):
+        if i == 8:
+            for group in step.optimizer.param_groups:
+                group["lr"] /= 2
+        losses.append(step.run(x, y, measure=True).clone())
+    torch.cuda.synchronize()
+    return torch.stack(losses)
+
+
 def _graph_vs_eager(
     make_accelerator, pooling: str, precision: str, rtol: float, engine: str = "fused"
 ) -> None:
@@ -214,14 +227,7 @@ def _graph_vs_eager(
         acc = make_accelerator(cpu=False, mixed_precision=precision)
         step = make_step(run_config(pooling, engine, cuda_graph=use_graph), acc)
         assert step.use_graph is use_graph
-        losses = []
-        for i, (x, y) in enumerate(data):
-            if i == 8:  # the schedule halves the lr: the graph must be captured again
-                for group in step.optimizer.param_groups:
-                    group["lr"] /= 2
-            losses.append(step.run(x, y, measure=True).clone())
-        torch.cuda.synchronize()
-        results.append((step, torch.stack(losses), step.norms.clone()))
+        results.append((step, steps_with_the_lr_halved(step, data), step.norms.clone()))
     (graphed, g_loss, g_norms), (eager, e_loss, e_norms) = results
     assert graphed.captures == 2 and eager.captures == 0
     assert graphed.eager_steps == WARMUP_STEPS
@@ -326,14 +332,7 @@ def _graphs_vs_eager_reducing(reduce_in_graph: bool, rtol: float = 1e-5) -> None
             bptt=T, optim=cfg.optim, graph_reason=graph_reason, reduce=True,
             reduce_in_graph=reduce_in_graph,
         )  # fmt: skip
-        losses = []
-        for i, (x, y) in enumerate(data):
-            if i == 8:  # the schedule halves the lr: the graphs must be captured again
-                for group in step.optimizer.param_groups:
-                    group["lr"] /= 2
-            losses.append(step.run(x, y, measure=True).clone())
-        torch.cuda.synchronize()
-        results.append((step, torch.stack(losses)))
+        results.append((step, steps_with_the_lr_halved(step, data)))
     (graphed, g_loss), (eager, e_loss) = results
     assert graphed.captures == 2 and len(graphed.graphs) == (1 if reduce_in_graph else 2)
     torch.testing.assert_close(g_loss, e_loss, rtol=rtol, atol=1e-6)
