@@ -14,7 +14,8 @@
 #                                    eager steps (all-reduce between two graphs, and inside
 #                                    one) in a 1-process NCCL group, and two processes sharing
 #                                    the GPU (gloo over CUDA tensors): graphed == eager == DDP,
-#                                    and == one process on both batches
+#                                    and == one process on both batches; then the trainer in
+#                                    fp16 (graphed, fused SGD), 200 steps, resumed to 400
 #   scaleout.log / .json         (0) benchmarks/throughput.py, paper+big, fp32+bf16: hornn-fofe
 #                                    and lstm graphed (one process) vs graphed-ar (the trainer's
 #                                    multi-process step, NCCL world size 1), ingraph-ar (the
@@ -41,7 +42,8 @@
 #                                    also with recurrence_precision autocast) and LSTM
 #   extra.log                    (e) kernels per step and their GPU time (paper, bf16);
 #                                (f) optional, if time is left: demo training in bf16 (CUDA
-#                                    graph) and fp16 (eager), 300 steps, then resumed to 600;
+#                                    graph) and fp16 (CUDA graph, fused SGD), 300 steps, then
+#                                    resumed to 600;
 #                                (g) optional, if time is left: torch.compile rows (paper, bf16)
 # GPU_CHECK_STEPS=scaleout,tests,tiles,throughput,trainer,profile,train,compiled (the default: all) picks
 # steps. A failing step does not stop the others. Needs torch, accelerate, tokenizers,
@@ -108,6 +110,16 @@ if want scaleout; then
   step scaling 90 "$OUT/scaling.log" \
     "$PY" benchmarks/scaling.py --device cuda --configs paper,big --json "$OUT/scaling.json"
   grep -e "^measured:" "$OUT/scaling.log" >>"$SUMMARY"
+  # fp16 graphed (fused SGD, the scaler's overflow check on the GPU), then resumed
+  for steps in 200 400; do
+    step "fp16_train_$steps" 45 "$OUT/scaleout_tests.log" \
+      "$PY" -m hornn_dist.train configs/demo.toml --set train.mixed_precision=fp16 \
+      --set train.max_steps=$steps --set train.output_dir="$WORK/fp16_graph" \
+      --set data.cache_dir="$WORK/data_cache" --set train.checkpoint_every=100 \
+      --set log.every=100 --set log.progress=false --set log.tensorboard=false
+  done
+  grep -o -e "step CUDA graph[^|]*" -e "resuming from .*" -e "step 400: .*" \
+    "$OUT/scaleout_tests.log" | sed 's/^/fp16 train: /' >>"$SUMMARY"
 fi
 
 # (a) CUDA tests: the model's CUDA-vs-CPU checks, the benchmark's graphed-vs-eager checks and

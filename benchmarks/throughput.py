@@ -12,9 +12,9 @@ The trainer measures the gradient norms only on its logging steps (every `log.ev
 eager and compiled steps are timed without them (`measure=False`); a CUDA graph computes
 them on every replay, as the trainer's graph does. Under bf16/fp16 the forward runs in
 `torch.autocast` as Accelerate's prepared model runs it; fp16 rows have no gradient scaler
-(the trainer's fp16 adds Accelerate's, which keeps its step eager). Every mode runs that step:
+(the trainer's fp16 adds Accelerate's, with fused SGD). Every mode runs that step:
 
-    eager     TrainStep.run every step, as the trainer on CPU or with fp16
+    eager     TrainStep.run every step, as the trainer on CPU or with train.cuda_graph = false
     graphed   (CUDA) TrainStep's own CUDA graph, as the trainer on one GPU: WARMUP_STEPS
               eager steps on a side stream, then captured and replayed; the warm-up runs at
               least WARMUP_STEPS + 1 steps, so every timed step is a replay

@@ -10,7 +10,7 @@ import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.training.metrics import perplexity, total_grad_norm
-from hornn_dist.training.optim import LrSchedule, build_optimizer, clip_gradients
+from hornn_dist.training.optim import LrSchedule, build_optimizer, clip_gradients, keep_fused
 
 
 def schedule(**overrides: object) -> LrSchedule:
@@ -142,6 +142,25 @@ def test_build_optimizer_uses_the_config() -> None:
     group = opt.param_groups[0]
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.3, 0.5, 1e-3)
     assert len(group["params"]) == 2
+    assert group["fused"] is None and not opt.state  # SGD's own first step copies the gradient
+
+
+def test_fused_sgd_starts_with_zero_momentum_and_keeps_the_runs_choice_on_resume() -> None:
+    model = torch.nn.Linear(3, 2)
+    cfg = OptimConfig(lr=0.3, momentum=0.5)
+    fused = build_optimizer(model, cfg, fused=True)
+    assert fused.param_groups[0]["fused"] is True and fused._step_supports_amp_scaling
+    assert all(
+        torch.equal(s["momentum_buffer"], torch.zeros_like(p)) for p, s in fused.state.items()
+    )
+    plain = build_optimizer(model, cfg)
+    plain.load_state_dict(fused.state_dict())
+    assert plain.param_groups[0]["fused"] is True  # the checkpoint's choice came with its state
+    keep_fused(plain, False)
+    assert plain.param_groups[0]["fused"] is None
+    fused.load_state_dict(plain.state_dict())
+    keep_fused(fused, True)
+    assert fused.param_groups[0]["fused"] is True
 
 
 # ---------------------------------------------------------------- gradient clipping

@@ -10,6 +10,7 @@ one-process group. tests/test_step_ranks.py runs that path with two real ranks.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -21,7 +22,12 @@ from hornn_dist.config import config_from_dict
 from hornn_dist.models import build_model, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import build_optimizer, clip_gradients
-from hornn_dist.training.step import WARMUP_STEPS, TrainStep, graph_unavailable_reason
+from hornn_dist.training.step import (
+    WARMUP_STEPS,
+    TrainStep,
+    graph_unavailable_reason,
+    needs_fused_sgd,
+)
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 V, T, B = 50, 6, 4
@@ -64,7 +70,8 @@ def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
     """Return a TrainStep over a fresh model (seeded init) prepared by the accelerator."""
     torch.manual_seed(seed)
     model = build_model(cfg.model, V)
-    model, optimizer = accelerator.prepare(model, build_optimizer(model, cfg.optim))
+    sgd = build_optimizer(model, cfg.optim, fused=needs_fused_sgd(accelerator))
+    model, optimizer = accelerator.prepare(model, sgd)
     core = accelerator.unwrap_model(model)
     return TrainStep.for_accelerator(cfg, accelerator, model, core, optimizer, B)
 
@@ -251,6 +258,12 @@ def test_cuda_graph_replay_equals_eager_steps_bf16(make_accelerator):
 
 
 @cuda
+def test_cuda_graph_replay_equals_eager_steps_fp16(make_accelerator):
+    """fp16's GradScaler with fused SGD: unscale, overflow check, skip and scale update in the graph."""
+    _graph_vs_eager(make_accelerator, "fofe", "fp16", rtol=1e-2)
+
+
+@cuda
 @pytest.mark.parametrize("pooling", ["sum", "max", "fofe", "gated"])
 def test_cuda_graph_replay_equals_eager_steps_triton(make_accelerator, pooling):
     pytest.importorskip("triton")
@@ -351,3 +364,58 @@ def test_cuda_graphs_with_the_all_reduce_between_equal_eager_steps(one_process_g
 def test_cuda_graph_with_the_all_reduce_inside_equals_eager_steps(one_process_group):
     one_process_group("nccl")
     _graphs_vs_eager_reducing(reduce_in_graph=True)
+
+
+def scaled_step(cfg, init_scale: float):
+    """Return a bare step as the trainer builds it under fp16 (fused SGD inside Accelerate's
+    optimizer with a real GradScaler, here torch's CPU one) and the scaler."""
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    torch.manual_seed(0)
+    model = build_model(cfg.model, V)
+    sgd = build_optimizer(model, cfg.optim, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    optimizer = AcceleratedOptimizer(sgd, device_placement=False, scaler=scaler)
+    step = bare_step(cfg)
+    step.optimizer = optimizer
+    step.model = step.core = model
+    step.params = [p for p in model.parameters() if p.requires_grad]
+    step._backward = lambda loss: scaler.scale(loss).backward()
+    step._unscale = lambda: scaler.unscale_(sgd)
+    return step, scaler
+
+
+def test_fused_sgd_under_a_gradient_scaler_steps_as_plain_sgd(make_accelerator):
+    make_accelerator()  # AcceleratedOptimizer reads the Accelerate state
+    cfg = run_config("gated")
+    plain, (scaled, scaler) = bare_step(cfg), scaled_step(cfg, init_scale=2.0**10)
+    for i, (x, y) in enumerate(batches(5)):
+        torch.testing.assert_close(
+            scaled.run(x, y, measure=i == 4), plain.run(x, y, measure=i == 4), rtol=1e-6, atol=1e-7
+        )
+    for p, q in zip(scaled.core.parameters(), plain.core.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(scaled.norms, plain.norms, rtol=1e-6, atol=1e-7)  # unscaled
+    assert scaler.get_scale() == 2.0**10  # no overflow: the scale grows only after 2000 steps
+
+
+def test_an_overflowing_step_is_skipped_and_the_scale_backs_off(make_accelerator):
+    make_accelerator()
+    cfg = run_config("gated")
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, max_col_norm=0.0))
+    step, scaler = scaled_step(cfg, init_scale=2.0**10)
+    overflow = torch.tensor(math.inf)  # the scaled loss overflows: every gradient is inf or nan
+    step._backward = lambda loss: (scaler.scale(loss) * overflow).backward()
+    before = [p.detach().clone() for p in step.core.parameters()]
+    sgd = step.optimizer.optimizer
+    data = batches(4)
+    step.run(*data[0], measure=False)
+    assert all(torch.equal(p, b) for p, b in zip(step.core.parameters(), before, strict=True))
+    assert all(int(torch.count_nonzero(s["momentum_buffer"])) == 0 for s in sgd.state.values())
+    assert scaler.get_scale() == 2.0**9 and int(step.bad_step) == 0  # the loss was finite
+    overflow.fill_(1.0)
+    for x, y in data[1:]:
+        step.run(x, y, measure=False)
+    assert scaler.get_scale() == 2.0**9  # finite steps: no back-off (growth after 2000)
+    assert all(not torch.equal(p, b) for p, b in zip(step.core.parameters(), before, strict=True))
+    assert all(torch.isfinite(p).all() for p in step.core.parameters())

@@ -26,13 +26,15 @@ backend: NCCL, or gloo over CUDA tensors). `reduce_in_graph` captures the all-re
 graph instead (NCCL only); `REDUCE_IN_GRAPH` is the trainer's choice, and
 benchmarks/README.md ("Graphed multi-process step") says why.
 
-When a graph applies (CUDA, `train.mixed_precision` no or bf16 and `train.cuda_graph = true`),
+When a graph applies (CUDA and `train.cuda_graph = true`),
 the first `WARMUP_STEPS` steps of a run (and of a resumed run) run eagerly on a side stream
 (they create SGD's momentum buffers, warm up cuBLAS/cuDNN and start NCCL's communicator),
 then the step is captured and replayed. A change of the learning rate (the schedule halves it
-at an epoch end) re-captures it, since the graph holds the lr as a constant. Elsewhere (CPU,
-fp16's GradScaler, which reads its overflow flag on the host) the same parts run eagerly, so
-CPU runs, with one process or several, exercise the code path that the GPU replays.
+at an epoch end) re-captures it, since the graph holds the lr as a constant. On CPU the same
+parts run eagerly, so CPU runs, with one process or several, exercise the code path that the
+GPU replays. Under fp16 the trainer's SGD is fused (`needs_fused_sgd`): Accelerate's
+GradScaler then unscales, checks for overflow, skips an overflowing step and updates its scale
+all on the device, so the fp16 step is graphed too.
 
 The step knows nothing of the run's config or of Accelerate: it takes the model, the
 optimizer, the sizes, the `OptimConfig` (clip, max-norm) and what a launcher adds as plain
@@ -73,9 +75,14 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
         return "train.cuda_graph = false"
     if accelerator.device.type != "cuda":
         return "not on CUDA"
-    if accelerator.mixed_precision == "fp16":
-        return "fp16's gradient scaler checks for overflow on the host"
     return None
+
+
+def needs_fused_sgd(accelerator: Any) -> bool:
+    """Whether the run's SGD must be fused: under fp16, Accelerate's GradScaler skips an
+    overflowing step on the device only for an optimizer that takes its overflow flag (fused
+    SGD); with any other it reads the flag on the host, which a CUDA graph cannot hold."""
+    return accelerator.mixed_precision == "fp16"
 
 
 def flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:

@@ -36,11 +36,16 @@ from hornn_dist.training import dashboard
 from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
-from hornn_dist.training.optim import LrSchedule, apply_changed_settings, build_optimizer
+from hornn_dist.training.optim import (
+    LrSchedule,
+    apply_changed_settings,
+    build_optimizer,
+    keep_fused,
+)
 from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult, evaluate_split
-from hornn_dist.training.step import TrainStep
+from hornn_dist.training.step import TrainStep, needs_fused_sgd
 
 logger = logging.getLogger("hornn_dist.train")
 
@@ -89,7 +94,8 @@ class Trainer:
             cfg.model, acc.device, cfg.train.batch_size // acc.num_processes, acc.mixed_precision
         )
         model = build_model(cfg.model, self.corpus.vocab_size, plan)
-        optimizer = build_optimizer(model, cfg.optim)
+        self.fused_sgd = needs_fused_sgd(acc)
+        optimizer = build_optimizer(model, cfg.optim, fused=self.fused_sgd)
         # No DDP: the step averages the flat gradients itself (one all-reduce, CUDA graphs).
         self.model = acc.prepare_model(model, evaluation_mode=True)
         self.optimizer = acc.prepare_optimizer(optimizer)
@@ -193,6 +199,7 @@ class Trainer:
                 "; ".join(changed),
             )
         ckpt.load_state(acc, folder)
+        keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
         state = ckpt.read_trainer_state(folder)
         self.progress = Progress(
             step=state["step"],
