@@ -11,10 +11,10 @@ parts:
 Everything the step reads or writes between calls lives in tensors allocated once: the
 batch, the carried state (HORNN histories / RNN states), the loss, the gradient norms, the
 device step counter and the first non-finite step (with several processes also every
-parameter's gradient, as views of one flat buffer). So the parts can be captured in CUDA graphs and replayed with no host work
-but the graph launches and one batch upload; the step then waits for nothing on the host (no
-`.item()`), as PyTorch's whole-network capture recipe asks
-(https://pytorch.org/docs/stable/notes/cuda.html#whole-network-capture).
+parameter's gradient, as views of one flat buffer). So the parts can be captured in CUDA
+graphs and replayed with no host work but the graph launches and one batch upload; the step
+then waits for nothing on the host (no `.item()`), as PyTorch's whole-network capture recipe
+asks (https://pytorch.org/docs/stable/notes/cuda.html#whole-network-capture).
 
 Several processes average their gradients here, not in DDP: the trainer does not wrap the
 model in DistributedDataParallel. The gradients of all parameters are one flat buffer, which
