@@ -87,10 +87,11 @@ def main() -> None:
     runs = ["ddp", "flat"] + (["graphed"] if device.type == "cuda" else [])
     for name in runs:
         train(name, batches(rank), device, args.out, rank)
-    dist.barrier()
     if rank == 0:  # one process, nothing to reduce: both ranks' streams side by side
         both = torch.cat([batches(r) for r in range(dist.get_world_size())], dim=2)
         train("one", both, device, args.out, rank)
+    # Leave the group together: a gloo rank torn down while its peer still works can abort.
+    dist.barrier()
     dist.destroy_process_group()
 
 
