@@ -27,6 +27,7 @@ them on every replay, as the trainer's graph does. Under bf16/fp16 the forward r
               all-reduce path, not of the wire (scaling.py projects that)
     eager-ddp the peer of those: the eager step around a DDP-wrapped model (DDP's bucketed
               all-reduce overlapping the backward), the trainer's multi-process step before
+              the flat all-reduce
 
 Configs (order 3, one layer, E = H):
 
@@ -63,7 +64,6 @@ import gc
 import json
 import math
 import os
-import platform
 import shlex
 import socket
 import statistics
@@ -79,6 +79,7 @@ from hornn_dist.config import OptimConfig
 from hornn_dist.errors import described
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 from hornn_dist.models.config import POOLINGS
+from hornn_dist.runtime import cpu_name
 from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 
@@ -469,7 +470,7 @@ def print_best(rows: list[dict]) -> None:
 
 
 def print_all_reduce(rows: list[dict]) -> None:
-    """Print each *-ar row's tokens/s as a ratio to the same variant's one-process mode."""
+    """Print each multi-process row's tokens/s as a ratio to the same variant's one-process mode."""
     width = max([len(r["variant"]) + 2 for r in rows] + [22])
     print(f"{'variant':<{width}}{'config':<7}{'prec':<6}{'mode':<12}{'vs one process':>15}")
     for r in rows:
@@ -605,13 +606,7 @@ def device_name(device: torch.device) -> str:
     """Return a human name of the device: the GPU's, or the CPU's with its core count."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return f"{cpu}, {os.cpu_count()} cores"
+    return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

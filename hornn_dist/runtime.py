@@ -154,21 +154,24 @@ class StopFlag:
         self.signal_name = signal.Signals(signum).name
 
 
-def describe_hardware(device: torch.device, processes: int) -> str:
-    """Return what a run trains on, e.g. "1 x NVIDIA H100 80GB HBM3" or "AMD EPYC 7B13 (2 threads)"."""
-    if device.type == "cuda":
-        return f"{processes} x {torch.cuda.get_device_name(device)}"
-    name = ""
+def cpu_name() -> str:
+    """Return the CPU's model name (from /proc/cpuinfo where there is one), e.g. "AMD EPYC 7B13"."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                name = line.partition(":")[2].strip()
-                break
+                return line.partition(":")[2].strip()
     except OSError:
         pass
     import platform
 
-    name = name or platform.processor() or platform.machine() or "CPU"
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def describe_hardware(device: torch.device, processes: int) -> str:
+    """Return what a run trains on, e.g. "1 x NVIDIA H100 80GB HBM3" or "AMD EPYC 7B13 (2 threads)"."""
+    if device.type == "cuda":
+        return f"{processes} x {torch.cuda.get_device_name(device)}"
+    name = cpu_name()
     threads = torch.get_num_threads()
     per = f"{threads} thread{'s' if threads > 1 else ''}"
     per = f"{processes} processes x {per}" if processes > 1 else per

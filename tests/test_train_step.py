@@ -366,22 +366,23 @@ def test_cuda_graph_with_the_all_reduce_inside_equals_eager_steps(one_process_gr
     _graphs_vs_eager_reducing(reduce_in_graph=True)
 
 
-def scaled_step(cfg, init_scale: float):
+def scaled_step(cfg, init_scale: float, loss_factor: torch.Tensor | None = None):
     """Return a bare step as the trainer builds it under fp16 (fused SGD inside Accelerate's
-    optimizer with a real GradScaler, here torch's CPU one) and the scaler."""
+    optimizer with a real GradScaler, here torch's CPU one) and the scaler; `loss_factor`
+    multiplies the scaled loss (inf: an overflow)."""
     from accelerate.optimizer import AcceleratedOptimizer
 
     torch.manual_seed(0)
     model = build_model(cfg.model, V)
     sgd = build_optimizer(model, cfg.optim, fused=True)
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
-    optimizer = AcceleratedOptimizer(sgd, device_placement=False, scaler=scaler)
-    step = bare_step(cfg)
-    step.optimizer = optimizer
-    step.model = step.core = model
-    step.params = [p for p in model.parameters() if p.requires_grad]
-    step._backward = lambda loss: scaler.scale(loss).backward()
-    step._unscale = lambda: scaler.unscale_(sgd)
+    factor = torch.ones(()) if loss_factor is None else loss_factor
+    step = TrainStep(
+        model, model, AcceleratedOptimizer(sgd, device_placement=False, scaler=scaler),
+        device=torch.device("cpu"), batch_size=B, bptt=T, optim=cfg.optim, graph_reason="eager",
+        backward=lambda loss: (scaler.scale(loss) * factor).backward(),
+        unscale=lambda: scaler.unscale_(sgd),
+    )  # fmt: skip
     return step, scaler
 
 
@@ -403,9 +404,8 @@ def test_an_overflowing_step_is_skipped_and_the_scale_backs_off(make_accelerator
     make_accelerator()
     cfg = run_config("gated")
     cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, max_col_norm=0.0))
-    step, scaler = scaled_step(cfg, init_scale=2.0**10)
     overflow = torch.tensor(math.inf)  # the scaled loss overflows: every gradient is inf or nan
-    step._backward = lambda loss: (scaler.scale(loss) * overflow).backward()
+    step, scaler = scaled_step(cfg, init_scale=2.0**10, loss_factor=overflow)
     before = [p.detach().clone() for p in step.core.parameters()]
     sgd = step.optimizer.optimizer
     data = batches(4)

@@ -26,7 +26,6 @@ from hornn_dist.experiments.paper import (
 from hornn_dist.experiments.results import RunRecord
 from hornn_dist.experiments.tables import order_cells
 
-PLOT_FILES = ("orders.png", "alpha.png", "valid_curves.png")
 COLORS = {"": "black", "sum": "C0", "max": "C1", "fofe": "C2", "gated": "C3"}
 
 

@@ -12,6 +12,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.errors import ConfigError, HornnError
 from hornn_dist.experiments.plan import RUNS_FILE
+from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.resume import completion
 
 
@@ -67,7 +68,7 @@ def read_run(
         finished=bool(completion(state, planned or config)),
         step=int(state.get("step", 0)),
         epochs=float(history[-1]["epoch"]) if history else float(state.get("epoch", 0)),
-        best_valid_ppl=math.exp(best) if best < 700 else math.inf,
+        best_valid_ppl=perplexity(best, 1),  # best is a mean loss
         test_ppl=float(test.get("ppl", math.nan)),
         parameters=int(state.get("parameters", 0)),
         tokens_per_sec=float(state.get("tokens_per_sec", 0.0)),

@@ -151,7 +151,6 @@ class TrainStep:
         # (set to None after each step) instead of adding them into a buffer.
         self.flat_grad = flat_gradients(self.params) if reduce else None
         self.processes = dist.get_world_size() if reduce else 1
-        self.reduce = reduce
         self.reduce_in_graph = reduce_in_graph
         if reduce:
             self._start_from_rank_0()
@@ -211,12 +210,21 @@ class TrainStep:
 
     # ------------------------------------------------------------------ state
 
+    @property
+    def reduce(self) -> bool:
+        """Whether the step averages its gradients over the processes."""
+        return self.flat_grad is not None
+
+    @property
+    def two_graphs(self) -> bool:
+        """Whether a capture makes two graphs with the all-reduce between them (else one)."""
+        return self.reduce and not self.reduce_in_graph
+
     def describe(self) -> str:
         """Return one line saying how the step runs."""
         if self.use_graph:
-            how = f"CUDA graph (captured after {WARMUP_STEPS} eager warm-up steps)"
-            if self.reduce and not self.reduce_in_graph:
-                how = f"CUDA graphs (captured after {WARMUP_STEPS} eager warm-up steps)"
+            graphs = "CUDA graphs" if self.two_graphs else "CUDA graph"
+            how = f"{graphs} (captured after {WARMUP_STEPS} eager warm-up steps)"
         else:
             how = f"eager ({self.graph_reason})"
         if not self.reduce:
@@ -313,7 +321,7 @@ class TrainStep:
 
     def _capture(self, lr: float) -> None:
         self._zero_grad()  # one process: the backward allocates the gradients in the graph pool
-        if self.reduce and not self.reduce_in_graph:
+        if self.two_graphs:
             before = torch.cuda.CUDAGraph()
             with torch.cuda.graph(before):  # records the part; it does not run it
                 self._forward_backward()
@@ -339,7 +347,8 @@ class TrainStep:
         self._update(measure)
 
     def _forward_backward(self) -> None:
-        """Forward, loss and backward into the flat gradients; count the step; carry the state."""
+        """Forward, loss and backward (into the flat gradients with several processes); count
+        the step; carry the state."""
         x, y = self.xy[0], self.xy[1]
         with self._autocast():
             logits, new_state = self.model(x, self.state)  # (T, b, V)
@@ -355,7 +364,7 @@ class TrainStep:
 
     def _reduce(self) -> None:
         """Average the flat gradients over the processes (scaled first, as DDP's reducer does)."""
-        if self.flat_grad is not None:
+        if self.reduce:
             self.flat_grad.mul_(1.0 / self.processes)
             dist.all_reduce(self.flat_grad)
 
@@ -373,7 +382,7 @@ class TrainStep:
         column_normalize_(self.core, self.optim.max_col_norm)
 
     def _zero_grad(self) -> None:
-        if self.flat_grad is None:
-            self.optimizer.zero_grad(set_to_none=True)
-        else:
+        if self.reduce:
             self.flat_grad.zero_()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)

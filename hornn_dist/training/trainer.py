@@ -319,9 +319,7 @@ class Trainer:
         cfg, stream = self.cfg.train, self.train_stream
         running, speed = RunningLoss(), Throughput()
         tokens_per_step = cfg.batch_size * cfg.bptt
-        while not (
-            stream.epoch >= cfg.epochs or self._reached_max_steps() or self.schedule.stopped
-        ):
+        while not self._training_done():
             if stream.step == 0:  # a new epoch starts from a zero history
                 self.step.reset_state()
             for x, y in stream.epoch_batches():
@@ -353,9 +351,7 @@ class Trainer:
                     break
             else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
                 result = self._validate_and_save(end_of_epoch=True)
-                last = (
-                    stream.epoch >= cfg.epochs or self._reached_max_steps() or self.schedule.stopped
-                )
+                last = self._training_done()
                 logger.info(
                     "epoch %d done: valid ppl %.2f%s",
                     stream.epoch,
@@ -380,6 +376,11 @@ class Trainer:
         if self.cfg.log.tensorboard and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
+
+    def _training_done(self) -> bool:
+        """Return whether train.epochs or train.max_steps is reached or the run has converged."""
+        done_epochs = self.train_stream.epoch >= self.cfg.train.epochs
+        return done_epochs or self._reached_max_steps() or bool(self.schedule.stopped)
 
     def _reached_max_steps(self) -> bool:
         return bool(self.cfg.train.max_steps) and self.progress.step >= self.cfg.train.max_steps
@@ -528,15 +529,10 @@ class Trainer:
         self._check_finite()
         return self._write_checkpoint()
 
-    def _mean_tokens_per_sec(self) -> float:
-        """Return the tokens trained per wall-clock second of the loop so far (validation included)."""
-        seconds = self._train_seconds()
-        if not seconds:
-            return 0.0
-        return self.progress.step * self.cfg.train.batch_size * self.cfg.train.bptt / seconds
-
     def _write_checkpoint(self) -> Path:
         acc, step = self.accelerator, self.progress.step
+        seconds = self._train_seconds()  # in the loop so far, validation included
+        tokens = step * self.cfg.train.batch_size * self.cfg.train.bptt
         trainer_state = {
             "step": step,
             "epoch": self.train_stream.epoch,
@@ -545,8 +541,8 @@ class Trainer:
             "best_checkpoint": self.progress.best_checkpoint,
             "test": self.progress.test.record() if self.progress.test else None,
             "stop_reason": self.progress.stop_reason,
-            "train_seconds": self._train_seconds(),
-            "tokens_per_sec": self._mean_tokens_per_sec(),
+            "train_seconds": seconds,
+            "tokens_per_sec": tokens / seconds if seconds else 0.0,
             "hardware": self.hardware,
             "parameters": self.core.num_parameters(),
             "valid_history": self.progress.valid_history,
