@@ -336,6 +336,7 @@ def test_a_leading_tilde_in_a_path_key_is_the_home_folder(monkeypatch, tmp_path:
             "train.output_dir=~/runs/x",
             "data.cache_dir=~/cache",
             'data.train=["~/a.txt", "b.txt"]',
+            'data.preset="text8"',  # a preset that reads data.path
             "data.path=~/text8",
         ],
     )

@@ -25,6 +25,14 @@ def test_validate_messages_are_one_line() -> None:
         DataConfig(preset="imdb").validate()
 
 
+@pytest.mark.parametrize("preset", ["", "demo"])
+def test_a_data_path_no_preset_reads_is_refused(preset: str) -> None:
+    # it would be ignored: the run would train on the demo (or data.train) corpus silently
+    with pytest.raises(ConfigError, match=r"^data.path is read by the ptb, text8, wikitext103 "):
+        apply_preset(DataConfig(preset=preset, path="data/mine"))
+    apply_preset(DataConfig(preset=preset))
+
+
 def test_preset_fills_defaults_and_user_keys_win(tmp_path: Path) -> None:
     (tmp_path / "text8.zip").write_bytes(b"")
     cfg = apply_preset(DataConfig(preset="text8", path=str(tmp_path)))

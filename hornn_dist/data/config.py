@@ -129,6 +129,12 @@ class DataConfig:
             )
         if not self.cache_dir:
             raise ConfigError("data.cache_dir must not be empty")
+        if self.path and self.preset not in PRESET_DOWNLOADS:
+            raise ConfigError(
+                f"data.path is read by the {', '.join(PRESET_DOWNLOADS)} presets only, not by "
+                f"data.preset = {self.preset!r}; name your own files in data.train, data.valid "
+                "and data.test instead"
+            )
 
 
 def _ptb(cfg: DataConfig) -> dict[str, Any]:
