@@ -46,8 +46,10 @@
 #                                    graph) and fp16 (CUDA graph, fused SGD), 300 steps, then
 #                                    resumed to 600;
 #                                (g) optional, if time is left: torch.compile rows (paper, bf16)
-# GPU_CHECK_STEPS=scaleout,tests,tiles,throughput,trainer,profile,train,compiled (the default: all) picks
-# steps. A failing step does not stop the others. Needs torch, accelerate, tokenizers,
+# GPU_CHECK_STEPS=scaleout,tests,tiles,throughput,otherprec,trainer,profile,train,compiled (the
+# default: all) picks steps; GPU_CHECK_PRECISIONS (default fp32,bf16) the throughput precisions of
+# (0) and (c); GPU_CHECK_VARIANTS the variants of (c); GPU_CHECK_COMMIT the commit to record when
+# the copy has no .git (e.g. "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo -dirty)"). A failing step does not stop the others. Needs torch, accelerate, tokenizers,
 # tensorboard, pytest; not `datasets` (the demo corpus is bundled, and preparing it does not
 # import it).
 set +e
@@ -62,12 +64,16 @@ WORK=/tmp/hornn_gpu_check          # run dirs and checkpoints: not under $OUT
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY="$OUT/summary.txt"
 EXTRA="$OUT/extra.log"
-STEPS=",${GPU_CHECK_STEPS:-scaleout,tests,tiles,throughput,trainer,profile,train,compiled},"
+STEPS=",${GPU_CHECK_STEPS:-scaleout,tests,tiles,throughput,otherprec,trainer,profile,train,compiled},"
+PRECISIONS=${GPU_CHECK_PRECISIONS:-fp32,bf16}
+VARIANTS=${GPU_CHECK_VARIANTS:-hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm,hornn-sum-triton,\
+hornn-max-triton,hornn-fofe-triton,hornn-gated-triton,hornn-fofe-fp32rec,hornn-fofe-triton-fp32rec}
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit: ${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+  echo "steps: ${GPU_CHECK_STEPS:-all}; precisions: ${GPU_CHECK_PRECISIONS:-fp32,bf16}"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
   "$PY" -c 'import sys, torch, accelerate; print("python", sys.version.split()[0], "torch",
 torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(),
@@ -104,7 +110,7 @@ if want scaleout; then
     -k "(cuda and not triton) or gpu" -p no:cacheprovider -rf
   tail -n 3 "$OUT/scaleout_tests.log" >>"$SUMMARY"
   step scaleout_speed 150 "$OUT/scaleout.log" \
-    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 \
+    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions "$PRECISIONS" \
     --modes graphed,graphed-ar,eager-ar,eager-ddp --variants hornn-fofe,lstm --rounds 3 \
     --json "$OUT/scaleout.json"
   sed -n '/^== the multi-process path/,$p' "$OUT/scaleout.log" >>"$SUMMARY"
@@ -176,10 +182,8 @@ PAPER_TILES=$(echo "$TILES" | tr ',' '\n' | sed -n 's/^paper=//p')
 #     bf16, eager and graphed.
 if want throughput; then
   step throughput 300 "$OUT/throughput.log" \
-    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions fp32,bf16 \
-    --variants hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm,hornn-sum-triton,\
-hornn-max-triton,hornn-fofe-triton,hornn-gated-triton,hornn-fofe-fp32rec,hornn-fofe-triton-fp32rec \
-    --rounds 3 --triton-tiles "$TILES" --json "$OUT/throughput.json"
+    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions "$PRECISIONS" \
+    --variants "$VARIANTS" --rounds 3 --triton-tiles "$TILES" --json "$OUT/throughput.json"
   sed -n '/^== best mode/,$p' "$OUT/throughput.log" >>"$SUMMARY"
   "$PY" benchmarks/markdown_table.py "$OUT/throughput.json" >>"$SUMMARY" 2>&1 # for the README
 fi
@@ -188,7 +192,7 @@ fi
 #      (-autocastrec, model.recurrence_precision = "autocast") and in fp32 (-fp32rec, "fp32");
 #      the default runs it in fp16. Against the LSTM of the same run. Log appended to
 #      throughput.log, table to summary.txt.
-if want throughput; then
+if want otherprec; then
   echo "== bf16 -autocastrec and -fp32rec rows (separate run, own LSTM)" >>"$SUMMARY"
   step throughput_other_precisions 150 "$OUT/throughput.log" \
     "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions bf16 \
@@ -202,22 +206,26 @@ fi
 #     with the paper configs' sigmoid and column norm: the rate logged at step 400 covers steps
 #     301-400, after the warm-up and the capture. Each run is "VARIANT ENGINE MODE"; "auto" is
 #     the default engine, and summary.txt says what it picked (the start-up line).
-#     A 4th word sets model.recurrence_precision (the default: fp16).
-want trainer && for run in "hornn-fofe fused graph" "hornn-fofe auto graph" \
-  "hornn-max auto graph" "hornn-sum auto graph" "hornn-gated auto graph" "lstm - graph" \
-  "hornn-max auto graph autocast" "hornn-gated auto graph autocast" \
-  "hornn-sum auto graph autocast" "hornn-fofe auto graph autocast"; do
+#     A 4th word sets model.recurrence_precision (the default: fp16). GPU_CHECK_TRAINER, runs
+#     separated by ";", replaces the list. The rnn (cuDNN's nn.RNN) runs tanh, all else sigmoid.
+TRAINER_RUNS=${GPU_CHECK_TRAINER:-"hornn-fofe fused graph;hornn-fofe auto graph;\
+hornn-max auto graph;hornn-sum auto graph;hornn-gated auto graph;lstm - graph;rnn - graph;\
+hornn-max auto graph autocast;hornn-gated auto graph autocast;hornn-sum auto graph autocast;\
+hornn-fofe auto graph autocast"}
+want trainer && while IFS= read -r run; do
   set -- $run
   variant=$1 engine=$2 mode=$3 precision=${4:-fp16}
   arch=${variant%%-*}
   pooling=${variant#*-}
+  activation=sigmoid
   label="$variant $engine $mode${4:+ $4}"
-  [ "$arch" = lstm ] && pooling=fofe engine=fused && label="$variant $mode"
+  [ "$arch" != hornn ] && pooling=fofe engine=fused && label="$variant $mode"
+  [ "$arch" = rnn ] && activation=tanh
   name=${label// /_}
   HORNN_TRITON_TILES=$PAPER_TILES step "speed_$name" 45 "$OUT/train_speed.log" \
     "$PY" -m hornn_dist.train configs/demo.toml --no-resume \
     --set model.arch=$arch --set model.pooling=$pooling --set model.engine=$engine \
-    --set model.hidden_size=400 --set model.embedding_size=400 --set model.activation=sigmoid \
+    --set model.hidden_size=400 --set model.embedding_size=400 --set model.activation=$activation \
     --set model.recurrence_precision=$precision --set optim.max_col_norm=4.0 \
     --set train.mixed_precision=bf16 \
     --set train.cuda_graph=$([ "$mode" = graph ] && echo true || echo false) \
@@ -229,7 +237,7 @@ want trainer && for run in "hornn-fofe fused graph" "hornn-fofe auto graph" \
   [ "$engine" = auto ] || picked=""
   echo "trainer ${label}: ${rate:-no rate} ${picked}" >>"$SUMMARY"
   sed -i "s/step 400: /step 400 ($label): /" "$OUT/train_speed.log"
-done
+done < <(tr ';' '\n' <<<"$TRAINER_RUNS")
 
 # (e) Kernels launched per step and their GPU time (paper, bf16): how launch-bound each is.
 if want profile; then
