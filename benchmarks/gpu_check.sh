@@ -8,7 +8,8 @@
 # Run it with the device tool's timeout_s 600: the steps come in order of what they prove, and
 # each one's limit is cut to what is left, so a late step is skipped rather than the run lost.
 #
-# Writes logs and JSON only (no checkpoints) under $OUT, 14 files (what the device tool returns):
+# Writes logs and JSON only (no checkpoints) under $OUT, up to 14 files (the device tool returns
+# at most 8: pack them into one archive after the script):
 #   summary.txt                  environment, then one line per step: exit code and seconds
 #   scaleout_tests.log           (0) the multi-process step on CUDA: pytest of its graphs vs
 #                                    eager steps (all-reduce between two graphs, and inside
