@@ -8,9 +8,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from hornn_dist.errors import ConfigError
+from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model, column_normalize_
 from hornn_dist.models.pretrained import PretrainedLM
 from tests.reference_hornn import reference_stack
+from tests.train_helpers import REPO
 
 V, H = 30, 8
 ARCHS = [("hornn", "fofe"), ("hornn", "gated"), ("rnn", "sum"), ("lstm", "sum"), ("gru", "sum")]
@@ -158,3 +160,14 @@ def test_bad_dropout_or_tying_is_one_line_naming_the_keys(kw, words):
     assert "\n" not in message and all(word in message for word in words), message
     if "tie_weights" in kw:
         assert "model.tie_weights" in message
+
+
+def test_the_dropout_sweep_pairs_runs_that_differ_by_dropout_alone_at_equal_budget():
+    runs = {r.name: r.config for r in read_sweep(REPO / "configs/sweeps/demo_dropout.toml").runs}
+    assert len(runs) == 4
+    for model in ("hornn3-fofe", "lstm"):
+        off, on = runs[f"{model}-dropout0.0"], runs[f"{model}-dropout0.2"]
+        assert (off.model.dropout, on.model.dropout) == (0.0, 0.2)
+        on.model.dropout = 0.0
+        assert on.model == off.model and on.optim == off.optim
+        assert on.train.epochs == off.train.epochs and off.optim.stop_improvement == 0
