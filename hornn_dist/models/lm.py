@@ -60,7 +60,8 @@ class RecurrentLM(nn.Module):
         self.embedding = nn.Embedding(vocab_size, E)  # (V, E): W_in applied to one-hot x_t
         self.layers = nn.ModuleList()
         self.rnn: nn.RNNBase | None = None
-        # torch's RNNs drop between their own layers (one layer: none, and no warning)
+        # torch's RNNs drop between their own layers (one layer: none, and no warning); cuDNN
+        # keeps that dropout's random state itself, outside checkpoints (README "Models")
         between = cfg.dropout if cfg.num_layers > 1 else 0.0
         if cfg.arch == "hornn":
             for layer in range(cfg.num_layers):
