@@ -108,6 +108,12 @@ def test_tied_weights_are_saved_once_and_resume_bit_exact(workdir: Path, straigh
     weights = final_weights(straight)
     assert "decoder.weight" not in weights and "embedding.weight" in weights
     check_ok(train(workdir, "resumed", "--set", f"train.max_steps={K_FIRST}"))
+    # its best checkpoint is its last, scored from the weights in memory before it is saved
+    state = ckpt.read_trainer_state(ckpt.list_checkpoints(workdir / "resumed")[-1])
+    assert state["test_checkpoint"] == f"step_{K_FIRST:08d}" and state["test"] == state["test_last"]
+    folder, at_best = evaluated(workdir / "resumed" / "checkpoints" / "best")
+    assert folder.name == state["test_checkpoint"]
+    assert at_best.loss_sum == EvalResult.from_record(state["test"]).loss_sum
     second = train(workdir, "resumed", "--set", f"train.max_steps={K_STEPS}")
     check_ok(second)
     assert f"step_{K_FIRST:08d}" in second.stderr  # resumed mid-epoch, dropout masks and all
