@@ -203,6 +203,25 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
     return complete[-1]
 
 
+def describe_checkpoint(folder: Path) -> str:
+    """Return which of its run's checkpoints `folder` is, in words: its step, and whether it is
+    the newest (the last weights) and the best by validation (whose test score the run reports)."""
+    complete = list_checkpoints(folder.parent.parent, warn=False)
+    match = _STEP_DIR.match(folder.name)
+    if match is None or folder.resolve() not in [c.resolve() for c in complete]:
+        return "a checkpoint outside its run's checkpoints folder"
+    best = read_trainer_state(complete[-1]).get("best_checkpoint") or ""
+    roles = []
+    if folder.name == complete[-1].name:
+        roles.append("the newest, the last weights")
+    if folder.name == best:
+        roles.append("the best by validation, whose test score the run reports")
+    text = f"step {int(match.group(1))}: " + (" and ".join(roles) or "an older checkpoint")
+    if best and folder.name != best:
+        text += f"; the best by validation is {best} (RUN/checkpoints/best)"
+    return text
+
+
 def _valid_note(loss: Any) -> str:
     """Return " (valid loss L, ppl P)" for a recorded validation loss, else ""."""
     if not isinstance(loss, int | float) or not math.isfinite(loss):

@@ -1,6 +1,7 @@
 """Evaluate a checkpoint: `python -m hornn_dist.evaluate CHECKPOINT_OR_RUN_DIR --split test`.
 
-Prints the split's token count, mean loss and perplexity. Works under `accelerate launch` too:
+Prints which checkpoint it scores (a run directory: its newest, the last weights; the run's own
+test score is of `RUN/checkpoints/best`), then the split's token count, mean loss and perplexity. Works under `accelerate launch` too:
 each rank evaluates its streams and the sums are reduced.
 """
 
@@ -9,9 +10,16 @@ from __future__ import annotations
 import argparse
 import os
 
+from hornn_dist import checkpoint as ckpt
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
-from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_prepared_corpus, resolve_trained
+from hornn_dist.loading import (
+    MODEL_ARG_HELP,
+    is_exported,
+    load_model,
+    open_prepared_corpus,
+    resolve_trained,
+)
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from hornn_dist.training.scoring import evaluate_split
 
@@ -40,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(os.environ.get("RANK", "0") == "0")  # resolving `best` says what it picked
     folder, cfg = resolve_trained(args.checkpoint)
+    what = "an exported model folder" if is_exported(folder) else ckpt.describe_checkpoint(folder)
     accelerator = build_accelerator(cfg.train.mixed_precision)
     setup_logging(accelerator.is_main_process)
     corpus = open_prepared_corpus(cfg.data, accelerator, splits=[args.split], prepare=False)
@@ -60,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = evaluate_split(model, stream, accelerator)
     if accelerator.is_main_process:
-        print(f"checkpoint {folder}")
+        print(f"checkpoint {folder} ({what})")
         print(
             f"split {args.split}: tokens {result.tokens} loss {result.loss:.4f} ppl {result.ppl:.2f}"
         )

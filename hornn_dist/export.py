@@ -112,6 +112,8 @@ def describe(m: ModelConfig) -> str:
     return (
         f"{kind}, {m.num_layers} layer{'s' if m.num_layers > 1 else ''} of {m.hidden_size} {units}, "
         f"word vectors of {m.embedding_size or m.hidden_size}"
+        + (" tied to the output layer" if m.tie_weights else "")
+        + (f", dropout {m.dropout:g} in training" if m.dropout else "")
     )
 
 

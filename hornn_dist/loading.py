@@ -27,7 +27,7 @@ from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_cor
 from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
 from hornn_dist.errors import CheckpointError, DataError, HornnError, described
-from hornn_dist.models import build_model, plan_for
+from hornn_dist.models import LayerPlan, build_model, plan_for
 
 log = logging.getLogger(__name__)
 WAIT_LOG_S = 30.0  # a waiting process says what it waits for this often
@@ -231,26 +231,40 @@ def load_model(
             f"{folder} was trained with vocabulary {trained.get('vocab_hash')} but the data has "
             f"{corpus.vocab_hash}; point data.cache_dir at the shards used for training"
         )
-    plan = plan_for(
-        cfg.model, device, cfg.train.eval_batch_size, cfg.train.mixed_precision, strict=False
-    )
     if exported:
         from hornn_dist.models.pretrained import PretrainedLM  # imports huggingface_hub
 
         try:
-            model = PretrainedLM.from_pretrained(folder, plan=plan)
+            model = PretrainedLM.from_pretrained(folder, plan=_evaluation_plan(cfg, device))
         except Exception as err:  # safetensors, a missing file, a weight of the wrong shape
             raise CheckpointError(
                 f"cannot load the model in {folder} ({described(err)}); " + _REEXPORT
             ) from None
         return model.to(device).eval()
-    model = build_model(cfg.model, corpus.vocab_size, plan)
     verify(folder, only=(WEIGHTS,))  # the optimizer's state is not read here
     weights = folder / WEIGHTS
     try:
-        model.load_state_dict(load_file(str(weights)))
+        return evaluation_model(cfg, corpus.vocab_size, device, load_file(str(weights)))
     except Exception as err:  # a checkpoint of an older version has no checksums to verify
         raise CheckpointError(
             f"{weights} is not a valid weights file ({type(err).__name__}); use another checkpoint"
         ) from None
+
+
+def evaluation_model(
+    cfg: RunConfig, vocab_size: int, device: torch.device | str, weights: dict[str, torch.Tensor]
+) -> torch.nn.Module:
+    """Return the model of `cfg` holding `weights` on `device` in eval mode, as `evaluate`
+    runs it (`load_model`); the caller's random generator is left where it was."""
+    with torch.random.fork_rng(devices=[]):  # built on the CPU: its init draws from the CPU's
+        model = build_model(cfg.model, vocab_size, _evaluation_plan(cfg, device))
+    model.load_state_dict(weights)
     return model.to(device).eval()
+
+
+def _evaluation_plan(cfg: RunConfig, device: torch.device | str) -> LayerPlan:
+    """Return how an evaluated model's HORNN layers run: planned for `device` under the run's
+    mixed precision and evaluation batch; fused where the run's engine cannot run there."""
+    return plan_for(
+        cfg.model, device, cfg.train.eval_batch_size, cfg.train.mixed_precision, strict=False
+    )

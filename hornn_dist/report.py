@@ -121,13 +121,29 @@ def render_report(
         f"# HORNN sweep report: {runs_dir.name}\n\n"
         f"Written {date} by `{command}` from {len(records)} runs in `{runs_dir}` "
         f"({finished} finished); layout {layout}, paper's numbers: {paper}. Each model's run is "
-        "its recipe with the lowest best validation perplexity.\n\n"
+        "its recipe with the lowest best validation perplexity. "
+        f"{test_note(records)}\n\n"
     )
     text = head + render_tables(records, layout, paper)
     if plots:
         links = "\n\n".join(f"![{PLOT_TITLES[p.name]}]({p.name})" for p in plots)
         text += f"\n## Plots\n\n{links}\n"
     return text
+
+
+def test_note(records: list[RunRecord]) -> str:
+    """Return the sentence saying which weights the test perplexities score."""
+    older = sum(r.finished and not r.test_checkpoint for r in records)
+    note = (
+        "Test perplexity is each run's best checkpoint by validation (`test` in its "
+        "trainer_state.json, as word_language_model reports); the last weights' is beside it "
+        "(`test_last`)."
+    )
+    if older:
+        note += (
+            f" {older} run{'s' if older > 1 else ''} recorded before that scored the last weights."
+        )
+    return note
 
 
 if __name__ == "__main__":

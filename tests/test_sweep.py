@@ -47,6 +47,7 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "demo_orders": 14,
         "demo_alpha": 8,
         "demo_summary": 12,
+        "demo_dropout": 4,
         "ptb_orders": 14,
         "ptb_alpha": 8,
         "ptb_summary": 12,

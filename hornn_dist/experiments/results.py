@@ -29,7 +29,9 @@ class RunRecord:
     step: int = 0
     epochs: float = 0.0
     best_valid_ppl: float = math.inf
-    test_ppl: float = math.nan
+    test_ppl: float = math.nan  # the run's: its best checkpoint's by validation (test_checkpoint)
+    test_checkpoint: str = ""  # "" in runs recorded before: their test_ppl is the last weights'
+    last_test_ppl: float = math.nan  # the last weights'
     parameters: int = 0
     tokens_per_sec: float = 0.0
     train_seconds: float = 0.0
@@ -58,6 +60,7 @@ def read_run(
         return None
     history = list(state.get("valid_history") or [])
     test = state.get("test") or {}
+    last = state.get("test_last") or ({} if state.get("test_checkpoint") else test)
     best = float(state.get("best_valid", math.inf))
     return RunRecord(
         name=name or folder.name,
@@ -70,6 +73,8 @@ def read_run(
         epochs=float(history[-1]["epoch"]) if history else float(state.get("epoch", 0)),
         best_valid_ppl=perplexity(best, 1),  # best is a mean loss
         test_ppl=float(test.get("ppl", math.nan)),
+        test_checkpoint=str(state.get("test_checkpoint") or ""),
+        last_test_ppl=float(last.get("ppl", math.nan)),
         parameters=int(state.get("parameters", 0)),
         tokens_per_sec=float(state.get("tokens_per_sec", 0.0)),
         train_seconds=float(state.get("train_seconds", 0.0)),

@@ -162,7 +162,7 @@ def _report_end(
     if code == 0 and record is not None and record.finished:
         outcome.finished += 1
         logger.info(
-            "%s: done in %s: best valid ppl %.2f, test ppl %.2f, %.1f epochs (%s)",
+            "%s: done in %s: best valid ppl %.2f, test ppl %.2f (best checkpoint), %.1f epochs (%s)",
             prefix,
             took,
             record.best_valid_ppl,

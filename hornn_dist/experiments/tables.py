@@ -2,7 +2,8 @@
 row per model, Figure 4: by α), with the paper's numbers in labelled columns beside ours.
 
 Each model's run is picked among its recipes by the lowest best validation perplexity, never by
-test perplexity; only finished runs (test scored) are picked.
+test perplexity; only finished runs (test scored) are picked. A run's test perplexity is its best
+checkpoint's by validation (`RunRecord.test_ppl`).
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ class ModelConfig:
     num_layers: int = 1
     activation: str = "tanh"  # tanh | sigmoid | relu (hornn and rnn)
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
+    # dropout on the non-recurrent connections (Zaremba et al. 2014): after the embedding,
+    # between layers and before the output layer; never on the recurrent paths. 0 = off (paper)
+    dropout: float = 0.0
+    tie_weights: bool = False  # the output layer reuses the embedding matrix (needs E = H)
     # auto (triton on CUDA under mixed precision at small batch x hidden, else fused) | fused
     # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
     # autograd, slow reference); resolved once per run: hornn_dist/models/plan.py
@@ -58,6 +62,14 @@ class ModelConfig:
         check_count("model.embedding_size", self.embedding_size, 0, " (0 = hidden_size)")
         if self.init_std <= 0:
             raise ConfigError(f"model.init_std must be > 0, got {self.init_std}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.tie_weights and self.embedding_size not in (0, self.hidden_size):
+            raise ConfigError(
+                f"model.tie_weights = true needs model.embedding_size equal to model.hidden_size, "
+                f"got {self.embedding_size} and {self.hidden_size}; set model.embedding_size = 0 "
+                "(= hidden_size) or model.tie_weights = false"
+            )
 
 
 def check_alpha(key: str, value: float) -> None:

@@ -6,6 +6,11 @@ The one-hot input x_t of eq. 3 times a V × E table is the embedding lookup; eac
 then applies its own W_in (E -> H). With V = 10k and H = E = 400 this gives the paper's
 parameter counts (§4.1.1): RNN 8.3M, HORNN-3 8.6M, LSTM 9.3M, gated HORNN-3 9.6M.
 
+`model.dropout` > 0 drops units where the arrows ─► cross between modules above (after the
+embedding, between layers, before the output layer), never on a recurrent path (Zaremba et
+al. 2014; `word_language_model`). `model.tie_weights` makes the output layer's (V, H) matrix
+the embedding's (V, E = H) one: a single Parameter, saved once under "embedding.weight".
+
 State is always a tuple of tensors whose dim 1 is the batch, so a trainer can slice, detach
 and checkpoint it without knowing the architecture:
 
@@ -15,6 +20,8 @@ and checkpoint it without knowing the architecture:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -53,6 +60,9 @@ class RecurrentLM(nn.Module):
         self.embedding = nn.Embedding(vocab_size, E)  # (V, E): W_in applied to one-hot x_t
         self.layers = nn.ModuleList()
         self.rnn: nn.RNNBase | None = None
+        # torch's RNNs drop between their own layers (one layer: none, and no warning); cuDNN
+        # keeps that dropout's random state itself, outside checkpoints (README "Models")
+        between = cfg.dropout if cfg.num_layers > 1 else 0.0
         if cfg.arch == "hornn":
             for layer in range(cfg.num_layers):
                 self.layers.append(
@@ -68,12 +78,18 @@ class RecurrentLM(nn.Module):
                     )
                 )
         elif cfg.arch == "rnn":
-            self.rnn = nn.RNN(E, H, cfg.num_layers, nonlinearity=cfg.activation)
+            self.rnn = nn.RNN(E, H, cfg.num_layers, nonlinearity=cfg.activation, dropout=between)
         elif cfg.arch == "lstm":
-            self.rnn = nn.LSTM(E, H, cfg.num_layers)
+            self.rnn = nn.LSTM(E, H, cfg.num_layers, dropout=between)
         else:
-            self.rnn = nn.GRU(E, H, cfg.num_layers)
+            self.rnn = nn.GRU(E, H, cfg.num_layers, dropout=between)
         self.decoder = nn.Linear(H, vocab_size)  # W_out of eq. 2, (V, H)
+        # Zaremba et al. 2014: dropout on the non-recurrent connections only
+        self.drop = nn.Dropout(cfg.dropout)
+        if cfg.tie_weights:  # Press & Wolf 2017: one (V, H) matrix, E = H (cfg.validate)
+            self.decoder.weight = self.embedding.weight
+            self.register_state_dict_post_hook(_drop_tied_key)
+            self.register_load_state_dict_pre_hook(_fill_tied_key)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -106,7 +122,7 @@ class RecurrentLM(nn.Module):
         """Return (logits (T, B, V), new state, not detached) for tokens (T, B)."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must have shape (T, B), got {tuple(tokens.shape)}")
-        x = self.embedding(tokens)  # (T, B, E)
+        x = self._drop(self.embedding(tokens))  # (T, B, E)
         if self.arch == "hornn":
             histories = state if state is not None else (None,) * len(self.layers)
             if len(histories) != len(self.layers):
@@ -115,8 +131,8 @@ class RecurrentLM(nn.Module):
                     f"got {len(histories)}"
                 )
             new_state = []
-            for layer, hist in zip(self.layers, histories, strict=True):
-                x, new_hist = layer(x, hist)  # (T, B, H), (N, B, H)
+            for i, (layer, hist) in enumerate(zip(self.layers, histories, strict=True)):
+                x, new_hist = layer(x if i == 0 else self._drop(x), hist)  # (T, B, H), (N, B, H)
                 new_state.append(new_hist)
             new = tuple(new_state)
         else:
@@ -128,8 +144,13 @@ class RecurrentLM(nn.Module):
             else:
                 x, hidden = self.rnn(x, state[0])
             new = tuple(hidden) if self.arch == "lstm" else (hidden,)
-        logits = self.decoder(x)  # (T, B, V)
+        logits = self.decoder(self._drop(x))  # (T, B, V)
         return logits, new
+
+    def _drop(self, x: Tensor) -> Tensor:
+        """Return x after dropout (model.dropout, training mode only); dropout 0 does nothing,
+        not even a draw from the random generator."""
+        return self.drop(x) if self.cfg.dropout > 0 else x
 
     def feedback_path_slices(self) -> path_norms.PathSlices:
         """Return {"layer{l}/path{n}" | "layer{l}/gate{n}": [(param, index), ...]} (path_norms)."""
@@ -147,6 +168,22 @@ class RecurrentLM(nn.Module):
     def num_parameters(self) -> int:
         """Return the number of trainable scalars."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+TIED_KEY, TIED_TO = "decoder.weight", "embedding.weight"  # model.tie_weights: saved once
+
+
+def _drop_tied_key(module: nn.Module, state_dict: dict[str, Tensor], prefix: str, _: Any) -> None:
+    """Leave the tied output matrix out of a state dict: the embedding holds it, and
+    safetensors refuses two names for one tensor."""
+    state_dict.pop(prefix + TIED_KEY, None)
+
+
+def _fill_tied_key(module: nn.Module, state_dict: dict[str, Tensor], prefix: str, *_: Any) -> None:
+    """Before loading a state dict saved by `_drop_tied_key`, point the output matrix's key at
+    the embedding's, so a strict load finds every key."""
+    if prefix + TIED_TO in state_dict:
+        state_dict.setdefault(prefix + TIED_KEY, state_dict[prefix + TIED_TO])
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, plan: LayerPlan | None = None) -> RecurrentLM:

@@ -16,7 +16,8 @@ def max_norm_vectors(model: RecurrentLM) -> list[tuple[nn.Parameter, int]]:
         pairs += [(layer.weight_ih, 0), (layer.weight_hh, 0)]
     if model.rnn is not None:  # torch layout (gates·H, in): row k is unit k's incoming weights
         pairs += [(p, 1) for name, p in model.rnn.named_parameters() if name.startswith("weight")]
-    pairs.append((model.decoder.weight, 1))  # (V, H): row v is word v's output weights
+    if model.decoder.weight is not model.embedding.weight:  # tied: capped once, above
+        pairs.append((model.decoder.weight, 1))  # (V, H): row v is word v's output weights
     return pairs
 
 

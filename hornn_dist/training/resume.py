@@ -85,6 +85,14 @@ def completion(state: dict[str, Any], cfg: RunConfig) -> dict[str, Any]:
     return done
 
 
+def test_source(state: dict[str, Any]) -> str:
+    """Return which weights a trainer state's `test` result scored, in words."""
+    name = state.get("test_checkpoint")
+    if name:
+        return f"the best checkpoint by validation ({name})"
+    return "the last weights (a run recorded before the best checkpoint was scored)"
+
+
 def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult | None:
     """Return the test result stored in `folder` when its run is complete under `cfg` (epochs
     or max_steps done), after saying so; None when there is training left to do."""
@@ -106,10 +114,11 @@ def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult |
         or " and ".join(f"{key} = {value} reached" for key, value in done.items()),
     )
     logger.info(
-        "test: %s predicted tokens, loss %.4f, ppl %.2f%s",
+        "test: %s predicted tokens, loss %.4f, ppl %.2f on %s%s",
         f"{result.tokens:,}",
         result.loss,
         result.ppl,
+        test_source(state),
         f"; best valid loss {best:.4f}, ppl {perplexity(best, 1):.2f} "
         f"({state.get('best_checkpoint', '')})"
         if math.isfinite(best)

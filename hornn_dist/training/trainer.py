@@ -23,7 +23,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
-from hornn_dist.loading import open_prepared_corpus
+from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.runtime import (
     StopFlag,
@@ -63,7 +63,11 @@ class Progress:
     best_checkpoint: str = ""
     last_saved_step: int = -1
     last_valid_step: int = -1  # not saved: a resumed run does not know
-    test: EvalResult | None = None  # the final test result, saved with the last checkpoint
+    # the final test results, saved with the last checkpoint: the run's (`test`) is its best
+    # checkpoint's by validation, as word_language_model reports; `test_last` the last weights'
+    test: EvalResult | None = None
+    test_checkpoint: str = ""  # the checkpoint `test` scored
+    test_last: EvalResult | None = None
     stop_reason: str = ""  # why training ended (epochs, max_steps, converged, a signal)
     train_seconds: float = 0.0  # wall-clock time in the training loop, over all resumes
     valid_history: list[dict[str, float]] = field(default_factory=list)  # one entry per validation
@@ -173,21 +177,52 @@ class Trainer:
 
     def _finish(self) -> EvalResult:
         """Validate the last step unless that was just done (a run stopped by train.max_steps
-        mid-epoch), score the test split and write the final checkpoint holding the result."""
+        mid-epoch), score the test split on the best checkpoint by validation and on the last
+        weights, and write the final checkpoint holding both."""
         if self.progress.last_valid_step != self.progress.step:
             self._validate()
-        result = self._evaluate("test")
-        self._track({"test/loss": result.loss, "test/ppl": result.ppl})
+        progress = self.progress
+        last = self._evaluate("test")
+        best = progress.best_checkpoint or ckpt.step_dir_name(progress.step)
+        with self._doing(f"evaluating the test split on {best}"):
+            result = self._score_test_on(best)
+        self._track(
+            {
+                "test/loss": result.loss,
+                "test/ppl": result.ppl,
+                "test/loss_last": last.loss,
+                "test/ppl_last": last.ppl,
+            }
+        )
         logger.info(
-            "test: %s predicted tokens (the split's %s but the first), loss %.4f, ppl %.2f",
+            "test: %s predicted tokens (the split's %s but the first), loss %.4f, ppl %.2f on "
+            "the best checkpoint by validation (%s); the last weights (step %d): loss %.4f, "
+            "ppl %.2f",
             f"{result.tokens:,}",
             f"{len(self.corpus.split('test')):,}",
             result.loss,
             result.ppl,
+            best,
+            progress.step,
+            last.loss,
+            last.ppl,
         )
-        self.progress.test = result
+        progress.test, progress.test_checkpoint, progress.test_last = result, best, last
         self._write_checkpoint()  # the loss was checked at this step's validation or save
         return result
+
+    def _score_test_on(self, name: str) -> EvalResult:
+        """Return the test result of checkpoint `name`'s weights (this step's: the weights in
+        memory, saved next) computed as `python -m hornn_dist.evaluate` computes it."""
+        acc, cfg = self.accelerator, self.cfg
+        if name == ckpt.step_dir_name(self.progress.step):
+            model = evaluation_model(
+                cfg, self.corpus.vocab_size, acc.device, self.core.state_dict()
+            )
+        else:  # pruning keeps the best checkpoint
+            folder = ckpt.checkpoint_root(self.out) / name
+            model = load_model(folder, cfg, self.corpus, acc.device)
+        return evaluate_split(model, self._eval_stream("test"), acc)
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator
@@ -540,6 +575,8 @@ class Trainer:
             "best_valid": self.progress.best_valid,
             "best_checkpoint": self.progress.best_checkpoint,
             "test": self.progress.test.record() if self.progress.test else None,
+            "test_checkpoint": self.progress.test_checkpoint,
+            "test_last": self.progress.test_last.record() if self.progress.test_last else None,
             "stop_reason": self.progress.stop_reason,
             "train_seconds": seconds,
             "tokens_per_sec": tokens / seconds if seconds else 0.0,
