@@ -28,10 +28,11 @@ from torch import Tensor, nn
 
 from hornn_dist.models import HornnLayer
 from hornn_dist.models.config import POOLINGS, RECURRENCE_PRECISIONS
+from hornn_dist.models.precision import AUTOCAST_DTYPES
 
 from common import comma_list, error_line, run_meta, write_json
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = AUTOCAST_DTYPES  # --dtypes: the autocast dtypes of train.mixed_precision
 
 
 def rel_err(a: Tensor, ref: Tensor) -> float:

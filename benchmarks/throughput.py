@@ -73,6 +73,7 @@ import torch
 from hornn_dist.config import OptimConfig
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.precision import AUTOCAST_DTYPES
 from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 
@@ -135,7 +136,7 @@ VARIANTS: dict[str, ModelConfig] = {
 }
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:
 TRITON_VARIANTS = "hornn-sum-triton,hornn-max-triton,hornn-fofe-triton,hornn-gated-triton"
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype
+PRECISIONS = {"fp32": None, **AUTOCAST_DTYPES}  # autocast dtype
 # The *-ar modes give the step `reduce=True` (TrainStep's multi-process path: one all-reduce
 # of the flat gradients) and eager-ddp wraps the model in DDP instead (the trainer's earlier
 # multi-process step, the peer), in a one-process group (NCCL on CUDA, gloo on CPU) unless
