@@ -4,7 +4,7 @@ Both engines take the input-side pre-activations already projected for every tok
 (``xp = x @ weight_ih + biases``, one GEMM outside, see `hornn.py`) and run only the part
 that must go step by step.
 
-The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The model"):
+The fused engine (the "fully-unfolded" shape of paper §3.1; why it is shaped so, point by point):
 
 * Every term that touches h_{t-n} is a linear map of h_{t-n} alone, so when h_t is born we
   compute U_t = h_t @ W once, W = [W_h1 | ... | W_hN] (gated: [W2_1 .. W2_N | W_h1 .. W_hN]):
