@@ -216,14 +216,21 @@ def open_vocabulary(folder: Path, cfg: RunConfig, accelerator: Any) -> Corpus | 
 
 
 def load_model(
-    folder: Path, cfg: RunConfig, corpus: Corpus | Vocabulary, device: torch.device | str
+    folder: Path,
+    cfg: RunConfig,
+    corpus: Corpus | Vocabulary,
+    device: torch.device | str,
+    *,
+    mixed_precision: str | None = None,
+    batch: int | None = None,
 ) -> torch.nn.Module:
     """Return the trained model of `folder` (a checkpoint or an exported model folder) on
     `device` in eval mode, after checking its vocabulary.
 
-    Its HORNN layers run as planned for `device` under the run's mixed precision and
-    evaluation batch; where the run's engine cannot run there (triton on a CPU), the fused
-    engine runs, with a warning."""
+    Its HORNN layers run as planned (and logged) for `device`, `batch` streams and the
+    `mixed_precision` the caller runs the model under; None: the run's evaluation
+    (train.eval_batch_size, train.mixed_precision). Where the run's engine cannot run there
+    (triton on a CPU), the fused engine runs, with a warning."""
     exported = is_exported(folder)
     trained = read_exported(folder) if exported else read_trainer_state(folder)
     if trained.get("vocab_hash") != corpus.vocab_hash:
@@ -232,8 +239,14 @@ def load_model(
             f"{corpus.vocab_hash}; point data.cache_dir at the shards used for training"
         )
     plan = plan_for(
-        cfg.model, device, cfg.train.eval_batch_size, cfg.train.mixed_precision, strict=False
+        cfg.model,
+        device,
+        cfg.train.eval_batch_size if batch is None else batch,
+        cfg.train.mixed_precision if mixed_precision is None else mixed_precision,
+        strict=False,
     )
+    if cfg.model.arch == "hornn":
+        log.info("HORNN layers of %s: %s", folder, plan.describe())
     if exported:
         from hornn_dist.models.pretrained import PretrainedLM  # imports huggingface_hub
 
