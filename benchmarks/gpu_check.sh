@@ -59,6 +59,8 @@ set -u
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
+# the commit every benchmark's JSON records (benchmarks/common.py) where the copy has no .git
+[[ -n ${GPU_CHECK_COMMIT:-} ]] && export HORNN_COMMIT=$GPU_CHECK_COMMIT
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 DEADLINE=${GPU_CHECK_SECONDS:-560} # whole script; each step's timeout is cut to what is left
 WORK=/tmp/hornn_gpu_check          # run dirs and checkpoints: not under $OUT

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from pathlib import Path
 
 import torch
@@ -29,11 +28,11 @@ from torch import Tensor, nn
 
 from hornn_dist.models import HornnLayer
 from hornn_dist.models.config import POOLINGS, RECURRENCE_PRECISIONS
+from hornn_dist.models.precision import AUTOCAST_DTYPES
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import comma_list, error_line, script_meta, write_json  # noqa: E402
+from common import comma_list, error_line, run_meta, write_json
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = AUTOCAST_DTYPES  # --dtypes: the autocast dtypes of train.mixed_precision
 
 
 def rel_err(a: Tensor, ref: Tensor) -> float:
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             row["error"] = errs = error_line(exc)
         rows.append(row)
         print(f"{pooling:8s} {dtype:5s} {engine:7s} {precision:10s} {errs}")
-    meta = script_meta("precision.py", argv, args, torch.device(args.device))
+    meta = run_meta("precision.py", argv, torch.device(args.device), args)
     write_json(args.json, meta, rows)
     print(f"wrote {args.json}")
     return rows

@@ -7,7 +7,7 @@ no newlines) written once under --dir and reused. Each run prepares it from scra
 child process with text8's settings (last 1M characters held out, min_count 10, no <eos>) and
 reports wall time, tokens/s, and peak RSS: of the main process, of the largest worker, and of
 the whole process tree (sampled every 50 ms). Prints a table, each worker count's speedup over
-one worker with its peak memory, then the results as JSON.
+one worker with its peak memory, then the results as JSON (--json: with the run's metadata).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from common import run_meta, write_json
 
 CHILD = r"""
 import json, resource, sys, time
@@ -124,7 +127,7 @@ def run(path: Path, workers: int) -> dict[str, float]:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Generate the corpora, run the benchmark grid, print a table and JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -137,7 +140,8 @@ def main() -> None:
         help="where the generated corpora live",
     )
     parser.add_argument("--json", default="", help="also write the results to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    meta = run_meta("prepare_speed.py", argv, torch.device("cpu"), args)
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
     results = []
@@ -180,7 +184,7 @@ def main() -> None:
             )
     print(json.dumps(results, indent=1))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        write_json(Path(args.json), meta, results)
 
 
 if __name__ == "__main__":

@@ -50,18 +50,8 @@ from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import (  # noqa: E402
-    CONFIGS,
-    PRECISIONS,
-    VARIANTS,
-    Case,
-    Runner,
-    comma_list,
-    free_port,
-    script_meta,
-    write_json,
-)
+from common import comma_list, free_port, meta_line, run_meta, write_json
+from throughput import CONFIGS, PRECISIONS, VARIANTS, Case, Runner
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "scaling.json"
 GPUS = "1,2,4,8,16,64"
@@ -334,8 +324,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Measure every config, print its projection table, write the JSON."""
     args = parse_args(argv)
     device = torch.device(args.device)
-    meta = script_meta("scaling.py", argv, args, device)
-    meta.update(
+    meta = run_meta(
+        "scaling.py",
+        argv,
+        device,
+        args,
         step=f"hornn_dist.training.step.TrainStep ({MODE[device.type]}, as each rank runs it)",
         model="projected: ring all-reduce = 2(N-1)/N * bytes / bus bandwidth + 2(N-1) * "
         "latency; step = compute + all-reduce (no overlap); tokens/s = N * b * T / step; "
@@ -343,8 +336,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         intra_gbps_source="NVIDIA nccl-tests all_reduce_perf busbw, 8x H100 SXM (NVLink 4)",
         inter_gbps_source="400 Gb/s NDR InfiniBand, one NIC per GPU (DGX H100)",
     )
-    print(f"{meta['date']} {meta['device_name']} torch {meta['torch']} threads "
-          f"{meta['threads']}\n{meta['command']}", flush=True)  # fmt: skip
+    print(meta_line(meta), flush=True)
     rows: list[dict] = []
     for config in args.configs:
         rows.append(measure_config(config, args, device))

@@ -44,8 +44,7 @@ import torch
 from hornn_dist.data import shards
 from hornn_dist.data.shards import Corpus, ShardWriter, open_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import script_meta, write_json  # noqa: E402
+from common import run_meta, write_json
 
 VOCAB = 50_000
 BLOCK = 1 << 22  # bytes per read, as sha256_file
@@ -214,7 +213,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f"{r['case']:28s} {r['cache']:5s} {r['seconds'] * 1e3:9.2f} {rate:>6s} "
             f"{r['cpu_s'] * 1e3:8.0f} {r['seconds_extrapolated']:12.3f}"
         )
-    meta = script_meta("shard_check.py", argv, args, torch.device("cpu"))
+    meta = run_meta("shard_check.py", argv, torch.device("cpu"), args)
     meta.update(cpus=os.cpu_count(), hash_threads=threads)
     meta.update(load_avg_before=load_before, load_avg_after=os.getloadavg()[0])
     write_json(args.json, meta, rows)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -32,8 +31,7 @@ from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.recurrence import fused_scan
 from hornn_dist.models.step_gemm import onednn_linear_works, onednn_mm, onednn_pays
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import comma_list, script_meta, write_json  # noqa: E402
+from common import comma_list, run_meta, write_json
 
 # torch.backends.mkldnn.flags() also sets oneDNN's TF32 switch, and says that only Intel GPUs
 # have it: noise for a CPU A/B
@@ -130,7 +128,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     if table == "product"
                     else f"{name:42s} {ms:10.2f} ms"
                 )
-    meta = script_meta("step_gemm.py", argv, args, torch.device("cpu"))
+    meta = run_meta("step_gemm.py", argv, torch.device("cpu"), args)
     write_json(args.json, meta, rows)
     print(f"wrote {args.json}")
     return rows

@@ -61,27 +61,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import math
 import os
-import shlex
-import socket
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from hornn_dist.config import OptimConfig
-from hornn_dist.errors import described
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 from hornn_dist.models.config import POOLINGS
-from hornn_dist.runtime import cpu_name
+from hornn_dist.models.precision import AUTOCAST_DTYPES
 from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
+
+from common import comma_list, error_line, free_port, meta_line, run_meta, write_json
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "throughput.json"
 OPTIM = OptimConfig()  # the trainer's default recipe, as in configs/demo.toml
@@ -140,7 +136,7 @@ VARIANTS: dict[str, ModelConfig] = {
 }
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:
 TRITON_VARIANTS = "hornn-sum-triton,hornn-max-triton,hornn-fofe-triton,hornn-gated-triton"
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # autocast dtype
+PRECISIONS = {"fp32": None, **AUTOCAST_DTYPES}  # autocast dtype
 # The *-ar modes give the step `reduce=True` (TrainStep's multi-process path: one all-reduce
 # of the flat gradients) and eager-ddp wraps the model in DDP instead (the trainer's earlier
 # multi-process step, the peer), in a one-process group (NCCL on CUDA, gloo on CPU) unless
@@ -295,22 +291,10 @@ def join_process_group(device: torch.device) -> None:
         dist.init_process_group(backend, init_method=url, rank=0, world_size=1)
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def sync(device: torch.device) -> None:
     """Wait for queued GPU work so wall-clock timings are honest."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def error_line(exc: BaseException) -> str:
-    """Return the first line of an exception, prefixed by its type (a table row's error)."""
-    return described(exc)
 
 
 def measure_group(
@@ -482,15 +466,6 @@ def print_all_reduce(rows: list[dict]) -> None:
             )
 
 
-def comma_list(p: argparse.ArgumentParser, flag: str, value: str, allowed) -> list[str]:
-    """Return the items of a comma list; exit with a usage error naming an unknown one."""
-    items = [v for v in value.split(",") if v]
-    for item in items:
-        if item not in allowed:
-            p.error(f"{flag}: unknown {item!r}; choose from {', '.join(allowed)}")
-    return items
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line options, with device-dependent defaults filled in."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -602,43 +577,25 @@ def shape_of(config: str, args: argparse.Namespace) -> Shape:
     return replace(CONFIGS[config], **overrides)
 
 
-def device_name(device: torch.device) -> str:
-    """Return a human name of the device: the GPU's, or the CPU's with its core count."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{cpu_name()}, {os.cpu_count()} cores"
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     """Run every variant × config × precision × mode, print the table, write the JSON."""
     args = parse_args(argv)
     device = torch.device(args.device)
-    command = shlex.join(
-        ["python", "benchmarks/throughput.py", *(sys.argv[1:] if argv is None else argv)]
-    )
-    meta = {
-        "command": command,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": str(device),
-        "device_name": device_name(device),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,  # cuBLAS: HORNN, decoder
-        "tf32_cudnn": torch.backends.cudnn.allow_tf32,  # cuDNN: the RNN/LSTM baselines
-        "threads": torch.get_num_threads(),
-        "step": "hornn_dist.training.step.TrainStep",
+    meta = run_meta(
+        "throughput.py",
+        argv,
+        device,
+        args,
+        cudnn=torch.backends.cudnn.version() if device.type == "cuda" else None,
+        tf32_matmul=torch.backends.cuda.matmul.allow_tf32,  # cuBLAS: HORNN, decoder
+        tf32_cudnn=torch.backends.cudnn.allow_tf32,  # cuDNN: the RNN/LSTM baselines
+        step="hornn_dist.training.step.TrainStep",
         **{k: getattr(OPTIM, k) for k in STEP_SETTINGS},  # lr, momentum, clip as before
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "triton_tiles_env": os.environ.get("HORNN_TRITON_TILES"),
-        "configs": {c: asdict(shape_of(c, args)) for c in args.configs},
-        "variants": {v: asdict(VARIANTS[v]) for v in args.variants},
-    }
-    print(
-        f"{meta['date']} {meta['device_name']} torch {meta['torch']} threads {meta['threads']}\n"
-        f"{command}",
-        flush=True,
+        triton_tiles_env=os.environ.get("HORNN_TRITON_TILES"),
+        configs={c: asdict(shape_of(c, args)) for c in args.configs},
+        variants={v: asdict(VARIANTS[v]) for v in args.variants},
     )
+    print(meta_line(meta), flush=True)
     rows: list[dict] = []
     for config in args.configs:
         shape = shape_of(config, args)
@@ -683,28 +640,6 @@ def measure_group_with_tiles(
         return measure_group(cases, shape, args, device)
     finally:
         triton_scan.TILES = None
-
-
-def script_meta(
-    script: str, argv: list[str] | None, args: argparse.Namespace, device: torch.device
-) -> dict:
-    """Return the JSON metadata of a smaller benchmark script's run: its command line, date,
-    device, torch version, threads and options."""
-    given = sys.argv[1:] if argv is None else argv
-    return {
-        "command": shlex.join(["python", f"benchmarks/{script}", *given]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device_name": device_name(device),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "args": {k: str(v) for k, v in vars(args).items()},
-    }
-
-
-def write_json(path: Path, meta: dict, rows: list[dict]) -> None:
-    """Write the metadata and the rows so far to `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

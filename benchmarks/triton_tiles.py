@@ -37,12 +37,10 @@ import argparse
 import contextlib
 import gc
 import itertools
-import shlex
 import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -51,8 +49,7 @@ from torch import Tensor
 from hornn_dist.models import HornnLayer
 from hornn_dist.models.config import POOLINGS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark script
-from throughput import comma_list, error_line, write_json  # noqa: E402
+from common import comma_list, error_line, meta_line, run_meta, write_json
 
 ORDER = 3
 WARMUP = 3  # eager iterations on the side stream before the capture
@@ -322,21 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from hornn_dist.models import triton_scan
 
-    command = shlex.join(
-        ["python", "benchmarks/triton_tiles.py", *(sys.argv[1:] if argv is None else argv)]
+    meta = run_meta(
+        "triton_tiles.py",
+        argv,
+        torch.device("cuda"),
+        args,
+        triton=getattr(triton_scan.triton, "__version__", None),
+        order=ORDER,
     )
-    meta = {
-        "command": command,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device_name": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "triton": getattr(triton_scan.triton, "__version__", None),
-        "order": ORDER,
-        "rounds": args.rounds,
-        "iters": args.iters,
-    }
-    print(f"{meta['date']} {meta['device_name']} torch {meta['torch']}\n{command}", flush=True)
+    print(meta_line(meta), flush=True)
     print(HEADER, flush=True)
     rows: list[dict] = []
 

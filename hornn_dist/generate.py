@@ -12,6 +12,8 @@ from hornn_dist.errors import ConfigError
 from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 
+STREAMS = 1  # one sampled sequence
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
@@ -49,8 +51,8 @@ def sample(
     device: torch.device,
 ) -> list[int]:
     """Return `tokens` word ids sampled after feeding the prompt through the model."""
-    state = model.init_state(1, device)
-    context = torch.tensor(prompt_ids, dtype=torch.long, device=device).view(-1, 1)  # (T, 1)
+    state = model.init_state(STREAMS, device)
+    context = torch.tensor(prompt_ids, dtype=torch.long, device=device).view(-1, STREAMS)  # (T, 1)
     logits, state = model(context, state)
     out: list[int] = []
     for _ in range(tokens):
@@ -96,9 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
     setup_logging(True)  # resolving `best` says on stderr which checkpoint it picked
     folder, cfg = resolve_trained(args.checkpoint)
-    accelerator = build_accelerator("no")
+    accelerator = build_accelerator("no")  # sampling runs in fp32, whatever the run trained in
     corpus = open_vocabulary(folder, cfg, accelerator)  # no shard read
-    model = load_model(folder, cfg, corpus, accelerator.device)
+    model = load_model(
+        folder,
+        cfg,
+        corpus,
+        accelerator.device,
+        mixed_precision=accelerator.mixed_precision,
+        batch=STREAMS,
+    )
     prompt_ids, unknown = encode_prompt(corpus, args.prompt)
     if unknown:
         print(unknown_words_warning(unknown, corpus.tokenizer().get_vocab()), file=sys.stderr)

@@ -216,14 +216,21 @@ def open_vocabulary(folder: Path, cfg: RunConfig, accelerator: Any) -> Corpus | 
 
 
 def load_model(
-    folder: Path, cfg: RunConfig, corpus: Corpus | Vocabulary, device: torch.device | str
+    folder: Path,
+    cfg: RunConfig,
+    corpus: Corpus | Vocabulary,
+    device: torch.device | str,
+    *,
+    mixed_precision: str | None = None,
+    batch: int | None = None,
 ) -> torch.nn.Module:
     """Return the trained model of `folder` (a checkpoint or an exported model folder) on
     `device` in eval mode, after checking its vocabulary.
 
-    Its HORNN layers run as planned for `device` under the run's mixed precision and
-    evaluation batch; where the run's engine cannot run there (triton on a CPU), the fused
-    engine runs, with a warning."""
+    Its HORNN layers run as planned (and logged) for `device`, `batch` streams and the
+    `mixed_precision` the caller runs the model under; None: the run's evaluation
+    (train.eval_batch_size, train.mixed_precision). Where the run's engine cannot run there
+    (triton on a CPU), the fused engine runs, with a warning."""
     exported = is_exported(folder)
     trained = read_exported(folder) if exported else read_trainer_state(folder)
     if trained.get("vocab_hash") != corpus.vocab_hash:
@@ -231,11 +238,14 @@ def load_model(
             f"{folder} was trained with vocabulary {trained.get('vocab_hash')} but the data has "
             f"{corpus.vocab_hash}; point data.cache_dir at the shards used for training"
         )
+    plan = _evaluation_plan(cfg, device, mixed_precision, batch)
+    if cfg.model.arch == "hornn":
+        log.info("HORNN layers of %s: %s", folder, plan.describe())
     if exported:
         from hornn_dist.models.pretrained import PretrainedLM  # imports huggingface_hub
 
         try:
-            model = PretrainedLM.from_pretrained(folder, plan=_evaluation_plan(cfg, device))
+            model = PretrainedLM.from_pretrained(folder, plan=plan)
         except Exception as err:  # safetensors, a missing file, a weight of the wrong shape
             raise CheckpointError(
                 f"cannot load the model in {folder} ({described(err)}); " + _REEXPORT
@@ -244,7 +254,7 @@ def load_model(
     verify(folder, only=(WEIGHTS,))  # the optimizer's state is not read here
     weights = folder / WEIGHTS
     try:
-        return evaluation_model(cfg, corpus.vocab_size, device, load_file(str(weights)))
+        return evaluation_model(cfg, corpus.vocab_size, device, load_file(str(weights)), plan)
     except Exception as err:  # a checkpoint of an older version has no checksums to verify
         raise CheckpointError(
             f"{weights} is not a valid weights file ({type(err).__name__}); use another checkpoint"
@@ -252,19 +262,34 @@ def load_model(
 
 
 def evaluation_model(
-    cfg: RunConfig, vocab_size: int, device: torch.device | str, weights: dict[str, torch.Tensor]
+    cfg: RunConfig,
+    vocab_size: int,
+    device: torch.device | str,
+    weights: dict[str, torch.Tensor],
+    plan: LayerPlan | None = None,
 ) -> torch.nn.Module:
     """Return the model of `cfg` holding `weights` on `device` in eval mode, as `evaluate`
-    runs it (`load_model`); the caller's random generator is left where it was."""
+    runs it (`load_model`; `plan` default: the run's evaluation); the caller's random
+    generator is left where it was."""
     with torch.random.fork_rng(devices=[]):  # built on the CPU: its init draws from the CPU's
-        model = build_model(cfg.model, vocab_size, _evaluation_plan(cfg, device))
+        model = build_model(cfg.model, vocab_size, plan or _evaluation_plan(cfg, device))
     model.load_state_dict(weights)
     return model.to(device).eval()
 
 
-def _evaluation_plan(cfg: RunConfig, device: torch.device | str) -> LayerPlan:
-    """Return how an evaluated model's HORNN layers run: planned for `device` under the run's
-    mixed precision and evaluation batch; fused where the run's engine cannot run there."""
+def _evaluation_plan(
+    cfg: RunConfig,
+    device: torch.device | str,
+    mixed_precision: str | None = None,
+    batch: int | None = None,
+) -> LayerPlan:
+    """Return how an evaluated model's HORNN layers run: planned for `device`, `batch` streams
+    and `mixed_precision` (None: the run's evaluation batch and mixed precision); fused where
+    the run's engine cannot run there."""
     return plan_for(
-        cfg.model, device, cfg.train.eval_batch_size, cfg.train.mixed_precision, strict=False
+        cfg.model,
+        device,
+        cfg.train.eval_batch_size if batch is None else batch,
+        cfg.train.mixed_precision if mixed_precision is None else mixed_precision,
+        strict=False,
     )

@@ -18,6 +18,7 @@ from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
+from tests.train_helpers import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--vocab", "50", "--hidden", "16", "--batch", "4", "--bptt", "5"]
@@ -25,14 +26,26 @@ FAST = [*TINY, "--steps", "2", "--warmup", "1", "--rounds", "1"]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(
-        f"bench_{name}", REPO / "benchmarks" / f"{name}.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
+
+
+def check_meta(meta: dict, script: str) -> None:
+    """Assert the metadata every benchmark's JSON carries: command, UTC date, commit with its
+    dirty flag (as git says here), machine, torch."""
+    assert meta["command"].startswith(f"python benchmarks/{script} ")
+    assert meta["date"].endswith("+00:00")
+    if os.environ.get("HORNN_COMMIT"):  # a copy without .git (gpu_check.sh's GPU_CHECK_COMMIT)
+        assert (meta["commit"], meta["dirty"]) == (os.environ["HORNN_COMMIT"], None)
+    elif head := _git("rev-parse", "HEAD").strip():
+        assert meta["commit"] == head
+        assert meta["dirty"] is bool(_git("status", "--porcelain").strip())
+    else:
+        assert (meta["commit"], meta["dirty"]) == ("unknown", None)
+    machine = meta["machine"]
+    assert machine["cpu"] and machine["cores"] == os.cpu_count()
+    assert machine["gpu"] == (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+    assert meta["torch"] == torch.__version__ and meta["device_name"]
 
 
 def triton_cpu_reason() -> str | None:
@@ -42,7 +55,7 @@ def triton_cpu_reason() -> str | None:
     return unavailable_reason("cpu")
 
 
-tp = _load("throughput")
+tp = load_benchmark("throughput")
 SHAPE = tp.Shape(vocab=50, hidden=16, batch=4, bptt=5)
 DEFAULT_VARIANTS = tp.DEFAULT_VARIANTS.split(",")  # CPU
 TRITON_VARIANTS = [v for v, cfg in tp.VARIANTS.items() if cfg.engine == "triton"]
@@ -113,9 +126,27 @@ def test_main_writes_every_row_to_the_json(tmp_path):
         assert r["ratio_to_best_lstm"] > 0
     assert [r["ratio_to_best_lstm"] for r in rows if r["arch"] == "lstm"] == [1.0, 1.0]
     meta = data["meta"]
-    assert meta["torch"] == torch.__version__ and meta["device_name"] and meta["date"]
+    check_meta(meta, "throughput.py")
     assert meta["command"].startswith("python benchmarks/throughput.py --vocab 50")
     assert meta["configs"]["big"]["hidden"] == 16
+
+
+def test_the_recorded_commit_is_overridden_by_hornn_commit_and_unknown_outside_git(
+    tmp_path, monkeypatch
+):
+    """A copy without .git records "unknown" unless HORNN_COMMIT names the commit."""
+    copy = tmp_path / "benchmarks" / "common.py"
+    copy.parent.mkdir()
+    copy.write_text((REPO / "benchmarks" / "common.py").read_text())
+    spec = importlib.util.spec_from_file_location("common_copy", copy)
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    monkeypatch.delenv("HORNN_COMMIT", raising=False)
+    assert common.commit() == {"commit": "unknown", "dirty": None}
+    monkeypatch.setenv("HORNN_COMMIT", "abc123-dirty")
+    meta = common.run_meta("x.py", ["--a", "b c"], torch.device("cpu"))
+    assert meta["commit"] == "abc123-dirty" and meta["dirty"] is None
+    assert meta["command"] == "python benchmarks/x.py --a 'b c'"
 
 
 def test_a_failing_row_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
@@ -272,7 +303,7 @@ def test_profile_adds_launches_and_time_per_step(tmp_path):
 
 @cuda
 def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
-    tt = _load("triton_tiles")
+    tt = load_benchmark("triton_tiles")
     from hornn_dist.models import triton_scan
 
     out = tmp_path / "tiles.json"
@@ -304,12 +335,13 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
 
 @pytest.mark.skipif(not onednn_linear_works(), reason="needs oneDNN's linear on an x86-64 CPU")
 def test_step_gemm_benchmark_times_both_products_and_the_layer(tmp_path):
-    sg = _load("step_gemm")
+    sg = load_benchmark("step_gemm")
     out = tmp_path / "s.json"
     argv = ["--poolings", "sum,gated", "--hidden", "256", "--batch", "2", "--bptt", "3"]
     rows = sg.main([*argv, "--rounds", "1", "--repeats", "1", "--json", str(out)])
     data = json.loads(out.read_text())
     assert data["results"] == json.loads(json.dumps(rows))
+    check_meta(data["meta"], "step_gemm.py")
     assert data["meta"]["command"].startswith("python benchmarks/step_gemm.py --poolings sum")
     products = [r["case"] for r in rows if r["table"] == "product"]
     assert len(products) == 10 and "gated forward oneDNN" in products
@@ -326,11 +358,13 @@ def test_step_gemm_benchmark_times_both_products_and_the_layer(tmp_path):
 def test_precision_benchmark_measures_each_precision_against_float64(tmp_path):
     """benchmarks/precision.py on CPU: a row per pooling and recurrence precision and one for
     the LSTM peer, errors against float64 in the range bf16 gives; "fp16" is "autocast" here."""
-    pb = _load("precision")
+    pb = load_benchmark("precision")
     out = tmp_path / "p.json"
     argv = ["--hidden", "16", "--batch", "3", "--bptt", "5", "--seeds", "2", "--json", str(out)]
     rows = pb.main(argv)
-    assert json.loads(out.read_text())["results"] == json.loads(json.dumps(rows))
+    data = json.loads(out.read_text())
+    assert data["results"] == json.loads(json.dumps(rows))
+    check_meta(data["meta"], "precision.py")
     keyed = {(r["pooling"], r["recurrence_precision"]): r for r in rows}
     assert set(keyed) == {(p, q) for p in POOLINGS for q in ("fp32", "autocast", "fp16")} | {
         ("lstm", "-")
@@ -358,7 +392,7 @@ def test_markdown_table_of_a_real_run(tmp_path):
     rows["hornn-gated"]["ratio_to_best_lstm"] = 0.8  # gated's goal, met
     data["results"].append({**rows["lstm"], "variant": "gru", "arch": "gru", "tokens_per_s": None})
     del data["results"][-1]["tokens_per_s"]  # a failed row
-    table = _load("markdown_table").markdown(data).splitlines()
+    table = load_benchmark("markdown_table").markdown(data).splitlines()
     assert table[0] == "| variant | paper fp32 |"
     fofe, gated, lstm, gru = table[2:6]
     assert fofe.startswith("| hornn-fofe | ") and fofe.endswith(", 1.00× |")  # rounded, not bold
@@ -371,7 +405,7 @@ def test_markdown_table_of_a_real_run(tmp_path):
 def test_markdown_table_refuses_a_bad_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert _load("markdown_table").main([str(bad)]) == 2
+    assert load_benchmark("markdown_table").main([str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"markdown_table.py: cannot read {bad}")
 
@@ -379,12 +413,13 @@ def test_markdown_table_refuses_a_bad_file_in_one_line(tmp_path, capsys):
 def test_shard_check_benchmark_times_every_row_cold_and_warm(tmp_path):
     """benchmarks/shard_check.py at a tiny size: every row cold and warm, the recorded check
     reads nothing, and the folder it wrote is gone."""
-    sc = _load("shard_check")
+    sc = load_benchmark("shard_check")
     out = tmp_path / "s.json"
     argv = ["--gb", "0.002", "--shard-tokens", "300000", "--repeats", "1", "--dir", str(tmp_path)]
     rows = sc.main([*argv, "--json", str(out)])
     data = json.loads(out.read_text())
     assert data["results"] == json.loads(json.dumps(rows))
+    check_meta(data["meta"], "shard_check.py")
     assert data["meta"]["command"].startswith("python benchmarks/shard_check.py --gb 0.002")
     threads = data["meta"]["hash_threads"]
     cases = ["read", f"read, {threads} threads", "sha256, 1 thread", f"sha256, {threads} threads",
@@ -405,13 +440,14 @@ def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path
     """benchmarks/scaling.py at a tiny size on CPU: the step, the fp32 gradient bytes and a real
     2-process gloo all-reduce are measured; the table and the JSON hold a projected row for
     1, 2, 4, 8, 16 and 64 GPUs, efficiency 1 at one GPU and non-increasing after."""
-    sc = _load("scaling")
+    sc = load_benchmark("scaling")
     out = tmp_path / "s.json"
     argv = ["--vocab", "50", "--hidden", "16", "--batch-per-process", "4", "--bptt", "5",
             "--steps", "2", "--warmup", "1", "--rounds", "1", "--allreduce-repeats", "2"]  # fmt: skip
     rows = sc.main([*argv, "--json", str(out)])
     data = json.loads(out.read_text())
     assert data["results"] == json.loads(json.dumps(rows))
+    check_meta(data["meta"], "scaling.py")
     assert data["meta"]["command"].startswith("python benchmarks/scaling.py --vocab 50")
     (m,) = rows
     params = sum(p.numel() for p in runner("hornn-fofe").model.parameters())

@@ -13,7 +13,8 @@ from tests.train_helpers import check_ok, run_module, write_tiny_config
 @pytest.fixture(scope="module")
 def lowercase_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("lowercase")
-    config = write_tiny_config(folder, data={"lowercase": True})
+    # trained (and evaluated) under bf16 where there is CUDA; generate samples in fp32
+    config = write_tiny_config(folder, data={"lowercase": True}, train={"mixed_precision": "bf16"})
     check_ok(run_module("hornn_dist.train", str(config), "--set", "train.max_steps=4"))
     return folder / "run"
 
@@ -40,6 +41,13 @@ def test_prompt_is_lowercased_like_the_corpus_and_unknown_words_are_named(
     known = _generate(lowercase_run, "W3 <unk> w4")
     check_ok(known)
     assert "warning:" not in known.stderr  # a literal <unk> is in the vocabulary
+
+
+def test_generate_plans_and_logs_the_layers_for_the_fp32_it_samples_in(lowercase_run: Path) -> None:
+    proc = _generate(lowercase_run, "w1 w2")
+    check_ok(proc)
+    [label] = [line for line in proc.stderr.splitlines() if "HORNN layers of" in line]
+    assert label.endswith(": auto engine: fused, layers in fp32"), label
 
 
 def test_the_warning_points_to_lowercase_words_of_a_cased_corpus() -> None:

@@ -13,6 +13,7 @@ from hornn_dist.models import HornnLayer, ModelConfig
 from hornn_dist.models.config import ACTIVATIONS, POOLINGS
 from hornn_dist.models.hornn import hornn_forward
 from hornn_dist.models.plan import resolve_plan
+from hornn_dist.models.precision import DTYPE_NAMES
 from hornn_dist.models.recurrence import _tf32_matmuls
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
@@ -340,7 +341,7 @@ def _autocast_agrees_with_fp32(
     device: str, pooling: str, dtype: torch.dtype, precision: str = "fp32"
 ) -> None:
     torch.manual_seed(8)
-    mixed = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    mixed = DTYPE_NAMES[dtype]
     plan = resolve_plan("auto", precision, 128, device, 20, mixed)  # as the trainer's: CUDA triton
     layer = HornnLayer(64, 128, order=3, pooling=pooling, init_std=AUTOCAST_INIT_STD, plan=plan).to(
         device

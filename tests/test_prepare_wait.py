@@ -3,7 +3,6 @@ and a failed preparation ends every process with the same one line (2 real ranks
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -12,18 +11,13 @@ import pytest
 
 from hornn_dist.data.pipeline import default_workers
 from hornn_dist.prepare import build_parser
-from tests.train_helpers import REPO, env, two_rank_command, write_tiny_config
+from tests.train_helpers import REPO, env, load_benchmark, two_rank_command, write_tiny_config
 
 SLOW_BYTES = 120_000_000  # about 15 s of preparation on one core here (8 s for 60 MB)
 
 
 def _generate(path: Path, size: int) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "prepare_speed", REPO / "benchmarks/prepare_speed.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.generate(path, size)
+    load_benchmark("prepare_speed").generate(path, size)
 
 
 def _launch(args: list[str], port: int, timeout: int) -> subprocess.CompletedProcess:

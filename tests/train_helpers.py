@@ -167,6 +167,23 @@ def check_ok(proc: subprocess.CompletedProcess) -> None:
     )
 
 
+def load_benchmark(name: str):
+    """Return benchmarks/<name>.py loaded as a module, its folder on sys.path as when run as
+    `python benchmarks/<name>.py` (the scripts import their sibling `common`)."""
+    import importlib.util
+
+    folder = str(REPO / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{name}", REPO / "benchmarks" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
 def markdown_table(markdown: str, heading: str) -> list[dict[str, str]]:
     """Return the rows of the first Markdown table after `heading` as {header: cell}."""
     lines = markdown[markdown.index(heading) :].splitlines()

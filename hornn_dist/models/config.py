@@ -43,7 +43,7 @@ class ModelConfig:
     # under mixed precision (CUDA), each HORNN layer runs in: fp16 (whatever the autocast dtype,
     # as cuDNN runs its RNNs; on CPU: autocast's) | autocast (its dtype) | fp32 (TF32 GEMMs).
     # GEMMs and sums accumulate in fp32. Without mixed precision all are the same fp32 math.
-    # The rule: plan.layer_dtype; speed and rounding of each: benchmarks/README.md.
+    # The rule: precision.layer_dtype; speed and rounding of each: benchmarks/README.md.
     recurrence_precision: str = "fp16"
 
     def validate(self) -> None:

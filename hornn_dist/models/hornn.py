@@ -35,12 +35,8 @@ from torch import Tensor, nn
 from hornn_dist.checks import check_choice, check_count
 from hornn_dist.models.config import ACTIVATIONS, POOLINGS, check_alpha
 from hornn_dist.models.plan import LayerPlan, resolve_plan
-from hornn_dist.models.recurrence import (
-    fused_scan,
-    input_projection_autocast,
-    loop_scan,
-    recurrence_dtype,
-)
+from hornn_dist.models.precision import recurrence_dtype
+from hornn_dist.models.recurrence import fused_scan, input_projection_autocast, loop_scan
 
 
 def hornn_forward(

@@ -5,9 +5,8 @@ process and the run's mixed precision into a frozen `LayerPlan`, which every Hor
 model holds and its forward reads; the trainer logs `plan.describe()`. So the engine that runs
 and the one the start-up line names are the same object.
 
-The precision rule, `layer_dtype`, is the one place that says which dtype a layer runs in: the
-engines call it at run time with the live autocast state, `LayerPlan.describe` with the run's
-mixed precision.
+The precision rule the plan's label applies lives in `precision.py` (`layer_dtype`), which the
+engines call at run time with the live autocast state.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import torch
 from hornn_dist.checks import check_choice
 from hornn_dist.errors import ConfigError
 from hornn_dist.models.config import ENGINES, RECURRENCE_PRECISIONS, ModelConfig
+from hornn_dist.models.precision import AUTOCAST_DTYPES, DTYPE_NAMES, layer_dtype
 
 # engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16 it
 # beat "fused" at the paper's B 20 x H 400 and lost at B 128 x H 1024; between them a guess.
@@ -27,26 +27,6 @@ from hornn_dist.models.config import ENGINES, RECURRENCE_PRECISIONS, ModelConfig
 AUTO_TRITON_MAX_OUTPUTS = 2**15
 
 RUNNING_ENGINES = tuple(e for e in ENGINES if e != "auto")  # what "auto" resolves among
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # train.mixed_precision
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-
-def layer_dtype(
-    precision: str, device_type: str, autocast_dtype: torch.dtype | None
-) -> torch.dtype | None:
-    """Return the dtype a float32 HORNN layer runs its recurrence in, or None for float32.
-
-    precision is model.recurrence_precision, autocast_dtype the autocast in force on
-    `device_type` (None: none). "fp32" and no autocast: float32; "autocast": autocast's dtype;
-    "fp16": float16 under CUDA autocast whatever its dtype (as cuDNN runs its RNNs), on other
-    devices autocast's dtype (no native fp16 on CPUs: much slower there; measured:
-    benchmarks/README.md, "Rounding" under "Latest GPU tables").
-    """
-    if precision == "fp32" or autocast_dtype is None:
-        return None
-    if precision == "fp16" and device_type == "cuda":
-        return torch.float16
-    return autocast_dtype
 
 
 def auto_engine(device_type: str, autocast: bool, batch: int, hidden: int) -> str:
@@ -88,7 +68,7 @@ class LayerPlan:
         if self.autocast_dtype is None:
             return "layers in fp32"
         low = layer_dtype(self.precision, self.device_type, self.autocast_dtype)
-        return "recurrence in fp32" if low is None else f"layers in {_DTYPE_NAMES[low]}"
+        return "recurrence in fp32" if low is None else f"layers in {DTYPE_NAMES[low]}"
 
 
 def resolve_plan(

@@ -4,7 +4,7 @@ Both engines take the input-side pre-activations already projected for every tok
 (``xp = x @ weight_ih + biases``, one GEMM outside, see `hornn.py`) and run only the part
 that must go step by step.
 
-The fused engine (the "fully-unfolded" shape of paper §3.1, DESIGN.md "The model"):
+The fused engine (the "fully-unfolded" shape of paper §3.1; why it is shaped so, point by point):
 
 * Every term that touches h_{t-n} is a linear map of h_{t-n} alone, so when h_t is born we
   compute U_t = h_t @ W once, W = [W_h1 | ... | W_hN] (gated: [W2_1 .. W2_N | W_h1 .. W_hN]):
@@ -69,7 +69,7 @@ Precision (``precision`` of `fused_scan`, ``model.recurrence_precision``):
   mantissa bits, so nearer float64, as cuDNN's LSTM (measured: the same section). fp16's
   range (6.5e4) holds tanh/sigmoid states; unbounded relu states could overflow, where
   "autocast" (bf16) or "fp32" is the choice. On a CPU it is "autocast" (no native fp16
-  there). Without autocast every precision is exactly "fp32". The rule: `plan.layer_dtype`.
+  there). Without autocast every precision is exactly "fp32". The rule: `precision.layer_dtype`.
 """
 
 from __future__ import annotations
@@ -81,21 +81,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from hornn_dist.models.plan import layer_dtype
+from hornn_dist.models.precision import low_precision_dtype, recurrence_dtype
 from hornn_dist.models.step_gemm import StepGemm
-
-
-def recurrence_dtype(*tensors: Tensor) -> torch.dtype:
-    """Return the dtype the recurrence runs in: float64 if any input is float64, else float32."""
-    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-def low_precision_dtype(precision: str, dtype: torch.dtype, device: str) -> torch.dtype | None:
-    """Return the dtype the recurrence runs in under the autocast now in force on `device`
-    (float32 inputs only; `plan.layer_dtype`'s rule); None when it runs in `dtype`."""
-    if dtype != torch.float32 or not torch.is_autocast_enabled(device):
-        return None
-    return layer_dtype(precision, device, torch.get_autocast_dtype(device))
 
 
 def input_projection_autocast(precision: str, x: Tensor) -> AbstractContextManager:

@@ -66,7 +66,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from hornn_dist.models.config import POOLINGS
-from hornn_dist.models.recurrence import low_precision_dtype, recurrence_dtype
+from hornn_dist.models.precision import low_precision_dtype, recurrence_dtype
 
 try:
     import triton

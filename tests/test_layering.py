@@ -1,0 +1,115 @@
+"""The package's import graph has no cycle: every import of a hornn_dist module by another,
+function-level (lazy) imports included, read from the source with ast."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def module_files(root: Path, package: str) -> dict[str, Path]:
+    """Return every module of the package under `root`: dotted name -> file."""
+    modules = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported(
+    name: str, path: Path, node: ast.Import | ast.ImportFrom, modules: set[str]
+) -> set[str]:
+    """Return the package's modules one import statement of module `name` (in `path`) loads."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in modules}
+    base = node.module or ""
+    if node.level:  # relative: from the module's package, up level - 1 more
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, base] if base else package)
+    found = set()
+    for alias in node.names:
+        if f"{base}.{alias.name}" in modules:  # `from package import submodule`
+            found.add(f"{base}.{alias.name}")
+        elif base in modules:  # a name defined in the module (or package __init__)
+            found.add(base)
+    return found
+
+
+def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Return every import statement of a module that can run: at top level, in functions and
+    under `if`, but not under `if TYPE_CHECKING:` (read by type checkers only)."""
+    found = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Return module -> the package's modules it imports (`runtime_imports`), itself left out."""
+    files = module_files(root, package)
+    graph = {}
+    for name, path in files.items():
+        edges = set()
+        for node in runtime_imports(ast.parse(path.read_text(), str(path))):
+            edges |= imported(name, path, node, set(files))
+        graph[name] = edges - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """Return one cycle of the graph as a path [a, b, ..., a], or None."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" after
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)) is not None:
+                return cycle
+        path.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+def test_the_package_import_graph_has_no_cycle() -> None:
+    graph = import_graph(REPO, "hornn_dist")
+    assert "hornn_dist.models.precision" in graph["hornn_dist.models.recurrence"]
+    assert "hornn_dist.models.triton_scan" in graph["hornn_dist.models.plan"]  # a lazy import
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from .b import g\n")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def g():\n    from ..a import x\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub"] == {"pkg.sub.b"}
+    assert find_cycle(graph) == ["pkg.a", "pkg.sub.b", "pkg.a"]
+    (package / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n"
+    )
+    assert find_cycle(import_graph(tmp_path, "pkg")) is None
