@@ -141,7 +141,7 @@ def test_a_tampered_pickle_is_refused_without_unsafe_advice(
     run = copy_run(stopped, f"tampered_{target}")
     newest = step_dir(run, 10)
     (newest / target).write_bytes(pickle.dumps(_Evil()))
-    (newest / ckpt.CHECKSUMS).unlink()  # as a checkpoint of an older version: nothing to verify
+    ckpt.write_checksums(newest)  # listed as it is now: the loader itself must refuse it
     proc = train(workdir, run, "--set", f"train.max_steps={STEPS}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = error_lines(proc)
@@ -155,7 +155,7 @@ def test_a_folder_holding_only_done_is_not_a_checkpoint(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     (folder / ckpt.DONE).write_text("step 3\n")
     assert ckpt.list_checkpoints(tmp_path) == []
-    with pytest.raises(CheckpointError, match="incomplete: model.safetensors is missing"):
+    with pytest.raises(CheckpointError, match="incomplete: checksums.json, the list of its"):
         ckpt.resolve_checkpoint(folder)
 
 
