@@ -166,7 +166,7 @@ class Vocabulary:
         if len(itos) != self.vocab_size:
             differs = f"{len(itos)} words, expected {self.vocab_size}"
         elif vocab_hash(itos) != self.vocab_hash:
-            differs = f"the same {len(itos)} words count, but other words or ids"
+            differs = f"{len(itos)} words as expected, but other words or ids"
         else:
             return itos
         raise DataError(f"{self.path} does not match {self._expected} ({differs}); {self._hint}")
@@ -180,12 +180,13 @@ class Vocabulary:
             raise DataError(
                 f"{self.path}: cannot read the vocabulary ({e.strerror}); {self._hint}"
             ) from None
+        itos = self._check(itos_in(data, self.path, self._hint))  # names what differs
         if self.file_sha256 and hashlib.sha256(data).hexdigest() != self.file_sha256:
             raise DataError(
                 f"{self.path} does not match the sha256 recorded for it with {self._expected} "
                 f"(the file was changed or damaged); {self._hint}"
             )
-        self._itos = self._check(itos_in(data, self.path, self._hint))
+        self._itos = itos
         return data
 
     def tokenizer(self) -> Any:
