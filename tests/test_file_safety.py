@@ -17,23 +17,16 @@ from hornn_dist.config import load_config
 from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.data.shards import TOKENIZER, open_corpus
 from hornn_dist.errors import DataError
-from tests.train_helpers import check_ok, run_module, write_tiny_config
+from tests.train_helpers import check_ok, prepared_tiny, run_module, train_into, write_tiny_config
 
 PRECIOUS = "a user's file, not the run's\n"
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("file_safety")
-    config = write_tiny_config(folder, train={"keep_checkpoints": 5, "epochs": 100})
-    check_ok(run_module("hornn_dist.prepare", str(config)))
-    return folder
-
-
-def train(workdir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """Run the trainer on the workdir's tiny config into `out`."""
-    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={out}", *extra]
-    return run_module("hornn_dist.train", *args)
+    return prepared_tiny(
+        tmp_path_factory.mktemp("file_safety"), train={"keep_checkpoints": 5, "epochs": 100}
+    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -55,7 +48,7 @@ def user_file(folder: Path) -> Path:
 def stopped(workdir: Path) -> Path:
     """A run stopped after 10 steps: checkpoints at steps 5 and 10."""
     out = workdir / "stopped10"
-    check_ok(train(workdir, out, "--set", "train.max_steps=10"))
+    check_ok(train_into(workdir, out, "--set", "train.max_steps=10"))
     return out
 
 
@@ -67,7 +60,7 @@ def test_a_linked_lock_is_refused_and_its_target_kept(workdir: Path, tmp_path: P
     out = tmp_path / "run"
     out.mkdir()
     (out / ".lock").symlink_to(precious)
-    line = one_error_line(train(workdir, out, "--set", "train.max_steps=2"))
+    line = one_error_line(train_into(workdir, out, "--set", "train.max_steps=2"))
     assert f"{out / '.lock'} is a symbolic link" in line and "remove the link" in line
     assert precious.read_text() == PRECIOUS
     assert not (out / "checkpoints").exists()
@@ -80,7 +73,7 @@ def test_a_linked_config_toml_is_replaced_and_its_target_kept(
     out = tmp_path / "run"
     out.mkdir()
     (out / ckpt.CONFIG_FILE).symlink_to(precious)
-    check_ok(train(workdir, out, "--set", "train.max_steps=2"))
+    check_ok(train_into(workdir, out, "--set", "train.max_steps=2"))
     assert precious.read_text() == PRECIOUS
     written = out / ckpt.CONFIG_FILE
     assert not written.is_symlink() and load_config(written).train.max_steps == 2
@@ -125,14 +118,14 @@ def test_a_checkpoint_without_its_file_list_is_damaged(
     newest = ckpt.checkpoint_root(run) / ckpt.step_dir_name(10)
     damage_list(newest, how)
     # named: one line
-    line = one_error_line(train(workdir, run, "--resume", str(newest)))
+    line = one_error_line(train_into(workdir, run, "--resume", str(newest)))
     assert str(newest) in line and ckpt.CHECKSUMS in line
     # evaluate never reads its weights: it takes the newest checkpoint that is complete
     scored = run_module("hornn_dist.evaluate", str(run), "--split", "valid")
     check_ok(scored)
     assert "checkpoint " + str(newest.with_name(ckpt.step_dir_name(5))) in scored.stdout
     # found: skipped with a warning, the run goes on from the checkpoint before
-    proc = train(workdir, run, "--set", "train.max_steps=12")
+    proc = train_into(workdir, run, "--set", "train.max_steps=12")
     check_ok(proc)
     assert f"ignoring incomplete checkpoint {newest}" in proc.stderr
     assert f"resuming from {newest.with_name(ckpt.step_dir_name(5))} (step 5" in proc.stderr
@@ -191,7 +184,7 @@ def test_a_damaged_tokenizer_is_refused_when_the_corpus_opens(
 def test_train_on_an_id_swapped_tokenizer_is_one_line(workdir: Path, corpus_dir: Path) -> None:
     path = corpus_dir / TOKENIZER
     path.write_bytes(swap_two_ids(path.read_bytes()))
-    line = one_error_line(train(workdir, workdir / "swapped", "--set", "train.max_steps=2"))
+    line = one_error_line(train_into(workdir, workdir / "swapped", "--set", "train.max_steps=2"))
     assert f"{path} does not match the shards' vocabulary" in line
     assert f"HINT: delete {corpus_dir}" in line
     assert not (workdir / "swapped" / "checkpoints").exists()
@@ -203,7 +196,7 @@ def test_train_on_an_id_swapped_tokenizer_is_one_line(workdir: Path, corpus_dir:
 def test_a_resume_on_a_rebuilt_changed_corpus_is_refused_unless_allowed(tmp_path: Path) -> None:
     config = write_tiny_config(tmp_path)
     out = tmp_path / "run"
-    check_ok(train(tmp_path, out, "--set", "train.max_steps=4"))
+    check_ok(train_into(tmp_path, out, "--set", "train.max_steps=4"))
     saved = ckpt.read_trainer_state(ckpt.list_checkpoints(out)[-1])
     folder = corpus_folder(load_config(config).data)
     before = open_corpus(folder)
@@ -214,13 +207,13 @@ def test_a_resume_on_a_rebuilt_changed_corpus_is_refused_unless_allowed(tmp_path
     random.Random(0).shuffle(lines)
     train_txt.write_text("\n".join(lines) + "\n")
     shutil.rmtree(folder)
-    proc = train(tmp_path, out, "--set", "train.max_steps=8")
+    proc = train_into(tmp_path, out, "--set", "train.max_steps=8")
     line = one_error_line(proc)
     after = open_corpus(folder)  # prepared again by that run, before it refused
     assert after.vocab_hash == before.vocab_hash and after.content_hash != before.content_hash
     assert f"checkpoint {before.content_hash[:16]} != data {after.content_hash[:16]}" in line
     assert "train.allow_corpus_change = true" in line
-    allowed = train(
+    allowed = train_into(
         tmp_path, out, "--set", "train.max_steps=8", "--set", "train.allow_corpus_change=true"
     )
     check_ok(allowed)
