@@ -30,6 +30,7 @@ from hornn_dist.errors import ConfigError
 
 CHECKSUMS = "checksums.json"
 _BLOCK = 1 << 22  # bytes per read when hashing
+_TEXT = {"encoding": "utf-8", "newline": ""}  # text files hold exactly the "\n" written
 
 
 def sha256_file(path: Path) -> str:
@@ -80,9 +81,7 @@ def atomic_writer(path: str | Path, binary: bool = True) -> Iterator[IO[Any]]:
     path = Path(path)
     fd, tmp = _new_temporary(path)
     try:
-        with os.fdopen(
-            fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})
-        ) as f:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else _TEXT)) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -122,7 +121,7 @@ def open_for_writing(path: str | Path, append: bool = False, binary: bool = True
             raise link_refused(Path(path)) from None
         raise
     mode = ("a" if append else "w") + ("b" if binary else "")
-    return os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8"}))
+    return os.fdopen(fd, mode, **({} if binary else _TEXT))
 
 
 def link_refused(path: Path) -> ConfigError:
