@@ -71,7 +71,7 @@ def problem_with(folder: Path, deep: bool, only: tuple[str, ...] = ()) -> str | 
     Without `deep` it checks that DONE exists, that checksums.json lists every file of the
     folder (a missing or empty list is a damaged checkpoint) and that each is there with its
     size; with `deep` also each file's sha256 (what resume does before loading). `only` limits
-    the sha256 to those files (evaluate reads the weights alone).
+    the files' checks to those (evaluate reads the weights alone).
     """
     if not (folder / DONE).is_file():
         return f"no {DONE} marker (written last, so the save did not finish)"
