@@ -11,10 +11,10 @@ Layout of one checkpoint (`output_dir/checkpoints/step_00001200/`)::
 
 A checkpoint is written into `.tmp_step_<N>` and renamed once DONE exists, so a kill at any
 moment leaves either the previous checkpoints untouched or a temp folder that resume ignores.
-A folder counts as complete when DONE exists and every file in checksums.json is there with
-its size; resume also checks the sha256 of each and falls back to the newest checkpoint that
-verifies. (Checkpoints written before checksums.json existed count as complete when DONE and
-the weights, state and config files are there.)
+A folder counts as complete when DONE exists, checksums.json lists every file the folder holds
+(the weights, state and config at least) and each is there with its size; resume also checks
+the sha256 of each and falls back to the newest checkpoint that verifies. A checkpoint whose
+checksums.json is missing or lists nothing is damaged: nothing in it can be verified.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from typing import Any
 
 import torch
 
+from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
-from hornn_dist.data.shards import sha256_file
 from hornn_dist.errors import CheckpointError, described
+from hornn_dist.files import CHECKSUMS
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +45,8 @@ CHECKPOINT_ARG_HELP = (
 )
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.toml"
-CHECKSUMS = "checksums.json"
 WEIGHTS = "model.safetensors"
-LEGACY_REQUIRED = (WEIGHTS, STATE_FILE, CONFIG_FILE)  # a checkpoint without checksums.json
+REQUIRED = (WEIGHTS, STATE_FILE, CONFIG_FILE)  # files checksums.json must list
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
@@ -68,29 +68,27 @@ def is_complete(folder: Path) -> bool:
 def problem_with(folder: Path, deep: bool, only: tuple[str, ...] = ()) -> str | None:
     """Return what is wrong with a checkpoint folder's files, or None when they check out.
 
-    Without `deep` it checks that DONE exists and every file of checksums.json is there with
-    its size; with `deep` also each file's sha256 (what resume does before loading). `only`
-    limits the sha256 to those files (evaluate reads the weights alone).
+    Without `deep` it checks that DONE exists, that checksums.json lists every file of the
+    folder (a missing or empty list is a damaged checkpoint) and that each is there with its
+    size; with `deep` also each file's sha256 (what resume does before loading). `only` limits
+    the files' checks to those (evaluate reads the weights alone).
     """
     if not (folder / DONE).is_file():
         return f"no {DONE} marker (written last, so the save did not finish)"
-    table_path = folder / CHECKSUMS
-    if not table_path.is_file():  # written before checksums existed
-        missing = [name for name in LEGACY_REQUIRED if not (folder / name).is_file()]
-        return f"{missing[0]} is missing" if missing else None
-    try:
-        table = json.loads(table_path.read_text(encoding="utf-8"))
-        records = [(name, int(rec["bytes"]), str(rec["sha256"])) for name, rec in table.items()]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
-        return f"{CHECKSUMS} is unreadable ({type(err).__name__})"
-    for name, size, digest in records:
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, {CHECKSUMS} says {size} (truncated?)"
-        if deep and (not only or name in only) and sha256_file(path) != digest:
-            return f"{name} does not match its sha256 in {CHECKSUMS} (the file was damaged)"
+    problem = files.checksums_problem(folder, deep, required=REQUIRED, only=only)
+    if problem is not None:
+        return problem
+    listed = json.loads((folder / CHECKSUMS).read_text(encoding="utf-8"))
+    unlisted = sorted(
+        item.name
+        for item in folder.iterdir()
+        if item.is_file()
+        and item.name not in listed
+        and item.name not in (DONE, CHECKSUMS)
+        and not item.name.startswith(".")  # a file manager's or NFS's, never a save's
+    )
+    if unlisted:
+        return f"{unlisted[0]} is not listed in {CHECKSUMS}"
     return None
 
 
@@ -265,7 +263,8 @@ def save_checkpoint(
     failure: BaseException | None = None
     try:
         accelerator.save_state(str(tmp))  # every rank: weights, optimizer, RNG, scaler
-        _atomic_torch_save(rank_state, tmp / f"rank_{accelerator.process_index}.pt")
+        with files.atomic_writer(tmp / f"rank_{accelerator.process_index}.pt") as f:
+            torch.save(rank_state, f)
     except (
         Exception
     ) as err:  # OSError; torch's RuntimeError and safetensors' error on a short write
@@ -273,19 +272,21 @@ def save_checkpoint(
     _raise_if_any_rank_failed(accelerator, failure, root, tmp)
     if accelerator.is_main_process:
         try:
-            (tmp / CONFIG_FILE).write_text(cfg.to_toml(), encoding="utf-8")
-            (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+            files.write_text(tmp / CONFIG_FILE, cfg.to_toml())
+            files.write_json(tmp / STATE_FILE, trainer_state, indent=2)
             write_checksums(tmp)
-            _fsync_dir(tmp)
-            (tmp / DONE).write_text(f"step {step}\n")
+            files.fsync_folder(tmp)
+            files.write_text(tmp / DONE, f"step {step}\n")
         except OSError as err:
             failure = err
     _raise_if_any_rank_failed(accelerator, failure, root, tmp)
     if accelerator.is_main_process:
-        if final.exists():  # the same step saved again (e.g. an epoch end right after a resume)
+        if final.is_symlink():  # replaced, never followed
+            final.unlink()
+        elif final.exists():  # the same step saved again (e.g. an epoch end right after a resume)
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(root)
+        files.fsync_folder(root)
     accelerator.wait_for_everyone()
     return final
 
@@ -294,6 +295,8 @@ def remove_partial_saves(output_dir: str | Path) -> list[Path]:
     """Delete the `.tmp_step_*` folders a killed or failed save left behind; return them."""
     stale = sorted(checkpoint_root(output_dir).glob(".tmp_step_*"))
     for folder in stale:
+        if folder.is_symlink():  # the save would write through it
+            folder.unlink()
         shutil.rmtree(folder, ignore_errors=True)
     return stale
 
@@ -335,12 +338,14 @@ def _save_error(failure: BaseException | None, root: Path) -> CheckpointError:
 
 def write_checksums(folder: Path) -> None:
     """Write checksums.json: the size and sha256 of every file in the folder so far (before DONE)."""
-    table = {
-        path.name: {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
-        for path in sorted(folder.iterdir())
-        if path.is_file() and path.name not in (DONE, CHECKSUMS)
-    }
-    (folder / CHECKSUMS).write_text(json.dumps(table, indent=2), encoding="utf-8")
+    files.write_checksums(
+        folder,
+        (
+            path.name
+            for path in folder.iterdir()
+            if path.is_file() and path.name not in (DONE, CHECKSUMS)
+        ),
+    )
 
 
 def set_aside_previous_run(output_dir: str | Path) -> Path | None:
@@ -438,9 +443,13 @@ def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
 EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
 
 
-def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> list[str]:
+def check_compatible(
+    folder: Path, cfg: RunConfig, vocab_hash: str, corpus_hash: str | None = None
+) -> list[str]:
     """Raise CheckpointError listing every difference that makes `folder` unusable for this run.
 
+    `corpus_hash` is the prepared corpus's identity (`Corpus.content_hash`): training on another
+    corpus than the checkpoint's is a difference unless `train.allow_corpus_change` (logged).
     Return the execution keys (`EXECUTION_MODEL_KEYS`) that differ, as "key: old -> new".
     """
     saved_cfg = read_config(folder)
@@ -457,6 +466,20 @@ def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> list[str]
     ]
     if state.get("vocab_hash") != vocab_hash:
         diffs.append(f"vocabulary hash: checkpoint {state.get('vocab_hash')} != data {vocab_hash}")
+    elif corpus_hash is not None and state.get("corpus_hash", corpus_hash) != corpus_hash:
+        if not cfg.train.allow_corpus_change:
+            diffs.append(
+                f"prepared corpus: checkpoint {state['corpus_hash'][:16]} != data "
+                f"{corpus_hash[:16]} (the training text changed; to go on training on it, "
+                "set train.allow_corpus_change = true)"
+            )
+        else:
+            logger.warning(
+                "resuming on another prepared corpus than the checkpoint's (checkpoint %s, "
+                "data %s), as train.allow_corpus_change = true allows",
+                state["corpus_hash"][:16],
+                corpus_hash[:16],
+            )
     for key in ("batch_size", "bptt"):
         if getattr(saved_cfg.train, key) != getattr(cfg.train, key):
             diffs.append(
@@ -473,21 +496,3 @@ def check_compatible(folder: Path, cfg: RunConfig, vocab_hash: str) -> list[str]
         for key, old, new in changed
         if key in EXECUTION_MODEL_KEYS
     ]
-
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".partial")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _fsync_dir(folder: Path) -> None:
-    for item in folder.iterdir():
-        if item.is_file():
-            with open(item, "rb") as handle:
-                os.fsync(handle.fileno())
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

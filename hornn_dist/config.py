@@ -80,6 +80,8 @@ class TrainConfig:
     # seconds a process waits for the others in a collective (all-reduce, barrier) before the
     # run stops with an error naming the rank and what it waited for (several processes only)
     collective_timeout: int = 600
+    # resume a checkpoint on another prepared corpus (same vocabulary) than it was trained on
+    allow_corpus_change: bool = False
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""

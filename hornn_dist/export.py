@@ -1,7 +1,9 @@
 """Export a trained model as a Hub model folder: `python -m hornn_dist.export RUN_OR_CHECKPOINT OUT_DIR`.
 
-OUT_DIR gets config.json, model.safetensors, the corpus's tokenizer.json and a model card
-(README.md) with the test perplexity, scored here, and the run's config. It loads back with
+OUT_DIR gets config.json, model.safetensors, the corpus's tokenizer.json (checked against the
+corpus's manifest first), a model card (README.md) with the test perplexity, scored here, and
+the run's config, and checksums.json (size and sha256 of every file but the card, checked by
+whatever loads the folder). It loads back with
 `PretrainedLM.from_pretrained(OUT_DIR)` (hornn_dist.models.pretrained); `evaluate` and
 `generate` take it as they take a checkpoint; `hf upload USER/NAME OUT_DIR` puts it on the Hub.
 """
@@ -20,6 +22,7 @@ from hornn_dist.config import RunConfig, tomllib
 from hornn_dist.data.shards import TOKENIZER, Corpus
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import ConfigError
+from hornn_dist.files import new_folder_beside, write_bytes
 from hornn_dist.loading import load_model, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
@@ -40,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     """Write a checkpoint's model as a Hub model folder with its test perplexity; return the exit code."""
     args = parse_args(argv)
     out = Path(args.out_dir)
+    if out.is_symlink():  # renaming the model folder onto it would replace or follow it
+        raise ConfigError(f"{out} is a symbolic link; export into a new folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} exists and is not an empty folder; export into a new one")
     folder = ckpt.resolve_checkpoint(args.checkpoint)
@@ -95,11 +100,12 @@ def write_model_folder(
         "where": str(out),
         "config_toml": cfg.to_toml(),
     }
-    tmp = out.with_name(f".{out.name}.export-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = corpus.vocab.read_checked()  # the bytes copied are the bytes checked
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = new_folder_beside(out)
     try:
-        hub.save_pretrained(tmp, config=config, model_card_kwargs=card)
-        shutil.copyfile(corpus.folder / TOKENIZER, tmp / TOKENIZER)
+        write_bytes(tmp / TOKENIZER, tokenizer)
+        hub.save_pretrained(tmp, config=config, model_card_kwargs=card)  # and checksums.json
         os.replace(tmp, out)  # onto a missing or empty folder
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

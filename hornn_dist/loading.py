@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import time
 from collections.abc import Iterable
@@ -27,6 +26,7 @@ from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_cor
 from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
 from hornn_dist.errors import CheckpointError, DataError, HornnError, described
+from hornn_dist.files import write_text
 from hornn_dist.models import LayerPlan, build_model, plan_for
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,6 @@ WAIT_LOG_S = 30.0  # a waiting process says what it waits for this often
 # marks a model folder written by hornn_dist.export; checkpoints have config.toml, never this
 EXPORTED_CONFIG = "config.json"
 MODEL_ARG_HELP = ckpt.CHECKPOINT_ARG_HELP + ", or a model folder written by hornn_dist.export"
-_REEXPORT = "export the model again (python -m hornn_dist.export RUN_OR_CHECKPOINT OUT_DIR)"
 
 
 def open_prepared_corpus(
@@ -124,12 +123,10 @@ def _unexpected(err: BaseException, folder: Path) -> str:
 
 def _write_line(path: Path, line: str) -> None:
     """Write one line to path at once (a reader sees all of it or no file)."""
-    tmp = path.with_name(f"{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     try:
-        tmp.write_text(line + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_text(path, line + "\n")
     except OSError:  # the others then stop with the launcher; this process's error still shows
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def _barrier_quietly(accelerator: Any) -> None:
@@ -176,7 +173,11 @@ def is_exported(folder: Path) -> bool:
 
 
 def read_exported(folder: Path) -> dict[str, Any]:
-    """Return the config.json of an exported model folder, checked for the keys the commands read."""
+    """Return the config.json of an exported model folder, checked against the folder's
+    checksums.json and for the keys the commands read."""
+    from hornn_dist.models.pretrained import REEXPORT, verify_model_folder  # huggingface_hub
+
+    verify_model_folder(folder, (EXPORTED_CONFIG,))
     path = folder / EXPORTED_CONFIG
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -184,9 +185,9 @@ def read_exported(folder: Path) -> dict[str, Any]:
             key for key in ("model", "vocab_size", "vocab_hash", "training") if key not in meta
         ]
     except (OSError, ValueError, TypeError) as err:
-        raise CheckpointError(f"cannot read {path} ({err}); {_REEXPORT}") from None
+        raise CheckpointError(f"cannot read {path} ({err}); {REEXPORT}") from None
     if missing:
-        raise CheckpointError(f"{path} has no {', '.join(missing)}; {_REEXPORT}")
+        raise CheckpointError(f"{path} has no {', '.join(missing)}; {REEXPORT}")
     return meta
 
 
@@ -206,12 +207,15 @@ def open_vocabulary(folder: Path, cfg: RunConfig, accelerator: Any) -> Corpus | 
     if not is_exported(folder):
         return open_prepared_corpus(cfg.data, accelerator, splits=(), prepare=False)
     meta = read_exported(folder)
+    from hornn_dist.models.pretrained import REEXPORT, verify_model_folder  # huggingface_hub
+
+    verify_model_folder(folder, (TOKENIZER,))
     return Vocabulary(
         folder / TOKENIZER,
         meta["vocab_size"],
         meta["vocab_hash"],
         f"the vocabulary of {folder / EXPORTED_CONFIG}",
-        _REEXPORT,
+        REEXPORT,
     )
 
 
@@ -242,13 +246,15 @@ def load_model(
     if cfg.model.arch == "hornn":
         log.info("HORNN layers of %s: %s", folder, plan.describe())
     if exported:
-        from hornn_dist.models.pretrained import PretrainedLM  # imports huggingface_hub
+        from hornn_dist.models.pretrained import REEXPORT, PretrainedLM  # huggingface_hub
 
         try:
             model = PretrainedLM.from_pretrained(folder, plan=plan)
+        except CheckpointError:  # a file that does not match checksums.json, named
+            raise
         except Exception as err:  # safetensors, a missing file, a weight of the wrong shape
             raise CheckpointError(
-                f"cannot load the model in {folder} ({described(err)}); " + _REEXPORT
+                f"cannot load the model in {folder} ({described(err)}); " + REEXPORT
             ) from None
         return model.to(device).eval()
     verify(folder, only=(WEIGHTS,))  # the optimizer's state is not read here

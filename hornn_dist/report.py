@@ -19,6 +19,7 @@ from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import LAYOUTS, PAPERS
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record
 from hornn_dist.experiments.tables import pick_best, render_tables
+from hornn_dist.files import write_text
 from hornn_dist.runtime import run_cli, setup_logging
 
 logger = logging.getLogger("hornn_dist.report")
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         plots = draw_plots(pick_best(records), out, paper)
     command = " ".join(["python -m hornn_dist.report", *map(shlex.quote, _argv(argv))])
     text = render_report(runs_dir, records, layout, paper, command, plots)
-    (out / "report.md").write_text(text, encoding="utf-8")
+    write_text(out / "report.md", text)
     print(text, end="", flush=True)
     logger.info(
         "wrote %s and %d plot(s) (%s) for %d runs, layout %s, paper %s",

@@ -26,6 +26,7 @@ def make_checkpoint(
     cfg: RunConfig | None = None,
     world_size: int = 1,
     vocab_hash: str = VOCAB_HASH,
+    corpus_hash: str | None = None,
 ) -> Path:
     """Return a hand-built checkpoint folder of `run` after `step` steps (DONE written last)."""
     folder = ckpt.checkpoint_root(run) / ckpt.step_dir_name(step)
@@ -38,6 +39,8 @@ def make_checkpoint(
         "vocab_hash": vocab_hash,
         "world_size": world_size,
     }
+    if corpus_hash is not None:
+        state["corpus_hash"] = corpus_hash
     (folder / ckpt.STATE_FILE).write_text(json.dumps(state))
     (folder / ckpt.CONFIG_FILE).write_text(to_toml((cfg or RunConfig()).to_dict()))
     save_file({"w": torch.full((3,), float(step))}, str(folder / ckpt.WEIGHTS))
@@ -257,6 +260,34 @@ def test_prune_of_a_run_without_checkpoints(tmp_path: Path) -> None:
     assert ckpt.prune_checkpoints(tmp_path, keep=1, best=None) == []
 
 
+@pytest.mark.parametrize(
+    "edit,problem",
+    [
+        (
+            lambda f: (f / ckpt.CHECKSUMS).unlink(),
+            "checksums.json, the list of its files, is missing",
+        ),
+        (
+            lambda f: (f / ckpt.CHECKSUMS).write_text("{}"),
+            "checksums.json does not list model.safetensors",
+        ),
+        (
+            lambda f: (f / "optimizer.bin").write_bytes(b"x"),
+            "optimizer.bin is not listed in checksums.json",
+        ),
+    ],
+    ids=["missing", "empty", "unlisted file"],
+)
+def test_a_checkpoint_must_list_every_file_it_holds(tmp_path: Path, edit, problem: str) -> None:
+    folder = make_checkpoint(tmp_path, 10)
+    assert ckpt.is_complete(folder)
+    edit(folder)
+    assert ckpt.problem_with(folder, deep=False) == problem
+    assert ckpt.list_checkpoints(tmp_path) == []
+    with pytest.raises(CheckpointError, match=f"incomplete: {problem}"):
+        ckpt.resolve_checkpoint(folder)
+
+
 # ---------------------------------------------------------------- compatibility
 
 
@@ -266,6 +297,24 @@ def test_compatible_checkpoint_passes(tmp_path: Path) -> None:
     # Keys that do not affect the saved state may change on resume.
     now = load_config(None, ["train.epochs=9", "optim.lr=0.1", "train.output_dir=elsewhere"])
     ckpt.check_compatible(folder, now, VOCAB_HASH)
+
+
+def test_another_corpus_is_refused_unless_allowed_and_then_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = make_checkpoint(tmp_path, 10, corpus_hash="a" * 64)
+    cfg = load_config(None, [])
+    assert ckpt.check_compatible(folder, cfg, VOCAB_HASH, "a" * 64) == []
+    with pytest.raises(CheckpointError) as info:
+        ckpt.check_compatible(folder, cfg, VOCAB_HASH, "b" * 64)
+    assert f"prepared corpus: checkpoint {'a' * 16} != data {'b' * 16}" in str(info.value)
+    assert "set train.allow_corpus_change = true" in str(info.value)
+    allowed = load_config(None, ["train.allow_corpus_change=true"])
+    with caplog.at_level(logging.WARNING, logger="hornn_dist.checkpoint"):
+        assert ckpt.check_compatible(folder, allowed, VOCAB_HASH, "b" * 64) == []
+    assert "train.allow_corpus_change = true allows" in caplog.text
+    older = make_checkpoint(tmp_path, 20)  # written before checkpoints recorded their corpus
+    assert ckpt.check_compatible(older, cfg, VOCAB_HASH, "b" * 64) == []
 
 
 def test_engine_and_precision_may_change_on_resume(tmp_path: Path) -> None:

@@ -17,10 +17,11 @@ from hornn_dist.errors import CheckpointError
 from tests.train_helpers import (
     check_ok,
     final_weights,
+    prepared_tiny,
     read_until,
     run_module,
     start,
-    write_tiny_config,
+    train_into,
 )
 
 STEPS = 12  # checkpoints every 5 steps and at the end
@@ -28,22 +29,15 @@ STEPS = 12  # checkpoints every 5 steps and at the end
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("integrity")
-    config = write_tiny_config(folder, train={"keep_checkpoints": 5, "epochs": 100})
-    check_ok(run_module("hornn_dist.prepare", str(config)))
-    return folder
-
-
-def train(workdir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """Run the trainer on the tiny config into `out`."""
-    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={out}", *extra]
-    return run_module("hornn_dist.train", *args)
+    return prepared_tiny(
+        tmp_path_factory.mktemp("integrity"), train={"keep_checkpoints": 5, "epochs": 100}
+    )
 
 
 @pytest.fixture(scope="module")
 def straight(workdir: Path) -> Path:
     out = workdir / "straight"
-    check_ok(train(workdir, out, "--set", f"train.max_steps={STEPS}"))
+    check_ok(train_into(workdir, out, "--set", f"train.max_steps={STEPS}"))
     return out
 
 
@@ -58,7 +52,7 @@ def stopped(workdir: Path) -> dict[int, Path]:
     runs = {}
     for steps in (5, 10):
         runs[steps] = workdir / f"stopped{steps}"
-        check_ok(train(workdir, runs[steps], "--set", f"train.max_steps={steps}"))
+        check_ok(train_into(workdir, runs[steps], "--set", f"train.max_steps={steps}"))
     return runs
 
 
@@ -97,7 +91,7 @@ def test_resume_skips_a_damaged_newest_checkpoint(
         weights.unlink()
     else:
         optimizer.write_bytes(optimizer.read_bytes()[:100])
-    proc = train(workdir, run, "--set", f"train.max_steps={STEPS}")
+    proc = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
     check_ok(proc)
     assert "step_00000010" in proc.stderr and "step_00000005" in proc.stderr
     assert "resuming from" in proc.stderr
@@ -112,7 +106,7 @@ def test_resume_of_a_named_damaged_checkpoint_is_one_line(
     run = copy_run(stopped, "named")
     weights = step_dir(run, 10) / ckpt.WEIGHTS
     xor_bytes(weights, weights.stat().st_size // 2)
-    proc = train(workdir, run, "--resume", str(step_dir(run, 10)))
+    proc = train_into(workdir, run, "--resume", str(step_dir(run, 10)))
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     assert "damaged" in line and "model.safetensors" in line and "sha256" in line
@@ -123,7 +117,7 @@ def test_no_checkpoint_verifies_is_one_line(stopped: dict[int, Path], workdir: P
     run = copy_run(stopped, "all_bad", steps=5)
     weights = step_dir(run, 5) / ckpt.WEIGHTS
     xor_bytes(weights, 200)
-    proc = train(workdir, run)
+    proc = train_into(workdir, run)
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     assert "no checkpoint" in line and "verifies" in line and "--no-resume" in line
@@ -141,8 +135,8 @@ def test_a_tampered_pickle_is_refused_without_unsafe_advice(
     run = copy_run(stopped, f"tampered_{target}")
     newest = step_dir(run, 10)
     (newest / target).write_bytes(pickle.dumps(_Evil()))
-    (newest / ckpt.CHECKSUMS).unlink()  # as a checkpoint of an older version: nothing to verify
-    proc = train(workdir, run, "--set", f"train.max_steps={STEPS}")
+    ckpt.write_checksums(newest)  # listed as it is now: the loader itself must refuse it
+    proc = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = error_lines(proc)
     assert target in line or str(newest) in line
@@ -155,7 +149,7 @@ def test_a_folder_holding_only_done_is_not_a_checkpoint(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     (folder / ckpt.DONE).write_text("step 3\n")
     assert ckpt.list_checkpoints(tmp_path) == []
-    with pytest.raises(CheckpointError, match="incomplete: model.safetensors is missing"):
+    with pytest.raises(CheckpointError, match="incomplete: checksums.json, the list of its"):
         ckpt.resolve_checkpoint(folder)
 
 
@@ -190,7 +184,7 @@ def test_a_second_run_into_the_same_folder_is_refused(workdir: Path) -> None:
     assert first.returncode == 0
     # the lock file stays behind, unlocked: the next run takes it
     assert (out / ".lock").is_file()
-    check_ok(train(workdir, out, "--set", "train.max_steps=2", "--no-resume"))
+    check_ok(train_into(workdir, out, "--set", "train.max_steps=2", "--no-resume"))
 
 
 def test_leftovers_of_a_killed_save_are_removed_at_start(
@@ -200,7 +194,7 @@ def test_leftovers_of_a_killed_save_are_removed_at_start(
     stale = ckpt.checkpoint_root(run) / ".tmp_step_00000099"
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"x" * 1000)
-    proc = train(workdir, run, "--set", "train.max_steps=6")
+    proc = train_into(workdir, run, "--set", "train.max_steps=6")
     check_ok(proc)
     assert not stale.exists() and "left by a save that did not finish" in proc.stderr
 
@@ -226,7 +220,9 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_save(
 ) -> None:
     out = small_disk / "run"
     big = ["--set", "model.hidden_size=200", "--set", "model.embedding_size=200"]
-    proc = train(workdir, out, "--set", "train.max_steps=5", "--set", "log.tensorboard=false", *big)
+    proc = train_into(
+        workdir, out, "--set", "train.max_steps=5", "--set", "log.tensorboard=false", *big
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = error_lines(proc)
     assert "no space left on the device of" in line and "train.output_dir" in line

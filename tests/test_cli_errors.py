@@ -231,7 +231,7 @@ def test_evaluate_and_generate_refuse_damaged_data_in_one_line(tmp_path: Path) -
     check_ok(run_module("hornn_dist.evaluate", str(run), "--split", "valid"))  # only test is hit
     (folder / "tokenizer.json").write_text("{not json")
     proc = _run("hornn_dist.generate", str(run), "--prompt", "w1")
-    _assert_one_line_error(proc, f"{folder / 'tokenizer.json'}: unreadable tokenizer (")
+    _assert_one_line_error(proc, f"{folder / 'tokenizer.json'}: cannot read the vocabulary (")
     assert proc.returncode == 2 and proc.stdout == ""
 
 

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from hornn_dist.checkpoint import list_checkpoints, read_config
+from hornn_dist.errors import CheckpointError
+from hornn_dist.files import write_checksums
 from hornn_dist.loading import load_model, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.pretrained import PretrainedLM
@@ -18,7 +20,8 @@ from hornn_dist.runtime import build_accelerator
 from tests.test_demo import _layout_modules
 from tests.train_helpers import check_ok, run_module, write_tiny_config
 
-HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "README.md"}
+HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "README.md", "checksums.json"}
+CHECKED = ["config.json", "model.safetensors", "tokenizer.json"]  # all but the card
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +102,7 @@ def test_generate_from_the_exported_folder_alone(trained: Path, exported: Path) 
     meta = json.loads((alone / "config.json").read_text())
     meta["training"]["data"]["cache_dir"] = str(trained.parent / "no_such_cache")
     (alone / "config.json").write_text(json.dumps(meta))
+    write_checksums(alone, CHECKED)  # an edit made on purpose, listed again
     sample = run_module("hornn_dist.generate", str(alone), *args)
     check_ok(sample)
     assert sample.stdout == from_checkpoint.stdout and sample.stdout.split()[:2] == ["w1", "w2"]
@@ -119,18 +123,103 @@ def test_export_refuses_a_folder_in_use_and_evaluate_a_broken_export(
     shutil.copytree(exported, broken)
     (broken / "model.safetensors").write_bytes(b"not safetensors")
     _one_line_error(
+        run_module("hornn_dist.generate", str(broken)),
+        f"model folder {broken} is damaged: model.safetensors has 15 bytes",
+    )
+    write_checksums(broken, CHECKED)  # listed as it is: loading it must still fail in one line
+    _one_line_error(
         run_module("hornn_dist.generate", str(broken)), f"cannot load the model in {broken}"
     )
     (broken / "config.json").write_text("{}")
+    write_checksums(broken, CHECKED)
     _one_line_error(
         run_module("hornn_dist.generate", str(broken)), "has no model, vocab_size, vocab_hash"
     )
+
+
+def flip_one_bit(path: Path) -> None:
+    """Flip one bit in the middle of a file (its size stays)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json", "config.json"])
+def test_a_bit_flip_in_an_export_is_refused_in_one_line(
+    trained: Path, exported: Path, name: str
+) -> None:
+    damaged = trained.parent / f"flipped_{name}"
+    shutil.copytree(exported, damaged)
+    flip_one_bit(damaged / name)
+    said = f"model folder {damaged} is damaged: {name} does not match its sha256"
+    _one_line_error(run_module("hornn_dist.generate", str(damaged), "--tokens", "3"), said)
+    if name == "model.safetensors":
+        _one_line_error(run_module("hornn_dist.evaluate", str(damaged)), said)
+        with pytest.raises(CheckpointError, match=said):
+            PretrainedLM.from_pretrained(damaged)
+
+
+def test_an_export_without_its_checksums_is_refused(trained: Path, exported: Path) -> None:
+    bare = trained.parent / "bare_model"
+    shutil.copytree(exported, bare)
+    (bare / "checksums.json").unlink()
+    said = f"model folder {bare} is damaged: checksums.json, the list of its files, is missing"
+    _one_line_error(run_module("hornn_dist.generate", str(bare)), said)
+    with pytest.raises(CheckpointError, match=said):
+        PretrainedLM.from_pretrained(bare)
+
+
+@pytest.mark.parametrize("damage", ["ids swapped", "one byte changed"])
+def test_export_refuses_a_damaged_corpus_tokenizer(trained: Path, damage: str) -> None:
+    corpus = open_prepared_corpus(
+        read_config(list_checkpoints(trained)[-1]).data,
+        build_accelerator("no"),
+        splits=(),
+        prepare=False,
+    )
+    path = corpus.folder / "tokenizer.json"
+    saved = path.read_bytes()
+    try:
+        if damage == "ids swapped":
+            tokenizer = json.loads(saved)
+            vocab = tokenizer["model"]["vocab"]
+            vocab["w1"], vocab["w2"] = vocab["w2"], vocab["w1"]
+            path.write_text(json.dumps(tokenizer))
+            said = "other words or ids"
+        else:  # a trailing space: the id table intact, the file not (the manifest's sha256)
+            path.write_bytes(saved + b" ")
+            said = "does not match the sha256 recorded for it"
+        out = trained.parent / f"export_{damage.replace(' ', '_')}"
+        proc = run_module("hornn_dist.export", str(trained), str(out))
+        _one_line_error(proc, f"{path} does not match")
+        assert said in proc.stderr and not out.exists()
+    finally:
+        path.write_bytes(saved)
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_export_onto_a_link_is_refused(trained: Path, tmp_path: Path, dangling: bool) -> None:
+    target = tmp_path / "empty_folder"
+    if not dangling:
+        target.mkdir()
+    link = tmp_path / "model_link"
+    link.symlink_to(target)
+    _one_line_error(
+        run_module("hornn_dist.export", str(trained), str(link)),
+        f"{link} is a symbolic link; export into a new folder",
+    )
+    assert link.is_symlink() and (dangling or not any(target.iterdir()))
+    assert not target.exists() if dangling else target.is_dir()
 
 
 @pytest.mark.parametrize("arch", ["hornn", "lstm"])
 def test_save_pretrained_round_trip(tmp_path: Path, arch: str) -> None:
     model = PretrainedLM(ModelConfig(arch=arch, hidden_size=8, order=2, pooling="max"), 20)
     model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "checksums.json").read_text()).keys() == {
+        "config.json",
+        "model.safetensors",
+    }
     back = PretrainedLM.from_pretrained(tmp_path)
     assert back.cfg == model.cfg and back.vocab_size == 20
     for key, value in model.state_dict().items():

@@ -193,17 +193,17 @@ def test_checkpoints_pruned_to_newest_plus_best(straight_1: Path) -> None:
 
 _KILLER = """
 import os, signal, sys
-import hornn_dist.checkpoint as checkpoint
+import hornn_dist.files as files
 from hornn_dist import train
 from hornn_dist.runtime import run_cli
 
-real_fsync_dir = checkpoint._fsync_dir
+real_fsync_folder = files.fsync_folder
 def fsync_then_die(folder):
     # SIGKILL inside the 2nd checkpoint: its files are written, its DONE marker is not.
     if folder.name == ".tmp_step_00000010":
         os.kill(os.getpid(), signal.SIGKILL)
-    real_fsync_dir(folder)
-checkpoint._fsync_dir = fsync_then_die
+    real_fsync_folder(folder)
+files.fsync_folder = fsync_then_die
 run_cli(train.main, sys.argv[1:])
 """
 

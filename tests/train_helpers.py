@@ -75,6 +75,14 @@ def write_tiny_config(folder: Path, train_words: int = 420, **sections: dict) ->
     return path
 
 
+def prepared_tiny(folder: Path, **sections: dict) -> Path:
+    """Write the tiny corpus and config into `folder` (`write_tiny_config`), prepare it; return
+    `folder`."""
+    config = write_tiny_config(folder, **sections)
+    check_ok(run_module("hornn_dist.prepare", str(config)))
+    return folder
+
+
 def env() -> dict[str, str]:
     """Return the environment for child processes (quiet, deterministic, 1 thread per rank)."""
     out = dict(os.environ)
@@ -100,6 +108,12 @@ def run_module(module: str, *args: str, timeout: int = 300) -> subprocess.Comple
         env=env(),
         timeout=timeout,
     )
+
+
+def train_into(folder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Run the trainer on `folder`'s config.toml (as `write_tiny_config` wrote it) into `out`."""
+    args = [str(folder / "config.toml"), "--set", f"train.output_dir={out}", *extra]
+    return run_module("hornn_dist.train", *args)
 
 
 def two_rank_command(module: str, *args: str, port: int) -> list[str]:

@@ -20,6 +20,8 @@ import re
 import sys
 from pathlib import Path
 
+from hornn_dist.files import atomic_writer
+
 VERSE = re.compile(r"^\s+(\d+) (.*)$")
 HEADING = re.compile(r"^\S.* \d+$")
 WORD = re.compile(r"[a-z]+|'s\b")
@@ -64,7 +66,7 @@ def main(argv: list[str]) -> None:
         data = ("\n".join(lines) + "\n").encode("utf-8")
         out = here / f"demo.{name}.txt.gz"
         with (
-            open(out, "wb") as raw,
+            atomic_writer(out) as raw,
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f,
         ):
             f.write(data)

@@ -15,6 +15,8 @@ import argparse
 import random
 from pathlib import Path
 
+from hornn_dist.files import write_text
+
 VOCAB = 3000
 TOPICS = 20
 TOPIC_WORDS = 120  # words each topic favours
@@ -69,7 +71,7 @@ def write_corpus(out: Path, train_words: int, seed: int) -> None:
         ("valid", train_words // 10),
         ("test", train_words // 10),
     ):
-        (out / f"{split}.txt").write_text(language.text(words), encoding="utf-8")
+        write_text(out / f"{split}.txt", language.text(words))
 
 
 def main(argv: list[str] | None = None) -> None:

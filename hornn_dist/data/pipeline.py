@@ -40,9 +40,9 @@ from hornn_dist.data.shards import (
     TOKENIZER,
     ShardWriter,
     open_corpus,
-    write_json,
 )
 from hornn_dist.errors import ConfigError, DataError
+from hornn_dist.files import open_for_writing, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")
@@ -159,7 +159,7 @@ def _encode_task(args: tuple[sources.Piece, TextOptions, list[str], str, str]) -
     piece, opts, itos, dtype_name, out = args
     stoi = {w: i for i, w in enumerate(itos)}
     read = [0]
-    with open(out, "wb") as f:
+    with open_for_writing(out) as f:
         for ids in _encode_piece(
             piece, opts, stoi, np.dtype(dtype_name), lambda n: read.__setitem__(0, read[0] + n)
         ):
@@ -395,6 +395,7 @@ def _build(
         "vocab_hash": vhash,
         "specials": {w: i for i, w in enumerate(vocab.SPECIALS)},
         "tokenizer": TOKENIZER,
+        "tokenizer_sha256": sha256_file(work / TOKENIZER),
         "train_word_coverage": round(kept / max(train_words, 1), 6),
         "splits": splits,
         "settings": settings,

@@ -40,6 +40,7 @@ import numpy as np
 
 from hornn_dist.data.vocab import Vocabulary
 from hornn_dist.errors import DataError
+from hornn_dist.files import open_for_writing, sha256_file, write_json
 
 MAGIC = b"HORNNTOK"
 FORMAT_VERSION = 1
@@ -53,26 +54,6 @@ HASH_THREADS = (
 )
 
 log = logging.getLogger(__name__)
-
-
-def sha256_file(path: Path) -> str:
-    """Return the sha256 (hex) of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write data as JSON to path atomically (temporary file, fsync, rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class ShardWriter:
@@ -111,7 +92,7 @@ class ShardWriter:
         ids = np.ascontiguousarray(ids, dtype=self.dtype)
         while len(ids):
             if self._file is None:
-                self._file = open(self._path(), "wb")
+                self._file = open_for_writing(self._path())
                 self._file.write(self._header(0))
                 self._count = 0
             take = min(len(ids), self.shard_tokens - self._count)
@@ -242,6 +223,7 @@ class Corpus:
         self.manifest = manifest
         self.vocab_size: int = int(manifest["vocab_size"])
         self.vocab_hash: str = manifest["vocab_hash"]
+        self.content_hash = content_hash(manifest)
         self.dtype = np.dtype(manifest["dtype"])
         self.splits: list[str] = list(manifest["splits"])
         self._readers: dict[str, TokenReader] = {}
@@ -251,6 +233,7 @@ class Corpus:
             self.vocab_hash,
             "the shards' vocabulary",
             _REDO.format(folder=folder),
+            manifest.get("tokenizer_sha256"),
         )
 
     def __repr__(self) -> str:
@@ -291,7 +274,8 @@ class Corpus:
 
     def check(self, verify: bool = False) -> None:
         """Check every shard's header and size against the manifest, and its sha256 when verify
-        (every shard read again, the record neither used nor written)."""
+        (every shard read again, the record neither used nor written); and tokenizer.json
+        against the manifest (its id table, and its sha256 where the manifest has one)."""
         for split in self.splits:
             for shard in self.manifest["splits"][split]["shards"]:
                 path = self.folder / shard["file"]
@@ -312,6 +296,7 @@ class Corpus:
                         f"{path}: {path.stat().st_size} bytes / {count} tokens, the manifest says {expected} / {shard['tokens']} (truncated?); "
                         + _REDO.format(folder=self.folder)
                     )
+        self.vocab.read_checked()
         if verify:
             self.verify_shards(record=False)
 
@@ -373,6 +358,18 @@ class Corpus:
         )
 
 
+def content_hash(manifest: dict[str, Any]) -> str:
+    """Return the identity of a prepared corpus: the sha256 of its vocabulary hash and of each
+    split's shards (tokens and sha256, in order). It names what the tokens are, not when or
+    where they were prepared: a folder rebuilt from the same text has the same one."""
+    splits = {
+        name: [[s["tokens"], s["sha256"]] for s in info["shards"]]
+        for name, info in sorted(manifest["splits"].items())
+    }
+    text = json.dumps({"vocab_hash": manifest["vocab_hash"], "splits": splits}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def verified_record_name() -> str:
     """Return the file name of this machine's record of checked shards."""
     return f".verified-{socket.gethostname()}.json"
@@ -407,14 +404,11 @@ def _read_record(folder: Path) -> dict[str, Any]:
 
 
 def _write_record(folder: Path, shards: dict[str, Any]) -> None:
-    path = folder / verified_record_name()
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format": "hornn_dist-verified", "shards": shards}, f, indent=0)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_json(
+        folder / verified_record_name(),
+        {"format": "hornn_dist-verified", "shards": shards},
+        indent=0,
+    )
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import numpy as np
 
 from hornn_dist.data.config import PRESET_DOWNLOADS, PRESET_LOCAL_PATHS, DataConfig, apply_preset
 from hornn_dist.errors import DataError, first_line
+from hornn_dist.files import open_for_writing
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zip")
 _ASCII_SPACE = re.compile(rb"[ \t\n\r\x0b\x0c]")
@@ -532,7 +533,7 @@ def download_hub(
         if not theirs:
             continue
         path = dest / ("text.txt" if joined else f"{ours}.txt")
-        with open(path, "a", encoding="utf-8", newline="") as f:
+        with open_for_writing(path, append=True, binary=False) as f:
             for text in iter_hub_texts(cfg, theirs):
                 if not joined and not text.endswith("\n"):
                     text += "\n"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import array
 import hashlib
 import json
-import os
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from hornn_dist.errors import DataError
+from hornn_dist.files import write_text
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -98,9 +98,7 @@ def make_tokenizer(itos: list[str], lowercase: bool, add_eos: bool) -> Any:
 
 def save_tokenizer(itos: list[str], path: Path, lowercase: bool, add_eos: bool) -> None:
     """Write the tokenizer of the table to path (tokenizer.json), atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    make_tokenizer(itos, lowercase, add_eos).save(str(tmp))
-    os.replace(tmp, path)
+    write_text(path, make_tokenizer(itos, lowercase, add_eos).to_str(pretty=True))
 
 
 def itos_of(vocab: dict[str, int], path: Path) -> list[str]:
@@ -122,45 +120,83 @@ def itos_of(vocab: dict[str, int], path: Path) -> list[str]:
 def load_itos(path: Path, hint: str = "HINT: delete the folder and re-run prepare") -> list[str]:
     """Return the id-to-word table stored in a tokenizer.json (no `tokenizers` import needed)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            vocab = json.load(f)["model"]["vocab"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the vocabulary ({e.strerror}); {hint}") from None
+    return itos_in(data, path, hint)
+
+
+def itos_in(data: bytes, path: Path, hint: str) -> list[str]:
+    """Return the id-to-word table of the bytes of a tokenizer.json read from `path`."""
+    try:
+        vocab = json.loads(data)["model"]["vocab"]
+        return itos_of(vocab, path)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise DataError(f"{path}: cannot read the vocabulary ({e}); {hint}") from None
-    return itos_of(vocab, path)
 
 
 class Vocabulary:
     """A saved tokenizer.json, checked against the size and sha256 expected of its id table (a
-    prepared corpus's manifest, an exported model's config.json): encodes text as the corpus was
-    read, decodes ids to words. Each file is read once, on first use.
+    prepared corpus's manifest, an exported model's config.json), and against the sha256 of the
+    whole file where one was recorded (a manifest's `tokenizer_sha256`): encodes text as the
+    corpus was read, decodes ids to words. Each file is read once, on first use.
 
     `expected` names what it must match in errors ("the shards' vocabulary"), `hint` the fix.
     """
 
-    def __init__(self, path: Path, size: int, digest: str, expected: str, hint: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        size: int,
+        digest: str,
+        expected: str,
+        hint: str,
+        file_sha256: str | None = None,
+    ) -> None:
         self.path = path
         self.vocab_size = size
         self.vocab_hash = digest
+        self.file_sha256 = file_sha256
         self._expected = expected
         self._hint = hint
         self._tokenizer: Any = None
         self._itos: list[str] | None = None
 
     def _check(self, itos: list[str]) -> list[str]:
-        if len(itos) != self.vocab_size or vocab_hash(itos) != self.vocab_hash:
+        if len(itos) != self.vocab_size:
+            differs = f"{len(itos)} words, expected {self.vocab_size}"
+        elif vocab_hash(itos) != self.vocab_hash:
+            differs = f"{len(itos)} words as expected, but other words or ids"
+        else:
+            return itos
+        raise DataError(f"{self.path} does not match {self._expected} ({differs}); {self._hint}")
+
+    def read_checked(self) -> bytes:
+        """Return the bytes of tokenizer.json once checked: its id table against the expected
+        size and hash, the whole file against its recorded sha256 (when one was recorded)."""
+        try:
+            data = self.path.read_bytes()
+        except OSError as e:
             raise DataError(
-                f"{self.path} does not match {self._expected} (size {len(itos)} vs "
-                f"{self.vocab_size}); {self._hint}"
+                f"{self.path}: cannot read the vocabulary ({e.strerror}); {self._hint}"
+            ) from None
+        itos = self._check(itos_in(data, self.path, self._hint))  # names what differs
+        if self.file_sha256 and hashlib.sha256(data).hexdigest() != self.file_sha256:
+            raise DataError(
+                f"{self.path} does not match the sha256 recorded for it with {self._expected} "
+                f"(the file was changed or damaged); {self._hint}"
             )
-        return itos
+        self._itos = itos
+        return data
 
     def tokenizer(self) -> Any:
         """Return the `tokenizers.Tokenizer` (loaded once, checked)."""
         if self._tokenizer is None:
             from tokenizers import Tokenizer  # lazy
 
+            data = self.read_checked()
             try:
-                tokenizer = Tokenizer.from_file(str(self.path))
+                tokenizer = Tokenizer.from_str(data.decode("utf-8"))
             except Exception as e:  # tokenizers raises a bare Exception for a malformed file
                 raise DataError(f"{self.path}: unreadable tokenizer ({e}); {self._hint}") from None
             self._check(itos_of(tokenizer.get_vocab(with_added_tokens=False), self.path))
@@ -170,7 +206,8 @@ class Vocabulary:
     def itos(self) -> list[str]:
         """Return the id-to-word table (read from tokenizer.json, checked)."""
         if self._itos is None:
-            self._itos = self._check(load_itos(self.path, self._hint))
+            self.read_checked()
+        assert self._itos is not None
         return self._itos
 
     def encode(self, text: str) -> list[int]:

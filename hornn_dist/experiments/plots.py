@@ -25,6 +25,7 @@ from hornn_dist.experiments.paper import (
 )
 from hornn_dist.experiments.results import RunRecord
 from hornn_dist.experiments.tables import order_cells
+from hornn_dist.files import atomic_writer
 
 COLORS = {"": "black", "sum": "C0", "max": "C1", "fofe": "C2", "gated": "C3"}
 
@@ -48,6 +49,12 @@ def _figure(panels: int = 1) -> tuple[Any, list[Any]]:
     fig = Figure(figsize=(6 * panels, 4.2), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, [fig.add_subplot(1, panels, i + 1) for i in range(panels)]
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write the figure as a PNG at `path`, atomically (never through a link there)."""
+    with atomic_writer(path) as f:
+        fig.savefig(f, format="png", dpi=110)
 
 
 def draw_plots(picked: Sequence[RunRecord], out_dir: Path, paper: str) -> list[Path]:
@@ -82,7 +89,7 @@ def plot_orders(picked: Sequence[RunRecord], path: Path, paper: str) -> bool:
     if with_paper:
         table = {p: sorted(by_order.items()) for p, by_order in PTB_BY_ORDER.items()}
         _order_lines(axes[1], {"": [(1, SUMMARY["ptb"]["RNN"])], **table}, paper_column(paper))
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     return True
 
 
@@ -130,7 +137,7 @@ def plot_alpha(picked: Sequence[RunRecord], path: Path) -> bool:
     ax.set_title("FOFE HORNN by α")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     return True
 
 
@@ -158,5 +165,5 @@ def plot_valid_curves(picked: Sequence[RunRecord], path: Path) -> bool:
     ax.grid(alpha=0.3)
     if values:
         ax.legend(fontsize="small")
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     return True

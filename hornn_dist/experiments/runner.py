@@ -10,7 +10,6 @@ SIGINT/SIGTERM are passed to the running runs, which checkpoint and exit, and th
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -25,6 +24,7 @@ from types import FrameType
 from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
 from hornn_dist.experiments.results import read_run
 from hornn_dist.experiments.tables import fmt_duration
+from hornn_dist.files import open_for_writing, write_json
 
 logger = logging.getLogger("hornn_dist.sweep")
 
@@ -57,7 +57,7 @@ def run_sweep(
     """Train every run of `plan` not finished yet, one per slot (`slots`: each one's extra
     environment, from `gpu_slots` or `cpu_slots`) at a time; return the outcome."""
     plan.output_dir.mkdir(parents=True, exist_ok=True)
-    (plan.output_dir / RUNS_FILE).write_text(json.dumps(plan.record(), indent=1))
+    write_json(plan.output_dir / RUNS_FILE, plan.record())
     outcome = SweepOutcome()
     todo: list[tuple[int, PlannedRun, bool]] = []  # (index, run, resuming)
     total = len(plan.runs)
@@ -122,7 +122,7 @@ def _start(
 ) -> _Running:
     folder = plan.output_dir / run.name
     folder.mkdir(parents=True, exist_ok=True)
-    log = open(folder / LOG_FILE, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end)
+    log = open_for_writing(folder / LOG_FILE, append=True, binary=False)  # closed at the end
     env_slot = slots[slot]
     if "CUDA_VISIBLE_DEVICES" in env_slot:
         where = f" on GPU {env_slot['CUDA_VISIBLE_DEVICES']}"

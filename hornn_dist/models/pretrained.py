@@ -3,6 +3,10 @@
     config.json          {"model": the [model] section, "vocab_size": V, ...}
     model.safetensors    the weights
     README.md            the model card (`CARD`)
+    checksums.json       size and sha256 of the files above but the card (and of tokenizer.json)
+
+`from_pretrained` checks config.json and model.safetensors against checksums.json before it
+reads the weights (a folder without it, or a damaged file, is one CheckpointError).
 
 `PretrainedLM.from_pretrained(folder_or_repo_id)` is a `RecurrentLM` with those weights, in
 eval mode, on the CPU. How its HORNN layers run (`plan.py`) is not part of the folder: it is
@@ -16,13 +20,24 @@ decided where the model is loaded (pass `plan=` for another device or mixed prec
 import contextlib
 import dataclasses
 import io
+import os
+from pathlib import Path
 from typing import Any
 
-from huggingface_hub import PyTorchModelHubMixin
+from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError
 
+from hornn_dist.errors import CheckpointError
+from hornn_dist.files import CHECKSUMS, checksums_problem, write_checksums
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.lm import RecurrentLM
 from hornn_dist.models.plan import LayerPlan, plan_for
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+TOKENIZER = "tokenizer.json"  # put beside them by hornn_dist.export
+CHECKED = (CONFIG, WEIGHTS, TOKENIZER)  # the card (README.md) is prose, edited before upload
+REEXPORT = "export the model again (python -m hornn_dist.export RUN_OR_CHECKPOINT OUT_DIR)"
 
 CARD = """---
 {{ card_data }}
@@ -86,8 +101,42 @@ class PretrainedLM(
         # config.json says what the model is, not where it last ran: no plan in it
         self._hub_mixin_config = {"model": dataclasses.asdict(cfg), "vocab_size": vocab_size}
 
+    def save_pretrained(self, save_directory: Any, **kwargs: Any) -> Any:
+        """Save as the mixin does, then write checksums.json of the folder's checked files."""
+        result = super().save_pretrained(save_directory, **kwargs)
+        folder = Path(save_directory)
+        write_checksums(folder, [name for name in CHECKED if (folder / name).is_file()])
+        return result
+
     @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs: Any) -> "PretrainedLM":
-        """Load the weights strictly (the mixin's default is not) and without its print to stdout."""
+        """Check config.json and the weights against checksums.json, then load the weights
+        strictly (the mixin's default is not) and without its print to stdout."""
+        verify_model_folder(_folder_of(kwargs), (CONFIG, WEIGHTS))
         with contextlib.redirect_stdout(io.StringIO()):  # "Loading weights from local directory"
             return super()._from_pretrained(strict=strict, **kwargs)
+
+
+def verify_model_folder(folder: Path, names: tuple[str, ...]) -> None:
+    """Raise CheckpointError naming the file unless the named files of a model folder match
+    its checksums.json."""
+    problem = checksums_problem(folder, deep=True, required=names, only=names)
+    if problem is not None:
+        raise CheckpointError(f"model folder {folder} is damaged: {problem}; {REEXPORT}")
+
+
+def _folder_of(hub: dict[str, Any]) -> Path:
+    """Return the local folder of `from_pretrained`'s model: the folder given, or the Hub
+    snapshot holding checksums.json and the weights (downloaded first)."""
+    if os.path.isdir(hub["model_id"]):
+        return Path(hub["model_id"])
+    where = {k: hub[k] for k in ("revision", "cache_dir", "force_download", "token")}
+    where["local_files_only"] = hub["local_files_only"]
+    try:
+        table = hf_hub_download(repo_id=hub["model_id"], filename=CHECKSUMS, **where)
+    except EntryNotFoundError:
+        raise CheckpointError(
+            f"model {hub['model_id']} has no {CHECKSUMS} to verify its files; {REEXPORT}"
+        ) from None
+    hf_hub_download(repo_id=hub["model_id"], filename=WEIGHTS, **where)
+    return Path(table).parent

@@ -13,6 +13,7 @@ from typing import Any
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
+from hornn_dist.data.shards import Corpus
 from hornn_dist.errors import CheckpointError, ConfigError
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.run_lock import RunLock
@@ -93,7 +94,7 @@ def test_source(state: dict[str, Any]) -> str:
     return "the last weights (a run recorded before the best checkpoint was scored)"
 
 
-def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult | None:
+def stored_result(folder: Path, cfg: RunConfig, corpus: Corpus) -> EvalResult | None:
     """Return the test result stored in `folder` when its run is complete under `cfg` (epochs
     or max_steps done), after saying so; None when there is training left to do."""
     state = ckpt.read_trainer_state(folder)
@@ -103,7 +104,7 @@ def stored_result(folder: Path, cfg: RunConfig, vocab_hash: str) -> EvalResult |
     result = EvalResult.from_record(state["test"])
     step = int(state["step"])
     train = cfg.train
-    ckpt.check_compatible(folder, cfg, vocab_hash)  # same run, same data
+    ckpt.check_compatible(folder, cfg, corpus.vocab_hash, corpus.content_hash)  # same data
     best = float(state.get("best_valid", math.inf))
     logger.info(
         "the run in %s is complete at step %d (%s): %s",

@@ -4,7 +4,7 @@ The main process holds an flock on the file; the kernel drops it when the proces
 any way (a crash or SIGKILL included), so a lock file left behind is stale and the next run
 simply takes it. The file names the holder (host, PID, start time) for the error a second
 run gets. On NFS, Linux maps flock to NFS locks, so runs on different hosts exclude each
-other too.
+other too. A link at `.lock` is refused, never followed: the lock writes its file.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from hornn_dist.errors import ConfigError
+from hornn_dist.files import link_refused
 
 LOCK_FILE = ".lock"
 
@@ -30,7 +31,15 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock or raise ConfigError naming the run that holds it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.path.is_symlink():  # O_NOFOLLOW below refuses it too; this names the target
+            raise link_refused(self.path)
+        try:  # never through a link: the lock truncates and writes the file
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as err:
+            raise ConfigError(
+                f"cannot open the run lock {self.path} ({err.strerror}); it must be a plain "
+                "file: remove what is there, or set another train.output_dir"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -23,6 +23,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
+from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.runtime import (
@@ -148,7 +149,7 @@ class Trainer:
         self.phase = "resuming"
         resumed = None if fresh else find_resume_point(acc, self.out, resume_from)
         if resumed is not None:
-            stored = stored_result(resumed, self.cfg, self.corpus.vocab_hash)
+            stored = stored_result(resumed, self.cfg, self.corpus)
             if stored is not None:  # a finished run: nothing to train, nothing to write
                 return stored
             self._restore(resumed)
@@ -162,7 +163,7 @@ class Trainer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / ckpt.CONFIG_FILE).write_text(self.cfg.to_toml())
+            write_text(self.out / ckpt.CONFIG_FILE, self.cfg.to_toml())  # atomic, never a link
         self._start_trackers(resumed is not None)
         self._log_start()
         self.phase = "training"
@@ -226,7 +227,8 @@ class Trainer:
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator
-        changed = ckpt.check_compatible(folder, self.cfg, self.corpus.vocab_hash)
+        corpus = self.corpus
+        changed = ckpt.check_compatible(folder, self.cfg, corpus.vocab_hash, corpus.content_hash)
         if changed:
             logger.info(
                 "resuming with another way to compute the same model (%s): same parameters, "
@@ -584,6 +586,7 @@ class Trainer:
             "parameters": self.core.num_parameters(),
             "valid_history": self.progress.valid_history,
             "vocab_hash": self.corpus.vocab_hash,
+            "corpus_hash": self.corpus.content_hash,  # which prepared corpus, checked on resume
             "world_size": acc.num_processes,
         }
         rank_state = {
