@@ -16,10 +16,11 @@ skip it. The run ends after step k when k reaches `train.max_steps` or the last 
 (converged), and a stop signal after any stop check.
 
 With several processes the stop flag is agreed by an all-reduce that waits for the device, so
-it is not done every step: every step until the loop has measured its speed, then every
-`stop_every` steps, about STOP_CHECK_S seconds of training (the same number on every rank),
-and at every log step and epoch end, where the loop waits for the device anyway. A stop signal
-is honoured within about STOP_CHECK_S seconds (at least one step) whatever `log.every` is.
+it is not done every step: every step until the loop has timed its steps (the first
+STOP_WARMUP_STEPS + STOP_TIMED_STEPS of each launch), then every `stop_every` steps, about
+STOP_CHECK_S seconds of training (the same number on every rank), and at every log step and
+epoch end, where the loop waits for the device anyway. A stop signal is honoured within about
+STOP_CHECK_S seconds (at least one step) whatever `log.every` is.
 One process reads its own flag every step at no cost.
 """
 
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 from hornn_dist.config import RunConfig
 
 STOP_CHECK_S = 5.0  # the longest a signalled multi-process run trains on (plus one step)
-STOP_CALIBRATION_STEPS = 10  # steps timed, each checked for a stop, before stop_every is set
+STOP_WARMUP_STEPS = 5  # first steps not timed (CUDA graph capture, allocator warm-up)
+STOP_TIMED_STEPS = 10  # then steps timed, each ended by a stop check, to set stop_every
 
 
 @dataclass(frozen=True)

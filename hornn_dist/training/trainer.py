@@ -33,7 +33,7 @@ from hornn_dist.runtime import (
     setup_logging,
 )
 from hornn_dist.training import dashboard
-from hornn_dist.training.cadence import STOP_CALIBRATION_STEPS, Cadence
+from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import (
@@ -319,7 +319,7 @@ class Trainer:
         cfg, stream = self.cfg.train, self.train_stream
         running, speed = RunningLoss(), Throughput()
         tokens_per_step = cfg.batch_size * cfg.bptt
-        steps_run = 0
+        steps_run, timed_from = 0, 0.0
         while not self._run_over():
             then = self.cadence.after(self.progress.step + 1)
             if stream.step == 0:  # a new epoch starts from a zero history
@@ -349,8 +349,10 @@ class Trainer:
                 self._record_stop(by_signal=True)
                 self._save()
                 return True
-            if steps_run == STOP_CALIBRATION_STEPS and self.cadence.processes > 1:
-                self._time_stop_checks(steps_run)
+            if self.cadence.processes > 1 and steps_run == STOP_WARMUP_STEPS:
+                timed_from = time.perf_counter()
+            elif self.cadence.processes > 1 and steps_run == STOP_WARMUP_STEPS + STOP_TIMED_STEPS:
+                self._time_stop_checks((time.perf_counter() - timed_from) / STOP_TIMED_STEPS)
         return False
 
     def _run_over(self) -> bool:
@@ -368,10 +370,10 @@ class Trainer:
             "" if self._run_over() else f", lr for next epoch {self.schedule.lr:.4g}",
         )
 
-    def _time_stop_checks(self, steps_run: int) -> None:
-        """Set how often the ranks agree on a stop from the time of the loop's first steps:
-        the slowest rank's seconds per step, the same on every rank."""
-        mine = (self._train_seconds() - self.progress.train_seconds) / steps_run
+    def _time_stop_checks(self, mine: float) -> None:
+        """Set how often the ranks agree on a stop from the seconds per step of the steps just
+        timed (each ended by a stop check, so host time is device time): the slowest rank's,
+        the same on every rank."""
         times = torch.tensor([mine], dtype=torch.float64, device=self.accelerator.device)
         slowest = float(self.accelerator.gather(times).max().item())
         self.cadence = self.cadence.with_step_time(slowest)
