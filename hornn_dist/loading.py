@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from hornn_dist.models import LayerPlan, build_model, plan_for
 
 log = logging.getLogger(__name__)
 WAIT_LOG_S = 30.0  # a waiting process says what it waits for this often
+HEARTBEAT_S = 2.0  # the preparing process rewrites its heartbeat file this often
 
 # marks a model folder written by hornn_dist.export; checkpoints have config.toml, never this
 EXPORTED_CONFIG = "config.json"
@@ -47,7 +50,7 @@ def open_prepared_corpus(
     """Return the corpus of `cfg`, preparing its shards first if they are missing.
 
     One process prepares, with every core it may use (`prepare_or_wait`); the others wait on
-    the file it writes, with no timeout. prepare=False only opens a corpus prepared before
+    the file it writes while its heartbeat moves. prepare=False only opens a corpus prepared before
     (evaluate, generate: the config comes from a checkpoint, whose paths are not the user's to
     read from or write to). progress: draw preparation's bars (on the main process).
 
@@ -81,6 +84,11 @@ def failure_marker(folder: Path) -> Path:
     return folder.with_name(f"{folder.name}.failed")
 
 
+def heartbeat_file(folder: Path) -> Path:
+    """Return the file the preparing process rewrites every HEARTBEAT_S seconds."""
+    return folder.with_name(f"{folder.name}.heartbeat")
+
+
 def prepare_or_wait(
     cfg: DataConfig, accelerator: Any, progress: bool = False, poll_s: float = 0.5
 ) -> Path:
@@ -88,9 +96,12 @@ def prepare_or_wait(
 
     The preparing process is the run's first (data.cache_shared = true: every machine sees
     cache_dir) or each machine's first (false: a cache_dir of its own); it uses every core it
-    may use. The others wait, with no collective and so no timeout, for the folder's
-    manifest.json (written last, the folder renamed into place when complete) or for the
-    failure marker, logging what they wait for every 30 s. A failed preparation ends every
+    may use. The others wait, with no collective (preparing may take longer than any
+    collective timeout), for the folder's manifest.json (written last, the folder renamed
+    into place when complete) or for the failure marker, logging what they wait for every
+    30 s. Meanwhile a thread of the preparing process rewrites a heartbeat file beside the
+    folder; a waiter that sees it still for data.prepare_timeout seconds (the process was
+    stopped, died or its machine hangs) ends with one line. A failed preparation ends every
     process with the same one line: the preparing process writes it to the marker, the others
     raise it. The only collectives are at the start (all present: an earlier run's marker is
     gone before anyone looks) and after a failure (all present: everyone has read the line
@@ -103,18 +114,45 @@ def prepare_or_wait(
     prepares = (
         accelerator.is_main_process if cfg.cache_shared else accelerator.is_local_main_process
     )
+    beat = heartbeat_file(folder)
     if prepares:
         marker.unlink(missing_ok=True)
+        beat.unlink(missing_ok=True)
     accelerator.wait_for_everyone()
     if prepares:
         try:
-            return prepare_corpus(cfg, workers=default_workers(), progress=bars)
+            with _beating(beat):
+                return prepare_corpus(cfg, workers=default_workers(), progress=bars)
         except Exception as err:
             line = str(err) if isinstance(err, HornnError) else _unexpected(err, folder)
             _write_line(marker, line)
             _barrier_quietly(accelerator)
             raise
-    return _wait_for(folder, marker, accelerator, cfg.cache_shared, poll_s)
+    return _wait_for(folder, marker, accelerator, cfg, poll_s)
+
+
+@contextmanager
+def _beating(beat: Path) -> Iterator[None]:
+    """Rewrite `beat` with a growing count every HEARTBEAT_S seconds from a thread while the
+    block runs (a stopped or dead process stops it); remove it afterwards."""
+    done = threading.Event()
+
+    def beat_until_done() -> None:
+        count = 0
+        while True:
+            count += 1
+            _write_line(beat, str(count))
+            if done.wait(HEARTBEAT_S):
+                return
+
+    thread = threading.Thread(target=beat_until_done, name="prepare-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        beat.unlink(missing_ok=True)
 
 
 def _unexpected(err: BaseException, folder: Path) -> str:
@@ -137,29 +175,54 @@ def _barrier_quietly(accelerator: Any) -> None:
         pass
 
 
-def _wait_for(folder: Path, marker: Path, accelerator: Any, shared: bool, poll_s: float) -> Path:
-    """Wait, without a timeout, until folder is prepared (return it) or its preparation failed."""
+def _read_beat(beat: Path) -> str | None:
+    """Return the heartbeat file's content, None while there is none."""
+    try:
+        return beat.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _wait_for(folder: Path, marker: Path, accelerator: Any, cfg: DataConfig, poll_s: float) -> Path:
+    """Wait until folder is prepared (return it), its preparation failed, or the preparing
+    process's heartbeat stood still for data.prepare_timeout seconds (raise DataError)."""
     rank = accelerator.process_index
     who = (
         "rank 0"
-        if shared
+        if cfg.cache_shared
         else f"this machine's first process (rank {rank - accelerator.local_process_index})"
     )
+    beat = heartbeat_file(folder)
     started = time.monotonic()
     next_log = started
+    last_beat, moved = _read_beat(beat), started  # by this clock: another machine's may differ
     while not (folder / MANIFEST).is_file():
         if marker.is_file():
             line = marker.read_text(encoding="utf-8").strip()
             _barrier_quietly(accelerator)
             raise DataError(line)
         now = time.monotonic()
+        current = _read_beat(beat)
+        if current != last_beat:
+            last_beat, moved = current, now
+        elif now - moved > cfg.prepare_timeout:
+            # no barrier: the preparing process would never reach it
+            raise DataError(
+                f"rank {rank}: {who} preparing {folder} shows no sign of life: its heartbeat "
+                f"{beat} has not moved for {now - moved:.0f} s (data.prepare_timeout = "
+                f"{cfg.prepare_timeout}); it was stopped, died or its machine hangs: see its "
+                "log and run again (the preparation restarts), or raise data.prepare_timeout"
+            )
         if now >= next_log:
             log.warning(
-                "rank %d: waiting for %s to prepare %s (%.0f s so far; no timeout applies)",
+                "rank %d: waiting for %s to prepare %s (%.0f s so far; its heartbeat moved "
+                "%.0f s ago, data.prepare_timeout = %d s)",
                 rank,
                 who,
                 folder,
                 now - started,
+                now - moved,
+                cfg.prepare_timeout,
             )
             next_log = now + WAIT_LOG_S
         time.sleep(poll_s)

@@ -1,5 +1,7 @@
-"""Preparation under `accelerate launch`: one process prepares, the others wait with no timeout,
-and a failed preparation ends every process with the same one line (2 real ranks, gloo)."""
+"""Preparation under `accelerate launch`: one process prepares, the others wait while its
+heartbeat moves (longer than any collective timeout), a stalled preparing process ends them
+with one line, and a failed preparation ends every process with the same one line (2 real
+ranks, gloo)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from hornn_dist.config import load_config
 from hornn_dist.data.pipeline import default_workers
+from hornn_dist.errors import ConfigError
 from hornn_dist.prepare import build_parser
-from tests.train_helpers import REPO, env, load_benchmark, two_rank_command, write_tiny_config
+from tests.train_helpers import (
+    REPO,
+    children,
+    env,
+    load_benchmark,
+    read_until,
+    start,
+    two_rank_command,
+    write_tiny_config,
+)
 
 SLOW_BYTES = 120_000_000  # about 15 s of preparation on one core here (8 s for 60 MB)
 
@@ -44,7 +57,8 @@ def test_ranks_wait_for_a_preparation_longer_than_the_collective_timeout(tmp_pat
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "rank 1: waiting for rank 0 to prepare" in log, log[-4000:]
-    assert "no timeout applies" in log
+    assert "its heartbeat moved" in log and "data.prepare_timeout = 600 s" in log
+    assert not list((tmp_path / "cache").glob("*.heartbeat"))  # removed once prepared
     waited = float(re.search(r"rank 1: \S+ is prepared; waited ([0-9.]+) s", log).group(1))
     assert waited > 10, f"preparation took {waited} s, not longer than the timeout: {log[-3000:]}"
     assert "step 3" in log and "Traceback" not in log
@@ -65,3 +79,53 @@ def test_a_failed_preparation_ends_every_rank_with_the_same_line(tmp_path: Path)
     # the launcher prints its own traceback (ChildFailedError) when a rank exits non-zero;
     # the ranks print none
     assert not re.search(r'File ".*hornn_dist', log) and "did not answer" not in log
+
+
+_STALL = """
+import os, signal, sys
+from hornn_dist import loading, train
+from hornn_dist.runtime import run_cli
+
+real_prepare = loading.prepare_corpus
+def stop_while_preparing(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGSTOP)  # the preparing process, heartbeat thread and all
+    return real_prepare(*args, **kwargs)
+loading.prepare_corpus = stop_while_preparing
+run_cli(train.main, sys.argv[1:])
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_stalled_preparing_rank_ends_the_waiting_one_with_one_line(tmp_path: Path) -> None:
+    config = write_tiny_config(tmp_path)
+    script = tmp_path / "stall.py"
+    script.write_text(_STALL)
+    args = [str(config), "--set", "data.prepare_timeout=5", "--set", "train.max_steps=3"]
+    command = two_rank_command("hornn_dist.train", *args, port=29693)
+    at = command.index("-m", command.index("--main_process_port"))
+    proc = start([*command[:at], str(script), *command[at + 2 :]])
+    try:
+        lines = read_until(proc, "error:", timeout=200)
+        workers = children(proc)
+    finally:
+        for pid in children(proc):  # the stopped rank 0: its SIGTERM from the launcher waits
+            subprocess.run(["kill", "-KILL", str(pid)], check=False)
+        _, rest = proc.communicate(timeout=120)
+    log = "".join(lines) + rest
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, log[-4000:]
+    assert "rank 1: rank 0 preparing" in errors[0] and "data.prepare_timeout = 5" in errors[0]
+    stood = int(re.search(r"has not moved for (\d+) s", errors[0]).group(1))
+    assert 5 <= stood <= 8, errors[0]
+    assert workers, "the stopped rank was gone before the waiting one gave up"
+    assert not re.search(r'File ".*hornn_dist', log)
+
+
+def test_prepare_timeout_is_bounded() -> None:
+    assert load_config(None).data.prepare_timeout == 600
+    for bad in ("0", "4", "604801"):
+        with pytest.raises(
+            ConfigError,
+            match=f"data.prepare_timeout must be between 5 and 604800 seconds, got {bad}",
+        ):
+            load_config(None, [f"data.prepare_timeout={bad}"])

@@ -8,16 +8,20 @@ import dataclasses
 import logging
 import math
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import OptimConfig, load_config
 from hornn_dist.errors import ConfigError
 from hornn_dist.training import optim
-from tests.train_helpers import check_ok, run_module, scalars, write_tiny_config
+from tests.train_helpers import REPO, check_ok, env, run_module, scalars, write_tiny_config
 
 STEPS_PER_EPOCH = 14  # the tiny config: 456 train tokens, 4 streams x bptt 8
 
@@ -230,3 +234,79 @@ def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Pat
     fine = train(workdir, "fine", "--set", "train.max_steps=2")
     check_ok(fine)
     assert "WARNING" not in fine.stderr
+
+
+@pytest.fixture(scope="module")
+def two_epochs(workdir: Path) -> dict:
+    """The trainer state of an uninterrupted 2-epoch run."""
+    check_ok(train(workdir, "two_epochs", "--set", "train.epochs=2"))
+    return ckpt.read_trainer_state(newest(workdir, "two_epochs"))
+
+
+def _same_end(state: dict, straight: dict, weights: Path, straight_weights: Path) -> None:
+    """Assert a run ended like the uninterrupted one: history, schedule, test and weights."""
+    assert [h["step"] for h in state["valid_history"]] == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
+    assert state["valid_history"] == straight["valid_history"]
+    assert state["schedule"] == straight["schedule"] and state["test"] == straight["test"]
+    a, b = (load_file(str(p / "model.safetensors")) for p in (weights, straight_weights))
+    assert all(torch.equal(a[key], b[key]) for key in b)
+
+
+def test_max_steps_on_an_epochs_last_batch_ends_that_epoch(workdir: Path, two_epochs: dict) -> None:
+    capped = train(
+        workdir, "capped", "--set", "train.epochs=2", "--set", f"train.max_steps={STEPS_PER_EPOCH}"
+    )
+    check_ok(capped)
+    assert "epoch 1 done: valid ppl" in capped.stderr
+    assert capped.stderr.count(f"step {STEPS_PER_EPOCH}: valid loss") == 1
+    state = ckpt.read_trainer_state(newest(workdir, "capped"))
+    assert state["epoch"] == 1 and state["schedule"]["epochs_done"] == 1  # the epoch counted
+    assert state["stop_reason"] == f"reached train.max_steps = {STEPS_PER_EPOCH}"
+    assert [h["step"] for h in state["valid_history"]] == [STEPS_PER_EPOCH]
+    resumed = train(workdir, "capped", "--set", "train.epochs=2")
+    check_ok(resumed)
+    assert f"step {STEPS_PER_EPOCH}: valid loss" not in resumed.stderr  # not validated again
+    assert "epoch 2 done: valid ppl" in resumed.stderr
+    end = newest(workdir, "capped")
+    _same_end(ckpt.read_trainer_state(end), two_epochs, end, newest(workdir, "two_epochs"))
+
+
+_KILL_AT_TEST = """
+import os, signal, sys
+from hornn_dist import train
+from hornn_dist.runtime import run_cli
+from hornn_dist.training import trainer
+
+real_evaluate = trainer.Trainer._evaluate
+def die_before_the_test(self, split):
+    # SIGKILL after the last epoch end's checkpoint, before the test score
+    if split == "test":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_evaluate(self, split)
+trainer.Trainer._evaluate = die_before_the_test
+run_cli(train.main, sys.argv[1:])
+"""
+
+
+def test_a_kill_before_the_test_score_does_not_validate_again(
+    workdir: Path, two_epochs: dict
+) -> None:
+    out = f"train.output_dir={workdir / 'killed_at_test'}"
+    args = [str(workdir / "config.toml"), "--set", out, "--set", "train.epochs=2"]
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILL_AT_TEST, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env(),
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    last = newest(workdir, "killed_at_test")
+    assert ckpt.read_trainer_state(last)["test"] is None
+    assert last.name == f"step_{2 * STEPS_PER_EPOCH:08d}"
+    rerun = run_module("hornn_dist.train", *args)
+    check_ok(rerun)
+    assert f"resuming from {last}" in rerun.stderr
+    assert "valid loss" not in rerun.stderr and "test: 216 predicted tokens" in rerun.stderr
+    end = newest(workdir, "killed_at_test")
+    _same_end(ckpt.read_trainer_state(end), two_epochs, end, newest(workdir, "two_epochs"))

@@ -28,7 +28,7 @@ from tests.train_helpers import (
     write_tiny_config,
 )
 
-K_STEPS = 30  # spans two epoch boundaries (12 steps per epoch at these sizes)
+K_STEPS = 30  # spans two epoch boundaries, 14 and 28 (14 steps per epoch at these sizes)
 K_FIRST = 7  # stop mid-epoch 0, resume to K_STEPS
 
 

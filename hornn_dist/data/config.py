@@ -64,6 +64,9 @@ class DataConfig:
     # several machines: true = cache_dir is on a filesystem every machine sees, the first
     # process of the run prepares; false = each machine's first process prepares its own copy
     cache_shared: bool = True
+    # several processes: the waiting ones stop when the preparing one's heartbeat (a file it
+    # rewrites every few seconds) has not moved for this many seconds
+    prepare_timeout: int = 600
 
     def __post_init__(self) -> None:
         # The keys the user set (in the TOML file or by --set), recorded by the config loader;
@@ -129,6 +132,10 @@ class DataConfig:
             )
         if not self.cache_dir:
             raise ConfigError("data.cache_dir must not be empty")
+        if not 5 <= self.prepare_timeout <= 7 * 86400:
+            raise ConfigError(
+                f"data.prepare_timeout must be between 5 and 604800 seconds, got {self.prepare_timeout}"
+            )
         if self.path and self.preset not in PRESET_DOWNLOADS:
             raise ConfigError(
                 f"data.path is read by the {', '.join(PRESET_DOWNLOADS)} presets only, not by "

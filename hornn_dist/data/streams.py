@@ -171,19 +171,19 @@ class TBPTTStream:
         y = torch.from_numpy(buf[1:].copy())  # (T, B/W), its own memory so x and y never alias
         return x, y
 
-    def epoch_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield (x, y) from the current step to the end of the epoch, then move to the next epoch.
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return (x, y) of the current position and move past it.
 
-        The position advances as each batch is handed out: after batch k, `step == k + 1`, so a
-        checkpoint taken after training on it resumes at batch k + 1. Only running the generator
-        to its end sets `epoch += 1, step = 0`; abandoning it leaves the position where it is.
+        After batch k, `step == k + 1`, so a checkpoint taken after training on it resumes at
+        batch k + 1; after the epoch's last batch the position is already the next epoch's
+        first (`epoch += 1, step = 0`), so a checkpoint at an epoch's end counts that epoch.
         """
-        while self.step < self.steps_per_epoch:
-            x, y = self.batch(self.step)
-            self.step += 1
-            yield x, y
-        self.epoch += 1
-        self.step = 0
+        x, y = self.batch(self.step)
+        self.step += 1
+        if self.step == self.steps_per_epoch:
+            self.epoch += 1
+            self.step = 0
+        return x, y
 
     def state_dict(self) -> dict[str, int]:
         """Return the position (epoch, step) plus the layout it is valid for."""
@@ -228,6 +228,8 @@ class TBPTTStream:
                 f"stream's {self.steps_per_epoch} steps per epoch; resume with the same batch "
                 "size, bptt and data, or start a new run"
             )
+        if step == self.steps_per_epoch:  # saved by an older version after an epoch's last batch
+            epoch, step = epoch + 1, 0
         self.epoch = epoch
         self.step = step
 

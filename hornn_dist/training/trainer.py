@@ -34,7 +34,7 @@ from hornn_dist.runtime import (
     setup_logging,
 )
 from hornn_dist.training import dashboard
-from hornn_dist.training.cadence import Cadence
+from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import (
@@ -63,7 +63,7 @@ class Progress:
     best_valid: float = math.inf
     best_checkpoint: str = ""
     last_saved_step: int = -1
-    last_valid_step: int = -1  # not saved: a resumed run does not know
+    last_valid_step: int = -1  # the step of the last validation (a resume does not repeat it)
     # the final test results, saved with the last checkpoint: the run's (`test`) is its best
     # checkpoint's by validation, as word_language_model reports; `test_last` the last weights'
     test: EvalResult | None = None
@@ -115,7 +115,7 @@ class Trainer:
         self._eval_stream("test")  # a missing or too short test split fails now, not at the end
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.lock = RunLock(self.out)
-        self.cadence = Cadence.from_config(cfg, world)
+        self.cadence = Cadence.from_config(cfg, world, self.train_stream.steps_per_epoch)
         self.step = TrainStep.for_accelerator(
             cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
         )
@@ -171,8 +171,6 @@ class Trainer:
         if not stopped:  # a signal's stop was recorded before its checkpoint
             self._record_stop(by_signal=False)
         result = None if stopped else self._finish()
-        if self.progress.last_saved_step != self.progress.step:
-            self._save()
         acc.end_training()
         return result
 
@@ -238,13 +236,18 @@ class Trainer:
         ckpt.load_state(acc, folder)
         keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
         state = ckpt.read_trainer_state(folder)
+        history = list(state.get("valid_history", []))
         self.progress = Progress(
             step=state["step"],
             best_valid=state["best_valid"],
             best_checkpoint=state["best_checkpoint"],
             last_saved_step=state["step"],
+            # older checkpoints lack the key: their history's last entry says the same
+            last_valid_step=int(
+                state.get("last_valid_step", history[-1]["step"] if history else -1)
+            ),
             train_seconds=float(state.get("train_seconds", 0.0)),
-            valid_history=list(state.get("valid_history", [])),
+            valid_history=history,
         )
         self.schedule.load_state_dict(state["schedule"])
         rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
@@ -325,14 +328,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
 
-    def _total_steps(self) -> int:
-        total = self.train_stream.steps_per_epoch * self.cfg.train.epochs
-        return min(total, self.cfg.train.max_steps) if self.cfg.train.max_steps else total
-
     def _loop(self) -> bool:
         """Run epochs from the current position; return True when stopped by a signal."""
         bar = tqdm(
-            total=self._total_steps(),
+            total=self.cadence.total_steps,
             initial=self.progress.step,
             disable=not (self.accelerator.is_main_process and self.cfg.log.draws_progress()),
             unit="step",
@@ -353,74 +352,88 @@ class Trainer:
         return self.progress.train_seconds + running
 
     def _run_epochs(self, bar: Any) -> bool:
+        """Train step after step until the run is over; the cadence says what follows each."""
         cfg, stream = self.cfg.train, self.train_stream
         running, speed = RunningLoss(), Throughput()
         tokens_per_step = cfg.batch_size * cfg.bptt
-        while not self._training_done():
+        steps_run, timed_from = 0, 0.0
+        while not self._run_over():
+            then = self.cadence.after(self.progress.step + 1)
             if stream.step == 0:  # a new epoch starts from a zero history
                 self.step.reset_state()
-            for x, y in stream.epoch_batches():
-                then = self.cadence.after(
-                    self.progress.step + 1, epoch_end=stream.step == stream.steps_per_epoch
-                )
-                loss = self.step.run(x, y, measure=then.log)
-                self.progress.step += 1
-                running.add(loss)
-                speed.add(tokens_per_step)
-                bar.update(1)
-                if then.log:
-                    loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
-                    self._log_train(loss_mean, speed.rate(), self.step.grad_norms(), bar)
-                if then.validate:
-                    self._validate_and_save()
-                elif then.save:
-                    self._save()
-                if then.check_stop and self._stop_requested():
-                    logger.info(
-                        "%s received: checkpointing at step %d and exiting",
-                        self.stop.signal_name,
-                        self.progress.step,
-                    )
-                    self._record_stop(by_signal=True)
-                    self._save()
-                    return True
-                if self._reached_max_steps():
-                    break
-            else:  # the epoch ran to its end: validate, step the lr schedule, checkpoint
-                result = self._validate_and_save(end_of_epoch=True)
-                last = self._training_done()
+            x, y = stream.next_batch()
+            loss = self.step.run(x, y, measure=then.log)
+            self.progress.step += 1
+            steps_run += 1
+            running.add(loss)
+            speed.add(tokens_per_step)
+            bar.update(1)
+            if then.log:
+                loss_mean = float(self.accelerator.reduce(running.take(), reduction="mean"))
+                self._log_train(loss_mean, speed.rate(), self.step.grad_norms(), bar)
+            if then.end_epoch:
+                self._end_epoch()
+            elif then.validate:
+                self._validate_and_save()
+            elif then.save:
+                self._save()
+            if then.check_stop and self._stop_requested():
                 logger.info(
-                    "epoch %d done: valid ppl %.2f%s",
-                    stream.epoch,
-                    result.ppl,
-                    "" if last else f", lr for next epoch {self.schedule.lr:.4g}",
+                    "%s received: checkpointing at step %d and exiting",
+                    self.stop.signal_name,
+                    self.progress.step,
                 )
+                self._record_stop(by_signal=True)
+                self._save()
+                return True
+            if self.cadence.processes > 1 and steps_run == STOP_WARMUP_STEPS:
+                timed_from = time.perf_counter()
+            elif self.cadence.processes > 1 and steps_run == STOP_WARMUP_STEPS + STOP_TIMED_STEPS:
+                self._time_stop_checks((time.perf_counter() - timed_from) / STOP_TIMED_STEPS)
         return False
+
+    def _run_over(self) -> bool:
+        """Return whether training is over: train.epochs or train.max_steps reached (the
+        cadence's count) or the lr schedule converged at an epoch end."""
+        return bool(self.cadence.end_reason(self.progress.step) or self.schedule.stopped)
+
+    def _end_epoch(self) -> None:
+        """Validate, step the lr schedule and checkpoint after an epoch's last batch."""
+        result = self._validate_and_save(end_of_epoch=True)
+        logger.info(
+            "epoch %d done: valid ppl %.2f%s",
+            self.train_stream.epoch,
+            result.ppl,
+            "" if self._run_over() else f", lr for next epoch {self.schedule.lr:.4g}",
+        )
+
+    def _time_stop_checks(self, mine: float) -> None:
+        """Set how often the ranks agree on a stop from the seconds per step of the steps just
+        timed (each ended by a stop check, so host time is device time): the slowest rank's,
+        the same on every rank."""
+        times = torch.tensor([mine], dtype=torch.float64, device=self.accelerator.device)
+        slowest = float(self.accelerator.gather(times).max().item())
+        self.cadence = self.cadence.with_step_time(slowest)
+        logger.info(
+            "%d processes agree on a stop signal every %d steps (about %.0f s at %.3g s/step) "
+            "and at each log step and epoch end",
+            self.cadence.processes,
+            self.cadence.stop_every,
+            self.cadence.stop_every * slowest,
+            slowest,
+        )
 
     def _record_stop(self, by_signal: bool) -> None:
         """Say in the log and in TensorBoard why training ended; keep it for trainer_state.json."""
-        cfg = self.cfg.train
         if by_signal:
             reason = f"stopped by {self.stop.signal_name or 'a stop signal'}; run again to resume"
-        elif self.schedule.stopped:
-            reason = self.schedule.stopped
-        elif self._reached_max_steps():
-            reason = f"reached train.max_steps = {cfg.max_steps}"
         else:
-            reason = f"trained train.epochs = {cfg.epochs} epochs"
+            reason = self.schedule.stopped or self.cadence.end_reason(self.progress.step)
         self.progress.stop_reason = reason
         logger.info("training ended at step %d: %s", self.progress.step, reason)
         if self.cfg.log.tensorboard and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
-
-    def _training_done(self) -> bool:
-        """Return whether train.epochs or train.max_steps is reached or the run has converged."""
-        done_epochs = self.train_stream.epoch >= self.cfg.train.epochs
-        return done_epochs or self._reached_max_steps() or bool(self.schedule.stopped)
-
-    def _reached_max_steps(self) -> bool:
-        return bool(self.cfg.train.max_steps) and self.progress.step >= self.cfg.train.max_steps
 
     def _check_finite(self) -> None:
         bad_step = self.step.bad_step
@@ -585,6 +598,7 @@ class Trainer:
             "hardware": self.hardware,
             "parameters": self.core.num_parameters(),
             "valid_history": self.progress.valid_history,
+            "last_valid_step": self.progress.last_valid_step,
             "vocab_hash": self.corpus.vocab_hash,
             "corpus_hash": self.corpus.content_hash,  # which prepared corpus, checked on resume
             "world_size": acc.num_processes,
