@@ -364,3 +364,10 @@ def did_you_mean(word: str, options: typing.Iterable[str], section: str = "") ->
     if match:
         return f"; did you mean {prefix}{match[0]}?"
     return f"; allowed: {', '.join(sorted(options))}"
+
+
+# every command's --help ends with this pointer to the generated key tables
+KEYS_HELP = (
+    'config keys and defaults: README.md, section "Configuration" (one table per [section]); '
+    "a run's resolved config: python -m hornn_dist.train CONFIG --print-config"
+)

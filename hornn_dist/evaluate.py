@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from hornn_dist.config import KEYS_HELP
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
 from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_prepared_corpus, resolve_trained
@@ -19,7 +20,7 @@ from hornn_dist.training.scoring import evaluate_split
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
-        prog="hornn_dist.evaluate", description=__doc__.splitlines()[0]
+        epilog=KEYS_HELP, prog="hornn_dist.evaluate", description=__doc__.splitlines()[0]
     )
     parser.add_argument("checkpoint", help=MODEL_ARG_HELP)
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
@@ -67,5 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-evaluate`): the same as `python -m hornn_dist.evaluate`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError
 from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
@@ -16,7 +17,7 @@ from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
-        prog="hornn_dist.generate", description=__doc__.splitlines()[0]
+        epilog=KEYS_HELP, prog="hornn_dist.generate", description=__doc__.splitlines()[0]
     )
     parser.add_argument("checkpoint", help=MODEL_ARG_HELP)
     parser.add_argument(
@@ -114,5 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-generate`): the same as `python -m hornn_dist.generate`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -15,6 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import LAYOUTS, PAPERS
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record
@@ -33,6 +34,7 @@ PLOT_TITLES = {
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
+        epilog=KEYS_HELP,
         prog="hornn_dist.report",
         description="Write the Markdown tables and PNG plots of a sweep's finished runs.",
     )
@@ -130,5 +132,10 @@ def render_report(
     return text
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-report`): the same as `python -m hornn_dist.report`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

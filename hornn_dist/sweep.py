@@ -13,7 +13,7 @@ import argparse
 import logging
 import os
 
-from hornn_dist.config import add_set_option
+from hornn_dist.config import KEYS_HELP, add_set_option
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.experiments.runner import cpu_slots, gpu_slots, run_sweep, train_command
@@ -25,6 +25,7 @@ logger = logging.getLogger("hornn_dist.sweep")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
+        epilog=KEYS_HELP,
         prog="hornn_dist.sweep",
         description="Train every run of a sweep file (skips finished runs, resumes the others).",
     )
@@ -92,5 +93,10 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-sweep`): the same as `python -m hornn_dist.sweep`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -44,8 +44,10 @@ from hornn_dist.training.optim import (
 )
 from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
 from hornn_dist.training.run_lock import RunLock
+from hornn_dist.training.run_log import LOG_FILE, RunLog
 from hornn_dist.training.scoring import EvalResult, evaluate_split
 from hornn_dist.training.step import TrainStep, needs_fused_sgd
+from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
 
@@ -81,6 +83,7 @@ class Trainer:
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
+        self.run_log = RunLog(acc.is_main_process)  # output_dir/train.log, from _run on
         from accelerate.utils import set_seed
 
         set_seed(cfg.train.seed)
@@ -123,7 +126,11 @@ class Trainer:
         try:
             with self._collectives():
                 return self._run(resume_from, fresh)
+        except BaseException as err:
+            self.run_log.failed(err)
+            raise
         finally:
+            self.run_log.close()
             self.lock.release()
 
     @contextmanager
@@ -159,6 +166,14 @@ class Trainer:
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / ckpt.CONFIG_FILE).write_text(self.cfg.to_toml())
+        started = f"resumed from {resumed}" if resumed is not None else "fresh run"
+        self.run_log.open(self.out, started)
+        logger.info(
+            "run folder %s (%s): checkpoints/, config.toml, log %s",
+            self.out,
+            started,
+            LOG_FILE,
+        )
         self._start_trackers(resumed is not None)
         self._log_start()
         self.phase = "training"
@@ -217,10 +232,11 @@ class Trainer:
         )
         saved_world = state.get("world_size", 1)
         logger.info(
-            "resuming from %s (step %d, epoch %d, batch %d of %d)%s",
+            "resuming from %s (step %d, in epoch %d of %d, batch %d of %d)%s",
             folder,
             self.progress.step,
-            self.train_stream.epoch,
+            min(self.train_stream.epoch + 1, self.cfg.train.epochs),  # 1-based, as logged
+            self.cfg.train.epochs,
             self.train_stream.step,
             self.train_stream.steps_per_epoch,
             f"; written by {saved_world} processes, now {acc.num_processes}"
@@ -266,7 +282,7 @@ class Trainer:
         sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
         logger.info(
             "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
-            "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
+            "(%d per process x %d processes) | %d steps/epoch, %s%s | tokens: %s | device %s, %s, step %s",
             f"hornn/{cfg.model.pooling} order {cfg.model.order} ({self.core.plan.describe()})"
             if cfg.model.arch == "hornn"
             else cfg.model.arch,
@@ -278,7 +294,7 @@ class Trainer:
             cfg.train.batch_size // world,
             world,
             self.train_stream.steps_per_epoch,
-            cfg.train.epochs,
+            counted(cfg.train.epochs, "epoch"),
             f", max_steps {cfg.train.max_steps}" if cfg.train.max_steps else "",
             sizes,
             acc.device,
@@ -353,8 +369,9 @@ class Trainer:
                 result = self._validate_and_save(end_of_epoch=True)
                 last = self._training_done()
                 logger.info(
-                    "epoch %d done: valid ppl %.2f%s",
-                    stream.epoch,
+                    "epoch %d of %d done: valid ppl %.2f%s",
+                    stream.epoch,  # epochs done, so the 1-based number of this one
+                    cfg.epochs,
                     result.ppl,
                     "" if last else f", lr for next epoch {self.schedule.lr:.4g}",
                 )
@@ -370,7 +387,7 @@ class Trainer:
         elif self._reached_max_steps():
             reason = f"reached train.max_steps = {cfg.max_steps}"
         else:
-            reason = f"trained train.epochs = {cfg.epochs} epochs"
+            reason = f"trained train.epochs = {counted(cfg.epochs, 'epoch')}"
         self.progress.stop_reason = reason
         logger.info("training ended at step %d: %s", self.progress.step, reason)
         if self.cfg.log.tensorboard and self.accelerator.is_main_process:
@@ -561,4 +578,13 @@ class Trainer:
             )
         acc.wait_for_everyone()
         self.progress.last_saved_step = step
+        logger.info("saved checkpoint %s (%s)", folder, self._checkpoint_note(step))
         return folder
+
+    def _checkpoint_note(self, step: int) -> str:
+        """Return what the save line says of a checkpoint: its validation, with the best mark."""
+        history = self.progress.valid_history
+        if not history or history[-1]["step"] != step:
+            return f"step {step}, not validated"
+        best = self.progress.best_checkpoint == ckpt.step_dir_name(step)
+        return f"valid ppl {history[-1]['ppl']:.2f}{', best' if best else ''}"
