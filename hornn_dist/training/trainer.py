@@ -68,6 +68,7 @@ class Progress:
     test: EvalResult | None = None  # the final test result, saved with the last checkpoint
     stop_reason: str = ""  # why training ended (epochs, max_steps, converged, a signal)
     train_seconds: float = 0.0  # wall-clock time in the training loop, over all resumes
+    paused_seconds: float = 0.0  # of which validating and checkpointing (not in tokens/s)
     valid_history: list[dict[str, float]] = field(default_factory=list)  # one entry per validation
 
 
@@ -89,6 +90,7 @@ class Trainer:
         set_seed(cfg.train.seed)
         self.progress = Progress()
         self._loop_started: float | None = None  # perf_counter at the training loop's start
+        self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.draws_progress())
@@ -222,6 +224,7 @@ class Trainer:
             best_checkpoint=state["best_checkpoint"],
             last_saved_step=state["step"],
             train_seconds=float(state.get("train_seconds", 0.0)),
+            paused_seconds=float(state.get("paused_seconds", 0.0)),
             valid_history=list(state.get("valid_history", [])),
         )
         self.schedule.load_state_dict(state["schedule"])
@@ -333,7 +336,8 @@ class Trainer:
 
     def _run_epochs(self, bar: Any) -> bool:
         cfg, stream = self.cfg.train, self.train_stream
-        running, speed = RunningLoss(), Throughput()
+        running, speed = RunningLoss(), self.speed
+        speed.rate()  # a new interval from the loop's start
         tokens_per_step = cfg.batch_size * cfg.bptt
         while not self._training_done():
             if stream.step == 0:  # a new epoch starts from a zero history
@@ -438,8 +442,20 @@ class Trainer:
 
     def _evaluate(self, split: str) -> EvalResult:
         stream = self.valid_stream if split == "valid" else self._eval_stream(split)
-        with self._doing(f"evaluating the {split} split"):
+        with self._doing(f"evaluating the {split} split"), self._off_the_clock():
             return evaluate_split(self.core, stream, self.accelerator)
+
+    @contextmanager
+    def _off_the_clock(self) -> Iterator[None]:
+        """Keep the enclosed time (a validation, a checkpoint) out of tokens/s."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._loop_started is not None:  # the test split after the loop is not in it
+                paused = time.perf_counter() - started
+                self.speed.exclude(paused)
+                self.progress.paused_seconds += paused
 
     @contextmanager
     def _doing(self, phase: str) -> Iterator[None]:
@@ -549,6 +565,7 @@ class Trainer:
     def _write_checkpoint(self) -> Path:
         acc, step = self.accelerator, self.progress.step
         seconds = self._train_seconds()  # in the loop so far, validation included
+        training = seconds - self.progress.paused_seconds  # what tokens/s counts
         tokens = step * self.cfg.train.batch_size * self.cfg.train.bptt
         trainer_state = {
             "step": step,
@@ -559,7 +576,8 @@ class Trainer:
             "test": self.progress.test.record() if self.progress.test else None,
             "stop_reason": self.progress.stop_reason,
             "train_seconds": seconds,
-            "tokens_per_sec": tokens / seconds if seconds else 0.0,
+            "paused_seconds": self.progress.paused_seconds,
+            "tokens_per_sec": tokens / training if training > 0 else 0.0,
             "hardware": self.hardware,
             "parameters": self.core.num_parameters(),
             "valid_history": self.progress.valid_history,
@@ -570,7 +588,7 @@ class Trainer:
             "stream": self.train_stream.state_dict(),
             "history": tuple(h.detach().cpu() for h in self.step.state),
         }
-        with self._doing("saving a checkpoint"):
+        with self._doing("saving a checkpoint"), self._off_the_clock():
             folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
         if acc.is_main_process:
             ckpt.prune_checkpoints(
