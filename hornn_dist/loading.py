@@ -31,6 +31,7 @@ from hornn_dist.models import build_model, plan_for
 
 log = logging.getLogger(__name__)
 WAIT_LOG_S = 30.0  # a waiting process says what it waits for this often
+LONG_WAIT_S = 10.0  # a wait for the preparation longer than this is a warning, else INFO
 
 # marks a model folder written by hornn_dist.export; checkpoints have config.toml, never this
 EXPORTED_CONFIG = "config.json"
@@ -149,7 +150,7 @@ def _wait_for(folder: Path, marker: Path, accelerator: Any, shared: bool, poll_s
         else f"this machine's first process (rank {rank - accelerator.local_process_index})"
     )
     started = time.monotonic()
-    next_log = started
+    next_log = started + LONG_WAIT_S  # a short wait (the usual start) says nothing
     while not (folder / MANIFEST).is_file():
         if marker.is_file():
             line = marker.read_text(encoding="utf-8").strip()
@@ -166,7 +167,9 @@ def _wait_for(folder: Path, marker: Path, accelerator: Any, shared: bool, poll_s
             )
             next_log = now + WAIT_LOG_S
         time.sleep(poll_s)
-    log.warning("rank %d: %s is prepared; waited %.1f s", rank, folder, time.monotonic() - started)
+    waited = time.monotonic() - started
+    level = logging.WARNING if waited >= LONG_WAIT_S else logging.INFO
+    log.log(level, "rank %d: %s is prepared; waited %.1f s", rank, folder, waited)
     return folder
 
 

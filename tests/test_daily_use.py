@@ -133,3 +133,21 @@ def test_epoch_wording() -> None:
     assert counted(0, "run") == "0 runs"
     assert short_stop("trained train.epochs = 1 epoch") == "1 epoch"
     assert short_stop("trained train.epochs = 3 epochs") == "3 epochs"
+
+
+def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Path) -> None:
+    """Real `accelerate launch` of 2 ranks: the main process prints the error; rank 1's goes
+    to its torchrun error file, which torchrun's failure summary shows in place of its
+    "To enable traceback" pointer."""
+    from tests.train_helpers import launch_two_ranks
+
+    proc = launch_two_ranks(
+        "hornn_dist.train", "configs/demo.toml", "--set", "train.bptt=0", port=29731, timeout=240
+    )
+    log = proc.stdout + proc.stderr
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0
+    assert errors == ["error: train.bptt must be >= 1, got 0"], log
+    # the main rank's error file (rank 1's too, when torchrun had not stopped it before)
+    assert "traceback : error: train.bptt must be >= 1" in log
+    assert "To enable traceback" not in log and "hornn_dist/" not in log  # no rank traceback

@@ -319,6 +319,7 @@ class Trainer:
             disable=not (self.accelerator.is_main_process and self.cfg.log.draws_progress()),
             unit="step",
             dynamic_ncols=True,
+            leave=False,  # the log lines stay; a stopped run leaves no bar below its stop lines
         )
         self._loop_started = time.perf_counter()
         try:
