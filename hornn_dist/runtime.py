@@ -25,11 +25,12 @@ PEER_ERROR_WAIT_S = 5.0  # a rank other than the main one waits this long before
 def build_accelerator(
     mixed_precision: str = "no",
     project_dir: str | Path | None = None,
-    tensorboard: bool = False,
+    trackers: list[Any] | None = None,
     collective_timeout: int = 600,
 ) -> Any:
     """Return an Accelerator: CUDA when present (with mixed precision), else CPU fp32 (gloo for
-    2+ ranks), whose collectives give up after `collective_timeout` seconds."""
+    2+ ranks), logging to `trackers` (its log_with), whose collectives give up after
+    `collective_timeout` seconds."""
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
 
@@ -44,8 +45,8 @@ def build_accelerator(
     kwargs: dict[str, Any] = {"kwargs_handlers": [timeout]}
     if project_dir is not None:
         kwargs["project_config"] = ProjectConfiguration(project_dir=str(project_dir))
-    if tensorboard:
-        kwargs["log_with"] = "tensorboard"
+    if trackers:
+        kwargs["log_with"] = trackers
     try:
         accelerator = Accelerator(
             cpu=not on_cuda,

@@ -32,7 +32,7 @@ from hornn_dist.runtime import (
     describe_hardware,
     setup_logging,
 )
-from hornn_dist.training import dashboard
+from hornn_dist.training import dashboard, trackers
 from hornn_dist.training.cadence import Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
@@ -79,8 +79,12 @@ class Trainer:
         self.cfg = cfg
         self.stop = stop or StopFlag()
         self.out = Path(cfg.train.output_dir)
+        self.trackers = cfg.log.tracker_names()
         self.accelerator = build_accelerator(
-            cfg.train.mixed_precision, self.out, cfg.log.tensorboard, cfg.train.collective_timeout
+            cfg.train.mixed_precision,
+            self.out,
+            trackers.build_trackers(self.trackers, self.out),
+            cfg.train.collective_timeout,
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
@@ -270,12 +274,16 @@ class Trainer:
             )
 
     def _start_trackers(self, resumed: bool) -> None:
-        if not self.cfg.log.tensorboard:
+        if not self.trackers:
             return
         kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
         # no config= here: Accelerate would put the hyper-parameters in a second, timestamped run
         self.accelerator.init_trackers("tensorboard", init_kwargs=kwargs)
-        if not resumed and self.accelerator.is_main_process:  # once per run, in its own folder
+        if not self.accelerator.is_main_process:
+            return
+        # the other trackers start a run of their own each time: each gets the hyper-parameters
+        trackers.describe_run(self.accelerator.trackers, self.cfg.flat())
+        if not resumed and "tensorboard" in self.trackers:  # once per run, in its own folder
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.describe_run(writer, self.cfg.flat(), self.core.feedback_path_slices())
 
@@ -395,7 +403,7 @@ class Trainer:
             reason = f"trained train.epochs = {counted(cfg.epochs, 'epoch')}"
         self.progress.stop_reason = reason
         logger.info("training ended at step %d: %s", self.progress.step, reason)
-        if self.cfg.log.tensorboard and self.accelerator.is_main_process:
+        if "tensorboard" in self.trackers and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
 
@@ -555,7 +563,7 @@ class Trainer:
         )
 
     def _track(self, values: dict[str, float]) -> None:
-        if self.cfg.log.tensorboard:
+        if self.trackers:
             self.accelerator.log(values, step=self.progress.step)
 
     def _save(self) -> Path:
