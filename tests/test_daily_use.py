@@ -151,3 +151,50 @@ def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Pat
     # the main rank's error file (rank 1's too, when torchrun had not stopped it before)
     assert "traceback : error: train.bptt must be >= 1" in log
     assert "To enable traceback" not in log and "hornn_dist/" not in log  # no rank traceback
+
+
+def _wrapped(*args: str, port: int) -> list[str]:
+    """Return `python -m hornn_dist.launch` of 2 CPU ranks: accelerate launch's arguments."""
+    from tests.train_helpers import two_rank_command
+
+    launch = two_rank_command("hornn_dist.train", *args, port=port)
+    return [sys.executable, "-m", "hornn_dist.launch", *launch[3:]]  # less "python -m accelerate.."
+
+
+def test_a_config_error_under_the_quiet_launcher_is_two_lines() -> None:
+    proc = subprocess.run(
+        _wrapped("configs/demo.toml", "--set", "train.bptt=0", port=29732),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env(),
+        timeout=240,
+    )
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode != 0
+    assert lines[0] == "error: train.bptt must be >= 1, got 0", lines
+    assert len(lines) == 2 and lines[1].startswith("launch: failed (rank 0 exit 2"), lines
+
+
+def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    config = write_tiny_config(tmp_path, train_words=20_000)
+    command = _wrapped(str(config), "--set", "train.epochs=50", port=29733)
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env(), stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:  # Ctrl-C as a terminal sends it: to the whole process group
+        lines.append(line)
+        if "step 4:" in line:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    lines += proc.stderr.read().splitlines(keepends=True)
+    proc.wait(timeout=120)
+    log = "".join(lines)
+    assert "SIGINT received: checkpointing" in log and "saved checkpoint" in log
+    assert "Traceback" not in log and "SignalException" not in log, log
+    assert lines[-1] == "launch: the launcher got SIGINT and passed it on to the ranks\n"
