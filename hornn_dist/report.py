@@ -21,6 +21,7 @@ from hornn_dist.experiments.plan import LAYOUTS, PAPERS
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record
 from hornn_dist.experiments.tables import pick_best, render_tables
 from hornn_dist.runtime import run_cli, setup_logging
+from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.report")
 
@@ -121,7 +122,7 @@ def render_report(
     finished = sum(r.finished for r in records)
     head = (
         f"# HORNN sweep report: {runs_dir.name}\n\n"
-        f"Written {date} by `{command}` from {len(records)} runs in `{runs_dir}` "
+        f"Written {date} by `{command}` from {counted(len(records), 'run')} in `{runs_dir}` "
         f"({finished} finished); layout {layout}, paper's numbers: {paper}. Each model's run is "
         "its recipe with the lowest best validation perplexity.\n\n"
     )

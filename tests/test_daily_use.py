@@ -125,7 +125,20 @@ def test_report_of_a_single_finished_run(workdir: Path) -> None:
     proc = run_module("hornn_dist.report", str(workdir / "single"), "--no-plots")
     check_ok(proc)
     assert (workdir / "single" / "report" / "report.md").is_file()
-    assert "1 runs in" in proc.stdout or "from 1 run" in proc.stdout
+    assert f"from 1 run in `{workdir / 'single'}`" in proc.stdout  # the run itself, finished
+    assert "(1 finished)" in proc.stdout
+
+
+def test_tokens_per_sec_leaves_out_the_paused_time() -> None:
+    import time
+
+    from hornn_dist.training.metrics import Throughput
+
+    speed = Throughput()
+    speed.add(1000)
+    time.sleep(0.2)  # a validation: not training time
+    speed.exclude(0.2)
+    assert speed.rate() > 1000 / 0.1  # without the exclusion: under 1000 / 0.2
 
 
 def test_epoch_wording() -> None:

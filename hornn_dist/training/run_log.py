@@ -76,6 +76,8 @@ class RunLog:
             return
         if isinstance(err, HornnError):
             text = f"error: {first_line(err)}\n"
+        elif isinstance(err, KeyboardInterrupt):  # a second Ctrl-C: no traceback, as on screen
+            text = "interrupted\n"
         else:
             text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
         self._file.acquire()
