@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from hornn_dist import checkpoint as ckpt
 from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
 from hornn_dist.experiments.results import read_run
 from hornn_dist.experiments.tables import fmt_duration
@@ -29,7 +30,7 @@ from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.sweep")
 
-LOG_FILE = "train.log"
+LOG_FILE = ckpt.RUN_LOG  # written by the run itself; its console goes there too
 
 
 @dataclass

@@ -17,9 +17,10 @@ import time
 import traceback
 from pathlib import Path
 
+from hornn_dist.checkpoint import RUN_LOG
 from hornn_dist.errors import HornnError, first_line
 
-LOG_FILE = "train.log"
+LOG_FILE = RUN_LOG
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
