@@ -141,7 +141,10 @@ def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
     assert "trained train.epochs = 2 epochs" in again.stderr
     stored = f"test: 216 predicted tokens, loss {test['loss']:.4f}, ppl {test['ppl']:.2f}"
     assert stored in again.stderr
-    assert "the run trained 2 epochs; raise train.epochs above 2" in again.stderr and "--no-resume" in again.stderr
+    assert (
+        "the run trained 2 epochs; raise train.epochs above 2" in again.stderr
+        and "--no-resume" in again.stderr
+    )
     assert (
         "resuming from" not in again.stderr
         and f"step {2 * STEPS_PER_EPOCH}: valid loss" not in again.stderr
