@@ -45,6 +45,7 @@ CHECKPOINT_ARG_HELP = (
 )
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.toml"
+RUN_LOG = "train.log"  # a run's own log, in its output_dir (training/run_log.py)
 WEIGHTS = "model.safetensors"
 REQUIRED = (WEIGHTS, STATE_FILE, CONFIG_FILE)  # files checksums.json must list
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
@@ -349,7 +350,7 @@ def write_checksums(folder: Path) -> None:
 
 
 def set_aside_previous_run(output_dir: str | Path) -> Path | None:
-    """Move a run's checkpoints, TensorBoard logs and config beside it, into
+    """Move a run's checkpoints, TensorBoard logs, config and train.log beside it, into
     `<output_dir>.replaced-<time>/`; return that folder (None when there is no previous run).
 
     Beside, not inside: `output_dir` then holds the new run alone (`tensorboard --logdir` of it
@@ -358,7 +359,7 @@ def set_aside_previous_run(output_dir: str | Path) -> Path | None:
     out = Path(output_dir)
     if not any((out / name).exists() for name in ("checkpoints", "tensorboard")):
         return None
-    previous = [out / name for name in ("checkpoints", "tensorboard", CONFIG_FILE)]
+    previous = [out / name for name in ("checkpoints", "tensorboard", CONFIG_FILE, RUN_LOG)]
     base = out if out.name not in ("", ".", "..") else out.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target, n = base.with_name(f"{base.name}.replaced-{stamp}"), 1

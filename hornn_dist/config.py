@@ -27,6 +27,19 @@ else:  # pragma: no cover
 CLIP_MODES = ("value", "norm")
 SCHEDULES = ("plateau", "fixed_then_halve")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
+# Accelerate's trackers (accelerate.tracking.LOGGER_TYPE_TO_CLASS), each with the module it
+# imports; the pyproject extra of the same name installs it
+TRACKER_MODULES = {
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "aim": "aim",
+    "comet_ml": "comet_ml",
+    "clearml": "clearml",
+    "dvclive": "dvclive",
+    "swanlab": "swanlab",
+    "trackio": "trackio",
+}
 
 
 @dataclass
@@ -101,7 +114,10 @@ class LogConfig:
     """Console, progress bar and TensorBoard logging."""
 
     every: int = 50  # steps between log lines and TensorBoard scalars
-    tensorboard: bool = True
+    tensorboard: bool = True  # false: leave tensorboard out of log.trackers
+    # where the scalars and hyper-parameters go, through Accelerate's trackers: any of
+    # tensorboard, wandb, mlflow, aim, comet_ml, clearml, dvclive, swanlab, trackio
+    trackers: list[str] = field(default_factory=lambda: ["tensorboard"])
     # tqdm bar on the main process: "auto" = when stderr is a terminal (tqdm's disable=None),
     # so a redirected log holds log lines, not bar redraws; true / false = always / never
     progress: bool | str = "auto"
@@ -109,8 +125,16 @@ class LogConfig:
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         check_at_least("log.every", self.every, 1)
+        for name in self.trackers:
+            check_choice("log.trackers", name, tuple(TRACKER_MODULES))
         if isinstance(self.progress, str) and self.progress != "auto":
             raise ConfigError(f'log.progress must be true, false or "auto", got {self.progress!r}')
+
+    def tracker_names(self) -> list[str]:
+        """Return the trackers a run writes to: log.trackers, less tensorboard when
+        log.tensorboard = false."""
+        names = list(dict.fromkeys(self.trackers))
+        return [n for n in names if n != "tensorboard" or self.tensorboard]
 
     def draws_progress(self) -> bool:
         """Return whether to draw the progress bar (`auto`: when stderr is a terminal)."""
@@ -366,3 +390,10 @@ def did_you_mean(word: str, options: typing.Iterable[str], section: str = "") ->
     if match:
         return f"; did you mean {prefix}{match[0]}?"
     return f"; allowed: {', '.join(sorted(options))}"
+
+
+# every command's --help ends with this pointer to the generated key tables
+KEYS_HELP = (
+    'config keys and defaults: README.md, section "Configuration" (one table per [section]); '
+    "a run's resolved config: python -m hornn_dist.train CONFIG --print-config"
+)

@@ -11,6 +11,7 @@ import argparse
 import os
 
 from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import KEYS_HELP
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
 from hornn_dist.loading import (
@@ -27,7 +28,7 @@ from hornn_dist.training.scoring import evaluate_split
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
-        prog="hornn_dist.evaluate", description=__doc__.splitlines()[0]
+        epilog=KEYS_HELP, prog="hornn_dist.evaluate", description=__doc__.splitlines()[0]
     )
     parser.add_argument("checkpoint", help=MODEL_ARG_HELP)
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
@@ -76,5 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-evaluate`): the same as `python -m hornn_dist.evaluate`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.config import RunConfig, tomllib
+from hornn_dist.config import KEYS_HELP, RunConfig, tomllib
 from hornn_dist.data.shards import TOKENIZER, Corpus
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import ConfigError
@@ -33,7 +33,9 @@ SPLIT = "test"  # the split whose perplexity the model card gives
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
-    parser = argparse.ArgumentParser(prog="hornn_dist.export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        epilog=KEYS_HELP, prog="hornn_dist.export", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("checkpoint", help=ckpt.CHECKPOINT_ARG_HELP)
     parser.add_argument("out_dir", help="the model folder to write (new, or an empty folder)")
     return parser.parse_args(argv)
@@ -123,5 +125,10 @@ def describe(m: ModelConfig) -> str:
     )
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-export`): the same as `python -m hornn_dist.export`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

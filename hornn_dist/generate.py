@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 import torch
 
+from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError
 from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
@@ -18,7 +20,7 @@ STREAMS = 1  # one sampled sequence
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
-        prog="hornn_dist.generate", description=__doc__.splitlines()[0]
+        epilog=KEYS_HELP, prog="hornn_dist.generate", description=__doc__.splitlines()[0]
     )
     parser.add_argument("checkpoint", help=MODEL_ARG_HELP)
     parser.add_argument(
@@ -31,12 +33,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tokens", type=int, default=50, help="number of words to sample (default: 50)"
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="softmax temperature > 0 (default: 1.0)"
+        "--temperature",
+        type=float,
+        default=0.8,
+        help="softmax temperature; 0 = greedy, the most likely word each time (default: 0.8)",
     )
     parser.add_argument(
-        "--top-k", type=int, default=0, help="sample from the k most likely words (0 = all)"
+        "--top-k",
+        type=int,
+        default=40,
+        help="sample from the k most likely words (0 = all; default: 40)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed: the same seed gives the same text (default: a fresh one, printed)",
+    )
     return parser.parse_args(argv)
 
 
@@ -50,13 +63,18 @@ def sample(
     generator: torch.Generator,
     device: torch.device,
 ) -> list[int]:
-    """Return `tokens` word ids sampled after feeding the prompt through the model."""
+    """Return `tokens` word ids sampled after feeding the prompt through the model
+    (temperature 0: the most likely word each time, as top_k 1)."""
     state = model.init_state(STREAMS, device)
     context = torch.tensor(prompt_ids, dtype=torch.long, device=device).view(-1, STREAMS)  # (T, 1)
     logits, state = model(context, state)
     out: list[int] = []
     for _ in range(tokens):
-        scores = logits[-1, 0].float() / temperature  # (V,)
+        scores = logits[-1, 0].float()  # (V,)
+        if temperature == 0:  # greedy, as Hugging Face's generate(do_sample=False)
+            top_k = 1
+        else:
+            scores = scores / temperature
         if top_k > 0:
             kth = torch.topk(scores, min(top_k, scores.numel())).values[-1]
             scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -92,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.tokens < 1:
         raise ConfigError(f"--tokens must be >= 1, got {args.tokens}")
-    if args.temperature <= 0:
-        raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
+    if not args.temperature >= 0:
+        raise ConfigError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
     if args.top_k < 0:
         raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
     setup_logging(True)  # resolving `best` says on stderr which checkpoint it picked
@@ -115,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         prompt_ids = (
             [corpus.encode("<eos>")[0]] if "<eos>" in corpus.tokenizer().get_vocab() else [0]
         )
-    generator = torch.Generator().manual_seed(args.seed)
+    seed = args.seed
+    if seed is None:  # a fresh draw, said so that the text can be sampled again
+        seed = int.from_bytes(os.urandom(4), "little") >> 1
+        print(f"seed {seed} (--seed {seed} samples this text again)", file=sys.stderr)
+    generator = torch.Generator().manual_seed(seed)
     ids = sample(
         model, prompt_ids, args.tokens, args.temperature, args.top_k, generator, accelerator.device
     )
@@ -123,5 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-generate`): the same as `python -m hornn_dist.generate`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -34,6 +34,7 @@ from hornn_dist.models import LayerPlan, build_model, plan_for
 log = logging.getLogger(__name__)
 WAIT_LOG_S = 30.0  # a waiting process says what it waits for this often
 HEARTBEAT_S = 2.0  # the preparing process rewrites its heartbeat file this often
+LONG_WAIT_S = 10.0  # a wait for the preparation longer than this is a warning, else INFO
 
 # marks a model folder written by hornn_dist.export; checkpoints have config.toml, never this
 EXPORTED_CONFIG = "config.json"
@@ -194,7 +195,7 @@ def _wait_for(folder: Path, marker: Path, accelerator: Any, cfg: DataConfig, pol
     )
     beat = heartbeat_file(folder)
     started = time.monotonic()
-    next_log = started
+    next_log = started + LONG_WAIT_S  # a short wait (the usual start) says nothing
     last_beat, moved = _read_beat(beat), started  # by this clock: another machine's may differ
     while not (folder / MANIFEST).is_file():
         if marker.is_file():
@@ -226,7 +227,9 @@ def _wait_for(folder: Path, marker: Path, accelerator: Any, cfg: DataConfig, pol
             )
             next_log = now + WAIT_LOG_S
         time.sleep(poll_s)
-    log.warning("rank %d: %s is prepared; waited %.1f s", rank, folder, time.monotonic() - started)
+    waited = time.monotonic() - started
+    level = logging.WARNING if waited >= LONG_WAIT_S else logging.INFO
+    log.log(level, "rank %d: %s is prepared; waited %.1f s", rank, folder, waited)
     return folder
 
 

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from hornn_dist.config import add_set_option, load_config
+from hornn_dist.config import KEYS_HELP, add_set_option, load_config
 from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import ConfigError, HornnError
 
@@ -26,7 +26,7 @@ def load_data_section(path: str, overrides: list[str]) -> DataConfig:
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the prepare command."""
     parser = argparse.ArgumentParser(
-        prog="python -m hornn_dist.prepare", description=__doc__.splitlines()[0]
+        epilog=KEYS_HELP, prog="python -m hornn_dist.prepare", description=__doc__.splitlines()[0]
     )
     parser.add_argument("config", help="the run's TOML file (its [data] section is used)")
     add_set_option(
@@ -88,5 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-prepare`): the same as `python -m hornn_dist.prepare`."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

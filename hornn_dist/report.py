@@ -15,12 +15,14 @@ import shlex
 import sys
 from pathlib import Path
 
+from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import LAYOUTS, PAPERS
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record
 from hornn_dist.experiments.tables import pick_best, render_tables
 from hornn_dist.files import write_text
 from hornn_dist.runtime import run_cli, setup_logging
+from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.report")
 
@@ -34,6 +36,7 @@ PLOT_TITLES = {
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
+        epilog=KEYS_HELP,
         prog="hornn_dist.report",
         description="Write the Markdown tables and PNG plots of a sweep's finished runs.",
     )
@@ -120,7 +123,7 @@ def render_report(
     finished = sum(r.finished for r in records)
     head = (
         f"# HORNN sweep report: {runs_dir.name}\n\n"
-        f"Written {date} by `{command}` from {len(records)} runs in `{runs_dir}` "
+        f"Written {date} by `{command}` from {counted(len(records), 'run')} in `{runs_dir}` "
         f"({finished} finished); layout {layout}, paper's numbers: {paper}. Each model's run is "
         "its recipe with the lowest best validation perplexity. "
         f"{test_note(records)}\n\n"
@@ -147,5 +150,10 @@ def test_note(records: list[RunRecord]) -> str:
     return note
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-report`): the same as `python -m hornn_dist.report`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -17,16 +19,18 @@ import torch
 from hornn_dist.errors import ConfigError, HornnError, first_line
 
 logger = logging.getLogger("hornn_dist")
+PEER_ERROR_WAIT_S = 5.0  # a rank other than the main one waits this long before printing
 
 
 def build_accelerator(
     mixed_precision: str = "no",
     project_dir: str | Path | None = None,
-    tensorboard: bool = False,
+    trackers: list[Any] | None = None,
     collective_timeout: int = 600,
 ) -> Any:
     """Return an Accelerator: CUDA when present (with mixed precision), else CPU fp32 (gloo for
-    2+ ranks), whose collectives give up after `collective_timeout` seconds."""
+    2+ ranks), logging to `trackers` (its log_with), whose collectives give up after
+    `collective_timeout` seconds."""
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
 
@@ -41,8 +45,8 @@ def build_accelerator(
     kwargs: dict[str, Any] = {"kwargs_handlers": [timeout]}
     if project_dir is not None:
         kwargs["project_config"] = ProjectConfiguration(project_dir=str(project_dir))
-    if tensorboard:
-        kwargs["log_with"] = "tensorboard"
+    if trackers:
+        kwargs["log_with"] = trackers
     try:
         accelerator = Accelerator(
             cpu=not on_cuda,
@@ -82,10 +86,10 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     try:
         code = main(argv)
     except HornnError as err:
-        print(f"error: {err}", file=sys.stderr)
+        report_error(f"error: {err}", own=isinstance(err, CollectiveError))
         code = 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        report_error("interrupted", own=False)
         code = 130
     # Accelerate's end_training may have torn torch.distributed down already: WORLD_SIZE (set
     # by the launcher) still says whether the process had a process group and its threads.
@@ -93,6 +97,29 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     if had_group:
         _exit_now(code)
     sys.exit(code)
+
+
+def report_error(line: str, own: bool) -> None:
+    """Print a CLI's error line once: from the main process, or from a rank whose error is its
+    `own` (a collective that failed there). Every rank also puts it in its torchrun error file,
+    which torchrun's failure summary shows. Another rank gives the main process, which raised
+    the same error, time to print it and torchrun time to end this one, and prints it itself
+    only when still running then (the main process did not fail this way)."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:  # the format of torch.distributed.elastic's ErrorHandler, message as text
+        try:
+            Path(error_file).write_text(
+                json.dumps({"message": line, "timestamp": int(time.time())}), encoding="utf-8"
+            )
+        except OSError:
+            pass  # the line is printed below all the same
+    if not own and os.environ.get("RANK", "0") != "0":
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # torchrun's stop ends the wait at once
+        time.sleep(PEER_ERROR_WAIT_S)
+    isatty = getattr(sys.stderr, "isatty", None)
+    # in a terminal, a progress bar may still hold the line: clear it, start at its left
+    start = "\r\x1b[K" if isatty and isatty() else ""
+    print(start + line, file=sys.stderr, flush=True)
 
 
 def _shutdown_process_group() -> bool:

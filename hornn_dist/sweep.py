@@ -13,10 +13,16 @@ import argparse
 import logging
 import os
 
-from hornn_dist.config import add_set_option
+from hornn_dist.config import KEYS_HELP, add_set_option
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
-from hornn_dist.experiments.runner import cpu_slots, gpu_slots, run_sweep, train_command
+from hornn_dist.experiments.runner import (
+    cpu_slots,
+    dry_run_summary,
+    gpu_slots,
+    run_sweep,
+    train_command,
+)
 from hornn_dist.runtime import run_cli, setup_logging
 
 logger = logging.getLogger("hornn_dist.sweep")
@@ -25,6 +31,7 @@ logger = logging.getLogger("hornn_dist.sweep")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
+        epilog=KEYS_HELP,
         prog="hornn_dist.sweep",
         description="Train every run of a sweep file (skips finished runs, resumes the others).",
     )
@@ -50,14 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(True)
     plan = read_sweep(args.sweep, tuple(args.overrides))
-    if args.dry_run:
-        for run in plan.runs:
-            print(f"{run.name}: {' '.join(train_command(plan, run))}")
-        return 0
     gpus = visible_gpus()
     jobs = args.jobs if args.jobs is not None else max(gpus, 1)
     if jobs < 1:
         raise ConfigError(f"--jobs must be 1 or more, got {jobs}")
+    if args.dry_run:
+        for run in plan.runs:
+            print(f"{run.name}: {' '.join(train_command(plan, run))}")
+        print(dry_run_summary(plan, jobs))
+        return 0
     if gpus and jobs > gpus:
         raise ConfigError(f"--jobs {jobs} is more than the {gpus} visible GPU(s); one run per GPU")
     slots = gpu_slots(jobs) if gpus else cpu_slots(jobs, os.cpu_count() or 1)
@@ -92,5 +100,10 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-sweep`): the same as `python -m hornn_dist.sweep`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

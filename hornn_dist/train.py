@@ -9,8 +9,10 @@ is `hornn_dist.training.trainer.Trainer`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from hornn_dist.config import add_set_option, load_config
+from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
+from hornn_dist.data.config import apply_preset
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.trainer import Trainer
 
@@ -18,11 +20,18 @@ from hornn_dist.training.trainer import Trainer
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
+        epilog=KEYS_HELP,
         prog="hornn_dist.train",
         description="Train a HORNN language model (resumes from output_dir when checkpoints exist).",
     )
     parser.add_argument("config", help="run config TOML, e.g. configs/demo.toml")
     add_set_option(parser, "override a config value (repeatable), e.g. --set train.max_steps=100")
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (--set applied, the preset's values as comments) as "
+        "TOML and exit",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--resume", metavar="PATH", help="resume from this checkpoint or run directory"
@@ -33,15 +42,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def resolved_toml(cfg: RunConfig) -> str:
+    """Return the config as the TOML that reads back into the same RunConfig, with the values
+    its data.preset fills in written as comments under [data] (so the corpus folder, named
+    from the keys as given, stays the same when the text is used as a config file)."""
+    text = cfg.to_toml()
+    if not cfg.data.preset:
+        return text
+    given = cfg.data.toml_table()
+    resolved = dataclasses.asdict(apply_preset(cfg.data))
+    filled = [
+        f"# {key} = {toml_value(value)}" for key, value in resolved.items() if key not in given
+    ]
+    note = f'# filled in by preset "{cfg.data.preset}":'
+    head, sep, rest = text.partition("\n\n")  # the [data] table comes first
+    return "\n".join([head, note, *filled]) + sep + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the training job from the command line; return the exit code."""
     args = parse_args(argv)
     cfg = load_config(args.config, args.overrides)
+    if args.print_config:
+        print(resolved_toml(cfg), end="")
+        return 0
     stop = StopFlag()
     stop.install()
     Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (`hornn-train`): the same as `python -m hornn_dist.train`."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

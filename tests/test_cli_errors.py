@@ -90,7 +90,7 @@ def test_evaluate_and_generate_errors(tiny: Path) -> None:
     (empty / "checkpoints").mkdir(parents=True)
     _assert_one_line_error(_run("hornn_dist.evaluate", str(empty)), "no complete checkpoint")
     _assert_one_line_error(
-        _run("hornn_dist.generate", str(empty), "--temperature", "0"), "--temperature must be > 0"
+        _run("hornn_dist.generate", str(empty), "--temperature", "-1"), "--temperature must be >= 0"
     )
 
 

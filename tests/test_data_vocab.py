@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from hornn_dist.data import vocab
+from hornn_dist.data.config import DEMO_WORDS
 
 TRICKY = (
     "The CAT sat\n on the\tmat <unk> a<eos>b <UNK>\n"
@@ -18,17 +19,25 @@ TRICKY = (
 
 @pytest.mark.parametrize("lowercase", [False, True])
 @pytest.mark.parametrize("add_eos", [False, True])
-def test_split_words_equals_saved_tokenizer(tmp_path, lowercase: bool, add_eos: bool) -> None:
+@pytest.mark.parametrize("pattern", ["", DEMO_WORDS, r"[A-Za-z]+|[0-9]+|[.,!?;:]"])
+def test_split_words_equals_saved_tokenizer(
+    tmp_path, lowercase: bool, add_eos: bool, pattern: str
+) -> None:
     from tokenizers import Tokenizer
 
-    words = vocab.split_words(TRICKY, lowercase, add_eos)
+    text = TRICKY + "God's word: 'tis “Behold”, 3 times!\n"
+    words = vocab.split_words(text, lowercase, add_eos, pattern)
     itos = vocab.build_vocab(Counter(words[::2]), min_count=1)
-    vocab.save_tokenizer(itos, tmp_path / "tokenizer.json", lowercase, add_eos)
+    vocab.save_tokenizer(itos, tmp_path / "tokenizer.json", lowercase, add_eos, pattern)
     tokenizer = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     stoi = {w: i for i, w in enumerate(itos)}
     ours = vocab.encode_words(words, stoi, vocab.token_dtype(len(itos))).tolist()
-    assert ours == tokenizer.encode(TRICKY).ids
-    assert len(vocab.split_words("a\nb", lowercase, add_eos)) == (3 if add_eos else 2)
+    assert ours == tokenizer.encode(text).ids
+    assert len(vocab.split_words("a\nb", lowercase, add_eos, pattern)) == (3 if add_eos else 2)
+    if pattern == DEMO_WORDS and lowercase:  # the demo's cut: letters and 's, the rest dropped
+        assert vocab.split_words("God's word: 3!", lowercase, add_eos, pattern) == [
+            "god", "'s", "word"
+        ]  # fmt: skip
     assert vocab.load_itos(tmp_path / "tokenizer.json") == itos
 
 
@@ -64,3 +73,15 @@ def test_dtype_and_hash() -> None:
         ["a", "zz", "<eos>"], {"<unk>": 0, "<eos>": 1, "a": 2}, np.dtype(np.uint32)
     )
     assert ids.dtype == np.uint32 and ids.tolist() == [2, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"), [("[a-z", "is not a regex"), ("[a-z]*", "empty word")]
+)
+def test_a_bad_word_pattern_is_one_line(pattern: str, says: str) -> None:
+    from hornn_dist.config import load_config
+    from hornn_dist.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=says) as err:
+        load_config(None, [f'data.word_pattern="{pattern}"'])
+    assert "data.word_pattern" in str(err.value) and "\n" not in str(err.value)

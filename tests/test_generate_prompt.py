@@ -56,3 +56,100 @@ def test_the_warning_points_to_lowercase_words_of_a_cased_corpus() -> None:
         "warning: --prompt words not in the vocabulary, read as <unk>: 'And', 'God', 'Zion' "
         "(the vocabulary has them in lowercase: 'and', 'god')"
     )
+
+
+# ---------------------------------------------------------------- the demo corpus's own reading
+
+DEMO_SHRINK = ("train.max_steps=2", "model.hidden_size=8", "model.embedding_size=8",
+               "train.eval_batch_size=40", "log.tensorboard=false")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-step run of a tiny model on the bundled demo corpus (prepared in a temp cache)."""
+    folder = tmp_path_factory.mktemp("demo_prompt")
+    sets = [
+        *DEMO_SHRINK,
+        f"data.cache_dir={folder / 'cache'}",
+        f"train.output_dir={folder / 'run'}",
+    ]
+    args = [arg for item in sets for arg in ("--set", item)]
+    check_ok(run_module("hornn_dist.train", "configs/demo.toml", *args))
+    return folder / "run"
+
+
+def _continuation(proc, prompt: str) -> str:
+    check_ok(proc)
+    assert proc.stdout.startswith(prompt)
+    return proc.stdout[len(prompt) :]
+
+
+def test_a_capitalised_punctuated_prompt_reads_as_its_lowercase_words(demo_run: Path) -> None:
+    typed = "And God said unto Moses, Behold!"
+    as_read = "and god said unto moses behold"
+    runs = {
+        prompt: run_module(
+            "hornn_dist.generate",
+            str(demo_run),
+            "--prompt",
+            prompt,
+            "--tokens",
+            "12",
+            "--seed",
+            "3",
+        )  # fmt: skip
+        for prompt in (typed, as_read)
+    }
+    assert _continuation(runs[typed], typed) == _continuation(runs[as_read], as_read)
+    assert "warning:" not in runs[typed].stderr, runs[typed].stderr
+
+    from hornn_dist.checkpoint import read_config, resolve_checkpoint
+    from hornn_dist.data.pipeline import corpus_folder
+    from hornn_dist.data.shards import open_corpus
+
+    corpus = open_corpus(corpus_folder(read_config(resolve_checkpoint(str(demo_run))).data))
+    encoded = corpus.tokenizer().encode("God's WORD: “Behold”, 3 times!")
+    assert encoded.tokens == ["god", "'s", "word", "behold", "times"]
+    assert 0 not in encoded.ids  # every one of them is a corpus word
+
+    unknown = run_module("hornn_dist.generate", str(demo_run), "--prompt", "Behold, Zzyzx!",
+                         "--tokens", "2", "--seed", "3")  # fmt: skip
+    check_ok(unknown)
+    warnings = [line for line in unknown.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: --prompt words not in the vocabulary, read as <unk>: 'Zzyzx'"]
+
+
+def test_temperature_zero_is_greedy_and_a_seed_repeats_the_text(demo_run: Path) -> None:
+    def generate(*args: str):
+        proc = run_module("hornn_dist.generate", str(demo_run), "--prompt", "and god",
+                          "--tokens", "10", *args)  # fmt: skip
+        check_ok(proc)
+        return proc
+
+    greedy = generate("--temperature", "0", "--seed", "1")
+    assert greedy.stdout == generate("--top-k", "1", "--seed", "2").stdout
+    assert generate("--seed", "7").stdout == generate("--seed", "7").stdout
+    fresh = generate()
+    seeds = [line.split()[1] for line in fresh.stderr.splitlines() if line.startswith("seed ")]
+    assert len(seeds) == 1, fresh.stderr  # the drawn seed is printed ...
+    assert generate("--seed", seeds[0]).stdout == fresh.stdout  # ... and samples it again
+
+
+def test_an_export_reads_prompts_the_same_through_transformers(
+    demo_run: Path, tmp_path: Path
+) -> None:
+    from hornn_dist.data.shards import TOKENIZER
+
+    out = tmp_path / "export"
+    check_ok(run_module("hornn_dist.export", str(demo_run), str(out)))
+    from tokenizers import Tokenizer
+
+    prompt = "And God said unto Moses, Behold!"
+    ids = Tokenizer.from_file(str(out / TOKENIZER)).encode(prompt).ids
+    assert ids == Tokenizer.from_file(str(out / TOKENIZER)).encode(prompt.lower()[:-1]).ids
+    transformers = pytest.importorskip(
+        "transformers",
+        reason="transformers is not installed (an optional reader, not a dependency)",
+    )
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(out / TOKENIZER))
+    assert fast(prompt)["input_ids"] == ids

@@ -145,7 +145,10 @@ def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
     assert "trained train.epochs = 2 epochs" in again.stderr
     stored = f"test: 216 predicted tokens, loss {test['loss']:.4f}, ppl {test['ppl']:.2f}"
     assert stored in again.stderr
-    assert "raise train.epochs (now 2)" in again.stderr and "--no-resume" in again.stderr
+    assert (
+        "the run trained 2 epochs; raise train.epochs above 2" in again.stderr
+        and "--no-resume" in again.stderr
+    )
     assert (
         "resuming from" not in again.stderr
         and f"step {2 * STEPS_PER_EPOCH}: valid loss" not in again.stderr
@@ -198,8 +201,8 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
         proc.stderr
     )
     assert "under optim.stop_improvement = 0.9, after 1 lr halving(s)" in proc.stderr
-    assert "epoch 2 done" in proc.stderr and "epoch 3 done" not in proc.stderr
-    assert "lr for next epoch" not in proc.stderr.split("epoch 2 done")[1].splitlines()[0]
+    assert "epoch 2 of 6 done" in proc.stderr and "epoch 3 of 6 done" not in proc.stderr
+    assert "lr for next epoch" not in proc.stderr.split("epoch 2 of 6 done")[1].splitlines()[0]
     [(step, reason)] = _stop_reasons(workdir / "converged")
     assert step == end and reason.startswith("converged: epoch 2 lowered")
     state = ckpt.read_trainer_state(newest(workdir, "converged"))
@@ -216,7 +219,7 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     more = train(workdir, "converged", *settings[:-4], "--set", "optim.stop_improvement=0.0",
                  "--set", "train.epochs=3")  # fmt: skip
     check_ok(more)  # without the rule the run trains on to train.epochs
-    assert "resuming from" in more.stderr and "epoch 3 done" in more.stderr
+    assert "resuming from" in more.stderr and "epoch 3 of 3 done" in more.stderr
     assert "training ended at step 42: trained train.epochs = 3 epochs" in more.stderr
 
 

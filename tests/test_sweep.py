@@ -171,6 +171,18 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert "sweep done: 2 trained, 0 already finished, 1 failed" in proc.stderr
     records = {r.name: r for r in read_runs(tmp_path / "runs")}
     assert set(records) == {"a", "c"} and all(r.finished for r in records.values())
+    log = (tmp_path / "runs" / "a" / "train.log").read_text().splitlines()
+    separators = [line for line in log if line.startswith("=====")]
+    assert len(separators) == 1 and "fresh run" in separators[0]  # the trainer's own
+    saves = [line for line in log if "saved checkpoint" in line]
+    assert len(saves) == len(set(saves)) == 1  # one writer: no line twice
+
+    # what is left: b's 3 epochs, timed by a's and c's seconds per epoch
+    dry = run_module("hornn_dist.sweep", str(path), "--dry-run")
+    summary = dry.stdout.strip().splitlines()[-1]
+    assert summary.startswith("dry run: 3 runs in "), dry.stdout
+    assert "1 to train (2 finished): up to 3 epochs in all" in summary
+    assert "; about " in summary and "at 1 at a time" in summary
 
     # more steps for every run: the finished runs train on from their checkpoints
     more = run_module("hornn_dist.sweep", str(path), "--set", "train.max_steps=3")

@@ -311,7 +311,9 @@ def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) 
         "checkpoints",
         "config.toml",
         "tensorboard",
+        "train.log",  # the new run's; the old one's moved aside with its run
     }
+    assert (aside / "train.log").is_file()
     assert [c.name for c in list_checkpoints(copy)] == ["step_00000004"]
 
 

@@ -54,6 +54,9 @@ class DataConfig:
     min_count: int = 1  # words seen fewer times in train become <unk>
     max_vocab: int = 0  # 0 = unlimited; counts <unk> and <eos>
     lowercase: bool = False
+    # a word, as a regex both Python and tokenizers (Oniguruma) read alike; text between words
+    # is dropped, so a prompt reads as the corpus was cut ("" = words are split on whitespace)
+    word_pattern: str = ""
     add_eos: bool = True  # <eos> at the end of every line
     errors: str = "strict"  # strict | replace (invalid UTF-8)
     heldout_chars: int = 0  # > 0: one text, the last heldout_chars characters held out (text8)
@@ -136,12 +139,35 @@ class DataConfig:
             raise ConfigError(
                 f"data.prepare_timeout must be between 5 and 604800 seconds, got {self.prepare_timeout}"
             )
+        if self.word_pattern:
+            check_word_pattern(self.word_pattern)
         if self.path and self.preset not in PRESET_DOWNLOADS:
             raise ConfigError(
                 f"data.path is read by the {', '.join(PRESET_DOWNLOADS)} presets only, not by "
                 f"data.preset = {self.preset!r}; name your own files in data.train, data.valid "
                 "and data.test instead"
             )
+
+
+# The bundled demo corpus is cut as hornn_dist/corpora/make_demo.py cut the King James text:
+# lowercase runs of letters, and a possessive 's on its own (punctuation and digits dropped).
+DEMO_WORDS = r"[a-z]+|'s\b"
+
+
+def check_word_pattern(pattern: str) -> None:
+    """Raise ConfigError unless `pattern` is a regex that cannot match an empty word."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        raise ConfigError(
+            f'data.word_pattern {pattern!r} is not a regex ({err}); e.g. "[a-z]+" for runs '
+            'of letters, or "" to split on whitespace'
+        ) from None
+    if compiled.match(""):
+        raise ConfigError(
+            f"data.word_pattern {pattern!r} matches an empty word; use + rather than * "
+            '(e.g. "[a-z]+")'
+        )
 
 
 def _ptb(cfg: DataConfig) -> dict[str, Any]:
@@ -204,7 +230,15 @@ def _wikitext103(cfg: DataConfig) -> dict[str, Any]:
 
 def _demo(cfg: DataConfig) -> dict[str, Any]:
     files = {s: [str(CORPORA_DIR / f"demo.{s}.txt.gz")] for s in ("train", "valid", "test")}
-    return {"name": "demo", "source": "files", "min_count": 2, "add_eos": True, **files}
+    return {
+        "name": "demo",
+        "source": "files",
+        "min_count": 2,
+        "add_eos": True,
+        "lowercase": True,  # the corpus is lowercase: prompts read as it was
+        "word_pattern": DEMO_WORDS,
+        **files,
+    }
 
 
 _PRESETS = {"ptb": _ptb, "text8": _text8, "wikitext103": _wikitext103, "demo": _demo}

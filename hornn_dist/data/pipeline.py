@@ -57,6 +57,7 @@ class TextOptions:
     errors: str
     lowercase: bool
     add_eos: bool
+    word_pattern: str = ""
 
 
 def corpus_name(cfg: DataConfig) -> str:
@@ -98,6 +99,8 @@ def token_settings(cfg: DataConfig) -> dict[str, Any]:
         "inputs": inputs,
         "shard_tokens": resolved.shard_tokens,
         **{k: getattr(resolved, k) for k in _TOKEN_KEYS},
+        # only when set: the folders prepared before the key existed keep their names
+        **({"word_pattern": resolved.word_pattern} if resolved.word_pattern else {}),
     }
 
 
@@ -130,7 +133,7 @@ def _count_piece(
     piece: sources.Piece, opts: TextOptions, on_bytes: sources.OnBytes
 ) -> Counter[str]:
     blocks = sources.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes)
-    return vocab.count_words(blocks, opts.lowercase, opts.add_eos)
+    return vocab.count_words(blocks, opts.lowercase, opts.add_eos, opts.word_pattern)
 
 
 def _encode_piece(
@@ -142,7 +145,7 @@ def _encode_piece(
 ) -> Iterator[np.ndarray]:
     for block in sources.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes):
         yield vocab.encode_words(
-            vocab.split_words(block, opts.lowercase, opts.add_eos), stoi, dtype
+            vocab.split_words(block, opts.lowercase, opts.add_eos, opts.word_pattern), stoi, dtype
         )
 
 
@@ -335,7 +338,7 @@ def _build(
     files = _input_files(cfg, work, progress)
     pieces = _plan(cfg, files, workers)
     counted_from = time.time()
-    opts = TextOptions(cfg.chunk_bytes, cfg.errors, cfg.lowercase, cfg.add_eos)
+    opts = TextOptions(cfg.chunk_bytes, cfg.errors, cfg.lowercase, cfg.add_eos, cfg.word_pattern)
     runner = _Runner(workers)
     try:
         counts = _count(runner, pieces["train"], opts, progress, f"{name}: vocabulary (train)")
@@ -359,7 +362,7 @@ def _build(
         del counts
         vhash = vocab.vocab_hash(itos)
         dtype = vocab.token_dtype(len(itos))
-        vocab.save_tokenizer(itos, work / TOKENIZER, cfg.lowercase, cfg.add_eos)
+        vocab.save_tokenizer(itos, work / TOKENIZER, cfg.lowercase, cfg.add_eos, cfg.word_pattern)
         splits: dict[str, Any] = {}
         encode_from = time.time()
         timings["vocab"] = round(encode_from - counted_from - timings["count"], 2)

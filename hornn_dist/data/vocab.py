@@ -2,7 +2,8 @@
 
 The words of a text are what the saved `tokenizers` WordLevel tokenizer produces: the specials
 `<unk>` and `<eos>` are matched first, then (optionally) lowercase, then every newline becomes
-`<eos>` (when add_eos), then the text splits on whitespace. `split_words` does the same in plain
+`<eos>` (when add_eos), then the text splits on whitespace, or (with a word pattern, as the
+demo corpus has) the words are what the pattern matches and the text between them is dropped. `split_words` does the same in plain
 Python (a dict lookup over `str.split()` is several times faster than `encode_batch` on long
 strings); a test checks that the two agree.
 """
@@ -10,8 +11,10 @@ strings); a test checks that the two agree.
 from __future__ import annotations
 
 import array
+import functools
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,8 +32,14 @@ SPECIALS = (UNK, EOS)  # ids 0 and 1
 _PY_ONLY_SPACE = "[\x1c-\x1f]"
 
 
-def split_words(text: str, lowercase: bool, add_eos: bool) -> list[str]:
-    """Return the words (tokens as strings) of a block of text, as the saved tokenizer splits it."""
+def word_regex(word_pattern: str) -> str:
+    """Return the regex of one token: a special, else a word of `word_pattern`."""
+    return f"{UNK}|{EOS}|(?:{word_pattern})"
+
+
+def split_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str = "") -> list[str]:
+    """Return the words (tokens as strings) of a block of text, as the saved tokenizer splits it:
+    on whitespace, or (with `word_pattern`) the words it matches, the text between dropped."""
     if "<" in text:
         text = text.replace(UNK, f" {UNK} ").replace(EOS, f" {EOS} ")
     if lowercase:
@@ -39,14 +48,23 @@ def split_words(text: str, lowercase: bool, add_eos: bool) -> list[str]:
         ).lower()  # Rust lowercases capital sigma without context
     if add_eos:
         text = text.replace("\n", f" {EOS} ")
+    if word_pattern:
+        return _compiled(word_pattern).findall(text)
     return text.split()
 
 
-def count_words(blocks: Iterable[str], lowercase: bool, add_eos: bool) -> Counter[str]:
+@functools.lru_cache(maxsize=8)
+def _compiled(word_pattern: str) -> re.Pattern[str]:
+    return re.compile(word_regex(word_pattern))
+
+
+def count_words(
+    blocks: Iterable[str], lowercase: bool, add_eos: bool, word_pattern: str = ""
+) -> Counter[str]:
     """Return how often each word occurs in the blocks."""
     counts: Counter[str] = Counter()
     for block in blocks:
-        counts.update(split_words(block, lowercase, add_eos))
+        counts.update(split_words(block, lowercase, add_eos, word_pattern))
     return counts
 
 
@@ -80,8 +98,9 @@ def encode_words(words: list[str], stoi: dict[str, int], dtype: np.dtype) -> np.
     return np.frombuffer(ids, dtype=dtype)
 
 
-def make_tokenizer(itos: list[str], lowercase: bool, add_eos: bool) -> Any:
-    """Return a `tokenizers.Tokenizer` (WordLevel, whitespace split) that encodes like `split_words`."""
+def make_tokenizer(itos: list[str], lowercase: bool, add_eos: bool, word_pattern: str = "") -> Any:
+    """Return a `tokenizers.Tokenizer` (WordLevel; whitespace split, or the words of
+    `word_pattern`) that encodes like `split_words`."""
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers  # lazy
 
     tokenizer = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(itos)}, unk_token=UNK))
@@ -91,14 +110,21 @@ def make_tokenizer(itos: list[str], lowercase: bool, add_eos: bool) -> Any:
     if add_eos:
         steps.append(normalizers.Replace("\n", f" {EOS} "))
     tokenizer.normalizer = normalizers.Sequence(steps)
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if word_pattern:  # invert: the pattern matches the words, the rest is dropped
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(
+            Regex(word_regex(word_pattern)), behavior="removed", invert=True
+        )
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.add_special_tokens(list(SPECIALS))
     return tokenizer
 
 
-def save_tokenizer(itos: list[str], path: Path, lowercase: bool, add_eos: bool) -> None:
+def save_tokenizer(
+    itos: list[str], path: Path, lowercase: bool, add_eos: bool, word_pattern: str = ""
+) -> None:
     """Write the tokenizer of the table to path (tokenizer.json), atomically."""
-    write_text(path, make_tokenizer(itos, lowercase, add_eos).to_str(pretty=True))
+    write_text(path, make_tokenizer(itos, lowercase, add_eos, word_pattern).to_str(pretty=True))
 
 
 def itos_of(vocab: dict[str, int], path: Path) -> list[str]:

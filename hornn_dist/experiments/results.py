@@ -86,10 +86,14 @@ def read_run(
 
 def read_runs(runs_dir: Path) -> list[RunRecord]:
     """Return the records of every run under `runs_dir` that has a checkpoint: the sweep's runs
-    in its order when runs_dir holds a sweep.json, else every sub-folder by name."""
+    in its order when runs_dir holds a sweep.json, the run itself when runs_dir is one run's
+    output_dir, else every sub-folder by name."""
     sweep = read_sweep_record(runs_dir)
     if sweep:
         entries: list[dict[str, Any]] = sweep["runs"]
+    elif ckpt.checkpoint_root(runs_dir).is_dir():  # a single run's own folder
+        record = read_run(runs_dir)
+        return [record] if record is not None else []
     else:
         entries = [{"name": p.name} for p in sorted(runs_dir.iterdir()) if p.is_dir()]
     records = []

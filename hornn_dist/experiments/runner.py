@@ -21,14 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from hornn_dist import checkpoint as ckpt
 from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
 from hornn_dist.experiments.results import read_run
 from hornn_dist.experiments.tables import fmt_duration
 from hornn_dist.files import open_for_writing, write_json
+from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.sweep")
 
-LOG_FILE = "train.log"
+LOG_FILE = ckpt.RUN_LOG  # written by the run itself; its console goes there too
 
 
 @dataclass
@@ -89,6 +91,35 @@ def run_sweep(
                 _report_end(plan, item, total, outcome, stop.requested)
     outcome.interrupted = stop.requested
     return outcome
+
+
+def dry_run_summary(plan: SweepPlan, jobs: int) -> str:
+    """Return what a sweep would train: its runs and epochs (each run's train.epochs, less the
+    epochs it has trained), and, where some of its runs trained already, a time estimate from
+    their seconds per epoch."""
+    to_train, epochs, seconds, done_epochs = 0, 0.0, 0.0, 0.0
+    for run in plan.runs:
+        record = read_run(plan.output_dir / run.name, planned=run.config)
+        if record is not None and record.train_seconds > 0 and record.epochs > 0:
+            seconds += record.train_seconds
+            done_epochs += record.epochs
+        if record is not None and record.finished:
+            continue
+        to_train += 1
+        epochs += max(run.config.train.epochs - (record.epochs if record else 0.0), 0.0)
+    finished = len(plan.runs) - to_train
+    line = (
+        f"dry run: {counted(len(plan.runs), 'run')} in {plan.output_dir}, "
+        f"{to_train} to train ({finished} finished): up to {counted(round(epochs, 1), 'epoch')}"
+        " in all (train.epochs; a run that converges stops sooner)"
+    )
+    if done_epochs and epochs:
+        estimate = seconds / done_epochs * epochs / max(jobs, 1)
+        line += (
+            f"; about {fmt_duration(estimate)} at {jobs} at a time, from "
+            f"{fmt_duration(seconds / done_epochs)} per epoch in the runs trained so far"
+        )
+    return line
 
 
 def gpu_slots(gpus: int) -> list[dict[str, str]]:

@@ -92,6 +92,7 @@ def short_stop(reason: str) -> str:
     patterns = (
         (r"converged: epoch (\d+)", r"converged (epoch \1)"),
         (r"reached train\.max_steps = (\d+)", r"max_steps \1"),
+        (r"trained train\.epochs = (1) epoch\b", r"\1 epoch"),
         (r"trained train\.epochs = (\d+)", r"\1 epochs"),
         (r"stopped by ([^;]+)", r"stopped by \1"),
     )

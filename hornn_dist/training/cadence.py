@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from hornn_dist.config import RunConfig
+from hornn_dist.wording import counted
 
 STOP_CHECK_S = 5.0  # the longest a signalled multi-process run trains on (plus one step)
 STOP_WARMUP_STEPS = 5  # first steps not timed (CUDA graph capture, allocator warm-up)
@@ -87,7 +88,7 @@ class Cadence:
         if self.max_steps and step >= self.max_steps:
             return f"reached train.max_steps = {self.max_steps}"
         if self.epochs and step >= self.steps_per_epoch * self.epochs:
-            return f"trained train.epochs = {self.epochs} epochs"
+            return f"trained train.epochs = {counted(self.epochs, 'epoch')}"
         return ""
 
     def after(self, step: int) -> AfterStep:

@@ -30,7 +30,7 @@ def total_grad_norm(parameters: Iterable[torch.nn.Parameter]) -> torch.Tensor:
 
 
 class Throughput:
-    """Tokens per second over the interval since the last `rate()` call."""
+    """Tokens per second over the interval since the last `rate()` call, in training time only."""
 
     def __init__(self) -> None:
         self._start = time.perf_counter()
@@ -39,6 +39,10 @@ class Throughput:
     def add(self, tokens: int) -> None:
         """Count tokens processed since the last rate."""
         self._tokens += tokens
+
+    def exclude(self, seconds: float) -> None:
+        """Leave `seconds` (a validation, a checkpoint) out of the current interval."""
+        self._start += seconds
 
     def rate(self) -> float:
         """Return tokens/s since the last call and start a new interval."""

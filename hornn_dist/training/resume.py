@@ -18,6 +18,7 @@ from hornn_dist.errors import CheckpointError, ConfigError
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult
+from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
 
@@ -127,11 +128,17 @@ def stored_result(folder: Path, cfg: RunConfig, corpus: Corpus) -> EvalResult | 
     )
     logger.info(
         "nothing to train: %s to train on, or add --no-resume to start over",
-        " and ".join(
-            f"set {key} = 0 (now {value})"
-            if key == "optim.stop_improvement"
-            else f"raise {key} (now {value})"
-            for key, value in done.items()
-        ),
+        " and ".join(_train_on(key, value, state) for key, value in done.items()),
     )
     return result
+
+
+def _train_on(key: str, value: Any, state: dict[str, Any]) -> str:
+    """Return what to change to train a complete run on: what it did, and the key to raise."""
+    if key == "train.epochs":
+        epochs = int(state["epoch"])
+        return f"the run trained {counted(epochs, 'epoch')}; raise train.epochs above {epochs}"
+    if key == "train.max_steps":
+        steps = int(state["step"])
+        return f"the run took {counted(steps, 'step')}; raise train.max_steps above {steps}"
+    return f"the run converged; set {key} = 0 (now {value})"

@@ -33,7 +33,7 @@ from hornn_dist.runtime import (
     describe_hardware,
     setup_logging,
 )
-from hornn_dist.training import dashboard
+from hornn_dist.training import dashboard, trackers
 from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
@@ -45,8 +45,10 @@ from hornn_dist.training.optim import (
 )
 from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
 from hornn_dist.training.run_lock import RunLock
+from hornn_dist.training.run_log import LOG_FILE, RunLog
 from hornn_dist.training.scoring import EvalResult, evaluate_split
 from hornn_dist.training.step import TrainStep, needs_fused_sgd
+from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
 
@@ -71,6 +73,7 @@ class Progress:
     test_last: EvalResult | None = None
     stop_reason: str = ""  # why training ended (epochs, max_steps, converged, a signal)
     train_seconds: float = 0.0  # wall-clock time in the training loop, over all resumes
+    paused_seconds: float = 0.0  # of which validating and checkpointing (not in tokens/s)
     valid_history: list[dict[str, float]] = field(default_factory=list)  # one entry per validation
 
 
@@ -81,16 +84,22 @@ class Trainer:
         self.cfg = cfg
         self.stop = stop or StopFlag()
         self.out = Path(cfg.train.output_dir)
+        self.trackers = cfg.log.tracker_names()
         self.accelerator = build_accelerator(
-            cfg.train.mixed_precision, self.out, cfg.log.tensorboard, cfg.train.collective_timeout
+            cfg.train.mixed_precision,
+            self.out,
+            trackers.build_trackers(self.trackers, self.out),
+            cfg.train.collective_timeout,
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
+        self.run_log = RunLog(acc.is_main_process)  # output_dir/train.log, from _run on
         from accelerate.utils import set_seed
 
         set_seed(cfg.train.seed)
         self.progress = Progress()
         self._loop_started: float | None = None  # perf_counter at the training loop's start
+        self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.draws_progress())
@@ -128,7 +137,11 @@ class Trainer:
         try:
             with self._collectives():
                 return self._run(resume_from, fresh)
+        except BaseException as err:
+            self.run_log.failed(err)
+            raise
         finally:
+            self.run_log.close()
             self.lock.release()
 
     @contextmanager
@@ -164,6 +177,14 @@ class Trainer:
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             write_text(self.out / ckpt.CONFIG_FILE, self.cfg.to_toml())  # atomic, never a link
+        started = f"resumed from {resumed}" if resumed is not None else "fresh run"
+        self.run_log.open(self.out, started)
+        logger.info(
+            "run folder %s (%s): checkpoints/, config.toml, log %s",
+            self.out,
+            started,
+            LOG_FILE,
+        )
         self._start_trackers(resumed is not None)
         self._log_start()
         self.phase = "training"
@@ -247,6 +268,7 @@ class Trainer:
                 state.get("last_valid_step", history[-1]["step"] if history else -1)
             ),
             train_seconds=float(state.get("train_seconds", 0.0)),
+            paused_seconds=float(state.get("paused_seconds", 0.0)),
             valid_history=history,
         )
         self.schedule.load_state_dict(state["schedule"])
@@ -257,10 +279,11 @@ class Trainer:
         )
         saved_world = state.get("world_size", 1)
         logger.info(
-            "resuming from %s (step %d, epoch %d, batch %d of %d)%s",
+            "resuming from %s (step %d, in epoch %d of %d, batch %d of %d)%s",
             folder,
             self.progress.step,
-            self.train_stream.epoch,
+            min(self.train_stream.epoch + 1, self.cfg.train.epochs),  # 1-based, as logged
+            self.cfg.train.epochs,
             self.train_stream.step,
             self.train_stream.steps_per_epoch,
             f"; written by {saved_world} processes, now {acc.num_processes}"
@@ -291,12 +314,16 @@ class Trainer:
             )
 
     def _start_trackers(self, resumed: bool) -> None:
-        if not self.cfg.log.tensorboard:
+        if not self.trackers:
             return
         kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
         # no config= here: Accelerate would put the hyper-parameters in a second, timestamped run
         self.accelerator.init_trackers("tensorboard", init_kwargs=kwargs)
-        if not resumed and self.accelerator.is_main_process:  # once per run, in its own folder
+        if not self.accelerator.is_main_process:
+            return
+        # the other trackers start a run of their own each time: each gets the hyper-parameters
+        trackers.describe_run(self.accelerator.trackers, self.cfg.flat())
+        if not resumed and "tensorboard" in self.trackers:  # once per run, in its own folder
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.describe_run(writer, self.cfg.flat(), self.core.feedback_path_slices())
 
@@ -306,7 +333,7 @@ class Trainer:
         sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
         logger.info(
             "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
-            "(%d per process x %d processes) | %d steps/epoch, %d epochs%s | tokens: %s | device %s, %s, step %s",
+            "(%d per process x %d processes) | %d steps/epoch, %s%s | tokens: %s | device %s, %s, step %s",
             f"hornn/{cfg.model.pooling} order {cfg.model.order} ({self.core.plan.describe()})"
             if cfg.model.arch == "hornn"
             else cfg.model.arch,
@@ -318,7 +345,7 @@ class Trainer:
             cfg.train.batch_size // world,
             world,
             self.train_stream.steps_per_epoch,
-            cfg.train.epochs,
+            counted(cfg.train.epochs, "epoch"),
             f", max_steps {cfg.train.max_steps}" if cfg.train.max_steps else "",
             sizes,
             acc.device,
@@ -336,6 +363,7 @@ class Trainer:
             disable=not (self.accelerator.is_main_process and self.cfg.log.draws_progress()),
             unit="step",
             dynamic_ncols=True,
+            leave=False,  # the log lines stay; a stopped run leaves no bar below its stop lines
         )
         self._loop_started = time.perf_counter()
         try:
@@ -354,7 +382,8 @@ class Trainer:
     def _run_epochs(self, bar: Any) -> bool:
         """Train step after step until the run is over; the cadence says what follows each."""
         cfg, stream = self.cfg.train, self.train_stream
-        running, speed = RunningLoss(), Throughput()
+        running, speed = RunningLoss(), self.speed
+        speed.rate()  # a new interval from the loop's start
         tokens_per_step = cfg.batch_size * cfg.bptt
         steps_run, timed_from = 0, 0.0
         while not self._run_over():
@@ -401,8 +430,9 @@ class Trainer:
         """Validate, step the lr schedule and checkpoint after an epoch's last batch."""
         result = self._validate_and_save(end_of_epoch=True)
         logger.info(
-            "epoch %d done: valid ppl %.2f%s",
-            self.train_stream.epoch,
+            "epoch %d of %d done: valid ppl %.2f%s",
+            self.train_stream.epoch,  # epochs done, so the 1-based number of this one
+            self.cfg.train.epochs,
             result.ppl,
             "" if self._run_over() else f", lr for next epoch {self.schedule.lr:.4g}",
         )
@@ -431,7 +461,7 @@ class Trainer:
             reason = self.schedule.stopped or self.cadence.end_reason(self.progress.step)
         self.progress.stop_reason = reason
         logger.info("training ended at step %d: %s", self.progress.step, reason)
-        if self.cfg.log.tensorboard and self.accelerator.is_main_process:
+        if "tensorboard" in self.trackers and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
 
@@ -471,8 +501,20 @@ class Trainer:
 
     def _evaluate(self, split: str) -> EvalResult:
         stream = self.valid_stream if split == "valid" else self._eval_stream(split)
-        with self._doing(f"evaluating the {split} split"):
+        with self._doing(f"evaluating the {split} split"), self._off_the_clock():
             return evaluate_split(self.core, stream, self.accelerator)
+
+    @contextmanager
+    def _off_the_clock(self) -> Iterator[None]:
+        """Keep the enclosed time (a validation, a checkpoint) out of tokens/s."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._loop_started is not None:  # the test split after the loop is not in it
+                paused = time.perf_counter() - started
+                self.speed.exclude(paused)
+                self.progress.paused_seconds += paused
 
     @contextmanager
     def _doing(self, phase: str) -> Iterator[None]:
@@ -571,7 +613,7 @@ class Trainer:
         )
 
     def _track(self, values: dict[str, float]) -> None:
-        if self.cfg.log.tensorboard:
+        if self.trackers:
             self.accelerator.log(values, step=self.progress.step)
 
     def _save(self) -> Path:
@@ -582,6 +624,7 @@ class Trainer:
     def _write_checkpoint(self) -> Path:
         acc, step = self.accelerator, self.progress.step
         seconds = self._train_seconds()  # in the loop so far, validation included
+        training = seconds - self.progress.paused_seconds  # what tokens/s counts
         tokens = step * self.cfg.train.batch_size * self.cfg.train.bptt
         trainer_state = {
             "step": step,
@@ -594,7 +637,8 @@ class Trainer:
             "test_last": self.progress.test_last.record() if self.progress.test_last else None,
             "stop_reason": self.progress.stop_reason,
             "train_seconds": seconds,
-            "tokens_per_sec": tokens / seconds if seconds else 0.0,
+            "paused_seconds": self.progress.paused_seconds,
+            "tokens_per_sec": tokens / training if training > 0 else 0.0,
             "hardware": self.hardware,
             "parameters": self.core.num_parameters(),
             "valid_history": self.progress.valid_history,
@@ -607,7 +651,7 @@ class Trainer:
             "stream": self.train_stream.state_dict(),
             "history": tuple(h.detach().cpu() for h in self.step.state),
         }
-        with self._doing("saving a checkpoint"):
+        with self._doing("saving a checkpoint"), self._off_the_clock():
             folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
         if acc.is_main_process:
             ckpt.prune_checkpoints(
@@ -615,4 +659,13 @@ class Trainer:
             )
         acc.wait_for_everyone()
         self.progress.last_saved_step = step
+        logger.info("saved checkpoint %s (%s)", folder, self._checkpoint_note(step))
         return folder
+
+    def _checkpoint_note(self, step: int) -> str:
+        """Return what the save line says of a checkpoint: its validation, with the best mark."""
+        history = self.progress.valid_history
+        if not history or history[-1]["step"] != step:
+            return f"step {step}, not validated"
+        best = self.progress.best_checkpoint == ckpt.step_dir_name(step)
+        return f"valid ppl {history[-1]['ppl']:.2f}{', best' if best else ''}"

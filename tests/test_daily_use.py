@@ -1,0 +1,213 @@
+"""Where a run lives and what it says: the start-up and save lines, train.log (appended on
+resume), `--print-config`, the console scripts, `report RUN_FOLDER`, and the epoch wording.
+Real runs of the CLI on the tiny corpus."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import load_config, read_toml
+from hornn_dist.experiments.tables import short_stop
+from hornn_dist.wording import counted
+from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+STEPS_PER_EPOCH = 14  # the tiny config: 456 train tokens, 4 streams x bptt 8
+COMMANDS = ("train", "prepare", "evaluate", "generate", "export", "sweep", "report")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("daily")
+    config = write_tiny_config(folder)
+    check_ok(run_module("hornn_dist.prepare", str(config)))
+    return folder
+
+
+def train(workdir: Path, name: str, *extra: str) -> subprocess.CompletedProcess:
+    out = f"train.output_dir={workdir / name}"
+    return run_module("hornn_dist.train", str(workdir / "config.toml"), "--set", out, *extra)
+
+
+def test_a_run_names_its_folder_and_each_save_and_keeps_train_log(workdir: Path) -> None:
+    run = workdir / "logged"
+    first = train(workdir, "logged", "--set", "train.epochs=1")
+    check_ok(first)
+    assert f"run folder {run} (fresh run)" in first.stderr
+    saves = re.findall(r"saved checkpoint (\S+) \(([^)]*)\)", first.stderr)
+    assert [Path(folder).name for folder, _ in saves] == ["step_00000005", "step_00000010"] + [
+        f"step_{STEPS_PER_EPOCH:08d}"
+    ] * 2  # the epoch end, then the final save with the test result
+    assert saves[0][1] == "step 5, not validated"
+    state = ckpt.read_trainer_state(run / "checkpoints" / f"step_{STEPS_PER_EPOCH:08d}")
+    ppl = state["valid_history"][-1]["ppl"]
+    assert saves[2][1] == f"valid ppl {ppl:.2f}, best"  # the only validation is the best
+    assert "epoch 1 of 1 done" in first.stderr and ", 1 epoch |" in first.stderr
+    assert "trained train.epochs = 1 epoch" in first.stderr
+
+    log = (run / "train.log").read_text()
+    assert log.startswith("=====") and "fresh run" in log.splitlines()[0]
+    assert "data: " in log  # held from before the folder was known (opening the corpus)
+    assert log.count("saved checkpoint") == 4 and "test: " in log
+
+    again = train(workdir, "logged", "--set", "train.epochs=2")
+    check_ok(again)
+    assert "in epoch 2 of 2, batch 0 of 14" in again.stderr
+    log = (run / "train.log").read_text()
+    separators = [line for line in log.splitlines() if line.startswith("=====")]
+    newest = f"step_{STEPS_PER_EPOCH:08d}"
+    assert len(separators) == 2 and f"resumed from {run / 'checkpoints' / newest}" in separators[1]
+    assert log.count("epoch 2 of 2 done") == 1 and log.count("epoch 1 of 1 done") == 1
+
+    done = train(workdir, "logged", "--set", "train.epochs=2")
+    check_ok(done)
+    assert "nothing to train: the run trained 2 epochs; raise train.epochs above 2" in done.stderr
+
+
+def test_an_error_of_the_run_ends_its_train_log(workdir: Path) -> None:
+    """A run that stops with an error writes its one-line `error:` into train.log too."""
+    run = workdir / "failing"
+    proc = train(workdir, "failing", "--set", "train.max_steps=2", "--set", "optim.lr=1e30")
+    assert proc.returncode == 2
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1
+    assert (run / "train.log").read_text().splitlines()[-1] == error[0]
+
+
+def test_print_config_round_trips_to_the_same_run_config(tmp_path: Path) -> None:
+    overrides = ["train.epochs=3", "model.order=2", "data.min_count=3"]
+    proc = run_module(
+        "hornn_dist.train",
+        "configs/demo.toml",
+        *[arg for item in overrides for arg in ("--set", item)],
+        "--print-config",
+    )
+    check_ok(proc)
+    assert '# filled in by preset "demo":' in proc.stdout and "# source = " in proc.stdout
+    path = tmp_path / "printed.toml"
+    path.write_text(proc.stdout)
+    read_toml(path, "printed config", "")  # valid TOML
+    expected = load_config(REPO / "configs" / "demo.toml", overrides)
+    assert load_config(path) == expected
+    assert load_config(path).data.toml_table() == expected.data.toml_table()  # same corpus folder
+    assert not (REPO / "runs" / "demo" / "printed").exists()
+
+
+def test_every_console_script_is_its_module_and_runs_help() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert sorted(scripts) == sorted(f"hornn-{name}" for name in COMMANDS)
+    for name in COMMANDS:
+        target = scripts[f"hornn-{name}"]
+        assert target == f"hornn_dist.{name}:cli"
+        module, _, function = target.partition(":")
+        code = f"import sys; sys.argv = ['hornn-{name}', '--help']; from {module} import {function}; {function}()"
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env()
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert 'README.md, section "Configuration"' in proc.stdout.replace("\n", " ")
+        same = run_module(module, "--help")
+        assert same.stdout == proc.stdout
+
+
+def test_report_of_a_single_finished_run(workdir: Path) -> None:
+    check_ok(train(workdir, "single", "--set", "train.epochs=1"))
+    proc = run_module("hornn_dist.report", str(workdir / "single"), "--no-plots")
+    check_ok(proc)
+    assert (workdir / "single" / "report" / "report.md").is_file()
+    assert f"from 1 run in `{workdir / 'single'}`" in proc.stdout  # the run itself, finished
+    assert "(1 finished)" in proc.stdout
+
+
+def test_tokens_per_sec_leaves_out_the_paused_time() -> None:
+    import time
+
+    from hornn_dist.training.metrics import Throughput
+
+    speed = Throughput()
+    speed.add(1000)
+    time.sleep(0.2)  # a validation: not training time
+    speed.exclude(0.2)
+    assert speed.rate() > 1000 / 0.1  # without the exclusion: under 1000 / 0.2
+
+
+def test_epoch_wording() -> None:
+    assert counted(1, "epoch") == "1 epoch" and counted(3, "epoch") == "3 epochs"
+    assert counted(0, "run") == "0 runs"
+    assert short_stop("trained train.epochs = 1 epoch") == "1 epoch"
+    assert short_stop("trained train.epochs = 3 epochs") == "3 epochs"
+
+
+def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Path) -> None:
+    """Real `accelerate launch` of 2 ranks: the main process prints the error; rank 1's goes
+    to its torchrun error file, which torchrun's failure summary shows in place of its
+    "To enable traceback" pointer."""
+    from tests.train_helpers import launch_two_ranks
+
+    proc = launch_two_ranks(
+        "hornn_dist.train", "configs/demo.toml", "--set", "train.bptt=0", port=29731, timeout=240
+    )
+    log = proc.stdout + proc.stderr
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0
+    assert errors == ["error: train.bptt must be >= 1, got 0"], log
+    # the main rank's error file (rank 1's too, when torchrun had not stopped it before)
+    assert "traceback : error: train.bptt must be >= 1" in log
+    assert "To enable traceback" not in log and "hornn_dist/" not in log  # no rank traceback
+
+
+def _wrapped(*args: str, port: int) -> list[str]:
+    """Return `python -m hornn_dist.launch` of 2 CPU ranks: accelerate launch's arguments."""
+    from tests.train_helpers import two_rank_command
+
+    launch = two_rank_command("hornn_dist.train", *args, port=port)
+    return [sys.executable, "-m", "hornn_dist.launch", *launch[3:]]  # less "python -m accelerate.."
+
+
+def test_a_config_error_under_the_quiet_launcher_is_two_lines() -> None:
+    proc = subprocess.run(
+        _wrapped("configs/demo.toml", "--set", "train.bptt=0", port=29732),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env(),
+        timeout=240,
+    )
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode != 0
+    assert lines[0] == "error: train.bptt must be >= 1, got 0", lines
+    assert len(lines) == 2 and lines[1].startswith("launch: failed (rank 0 exit 2"), lines
+
+
+def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    config = write_tiny_config(tmp_path, train_words=20_000)
+    command = _wrapped(str(config), "--set", "train.epochs=50", port=29733)
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env(), stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:  # Ctrl-C as a terminal sends it: to the whole process group
+        lines.append(line)
+        if "step 4:" in line:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    lines += proc.stderr.read().splitlines(keepends=True)
+    proc.wait(timeout=120)
+    log = "".join(lines)
+    assert "SIGINT received: checkpointing" in log and "saved checkpoint" in log
+    assert "Traceback" not in log and "SignalException" not in log, log
+    assert lines[-1] == "launch: the launcher got SIGINT and passed it on to the ranks\n"
