@@ -46,6 +46,7 @@ TRAIN_CASES = {
     "typo key": (["--set", "train.max_stepz=5"], "did you mean train.max_steps?"),
     "wrong type": (["--set", "train.bptt='x'"], "train.bptt must be of type int"),
     "out of range": (["--set", "optim.lr=0"], "optim.lr must be > 0, got 0.0"),
+    "above its bound": (["--set", "optim.lr=1e300"], "optim.lr must be <= 1000"),
     "bad choice": (
         ["--set", "model.pooling=mean"],
         "model.pooling must be one of sum, max, fofe, gated",
@@ -56,7 +57,16 @@ TRAIN_CASES = {
     "invalid utf-8": (["--set", 'data.train=["{dir}/bad_utf8.txt"]'], "byte"),
     "resume path": (["--resume", "{dir}/no_such_run"], "no_such_run does not exist"),
     "non-finite loss": (
-        ["--set", "optim.lr=1e30", "--set", "optim.clip=0", "--set", "optim.max_col_norm=0"],
+        [
+            "--set",
+            "optim.lr=1000",
+            "--set",
+            "optim.clip=0",
+            "--set",
+            "optim.max_col_norm=0",
+            "--set",
+            "model.activation=relu",
+        ],
         "training loss became NaN/inf at step",
     ),
 }
