@@ -26,7 +26,7 @@ from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_corpus
 from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
-from hornn_dist.errors import CheckpointError, DataError, HornnError, described
+from hornn_dist.errors import CheckpointError, DataError, HornnError, described, naming_path
 from hornn_dist.models import build_model, plan_for
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,8 @@ def open_prepared_corpus(
     so its other processes, and later runs, read again only shards written since
     (`Corpus.verify_shards`; cost in benchmarks/README.md, "Shard check")."""
     if prepare:
-        folder = prepare_or_wait(cfg, accelerator, progress)
+        with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
+            folder = prepare_or_wait(cfg, accelerator, progress)
     else:
         folder = corpus_folder(cfg)
         if not (folder / MANIFEST).is_file():

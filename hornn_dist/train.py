@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 
 from hornn_dist.config import add_set_option, load_config
+from hornn_dist.errors import naming_path
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.trainer import Trainer
+from hornn_dist.writable import check_run_folder
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the training job from the command line; return the exit code."""
     args = parse_args(argv)
     cfg = load_config(args.config, args.overrides)
+    check_run_folder(cfg.train.output_dir)  # before any work: not at the first save
     stop = StopFlag()
     stop.install()
-    Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
+    with naming_path(cfg.train.output_dir, "train.output_dir"):  # a full disk, mid-run
+        Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
     return 0
 
 

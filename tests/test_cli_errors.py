@@ -14,8 +14,11 @@ from tests.train_helpers import (
     REPO,
     check_ok,
     env,
+    fill_disk,
     launch_two_ranks,
+    mount_tmpfs,
     run_module,
+    unmount,
     write_tiny_config,
 )
 
@@ -82,6 +85,70 @@ def test_train_errors_are_one_line(tiny: Path, case: str) -> None:
     _assert_one_line_error(proc, expected.format(dir=tiny))
     if case == "non-finite loss":  # nothing was checkpointed after the loss went bad
         assert not (tiny / "run_non-finite_loss" / "checkpoints").exists()
+
+
+@pytest.fixture(scope="module")
+def disks(tmp_path_factory: pytest.TempPathFactory):
+    """A read-only and a full file system (real tmpfs mounts), or None where none can be mounted."""
+    folder = tmp_path_factory.mktemp("disks")
+    readonly, full = folder / "readonly", folder / "full"
+    try:
+        if mount_tmpfs(readonly, "ro") and mount_tmpfs(full, "size=64k"):
+            fill_disk(full)
+            yield {"readonly": readonly, "full": full}
+        else:
+            yield None
+    finally:
+        unmount(readonly)
+        unmount(full)
+
+
+LONG = "x" * 300  # past the 255 bytes a file system allows a name
+# name: (what stands in the way, --set overrides, expected in the error line); {dir} = the
+# case's folder, {readonly} / {full} = the mounts
+PATH_CASES = {
+    "output_dir a file": ("file:run", ["train.output_dir={dir}/run"], "{dir}/run (train.output_dir): file exists"),
+    "output_dir a symlink loop": ("loop:run", ["train.output_dir={dir}/run/x"], "(train.output_dir): too many levels of symbolic links"),
+    "output_dir too long": ("", [f"train.output_dir={{dir}}/{LONG}"], "(train.output_dir): file name too long"),
+    "lock a folder": ("dir:run/.lock", ["train.output_dir={dir}/run"], "{dir}/run/.lock (train.output_dir): is a directory"),
+    "checkpoints a file": ("file:run/checkpoints", ["train.output_dir={dir}/run"], "{dir}/run/checkpoints (train.output_dir): file exists"),
+    "tensorboard a file": ("file:run/tensorboard", ["train.output_dir={dir}/run"], "{dir}/run/tensorboard (train.output_dir): file exists"),
+    "cache_dir a file": ("file:cache", ["data.cache_dir={dir}/cache"], "{dir}/cache (data.cache_dir): file exists"),
+    "data.name too long": ("", [f"data.name={LONG}"], "data.name must be at most 100 characters"),
+    "output_dir read-only": ("", ["train.output_dir={readonly}/run"], "{readonly}/run (train.output_dir): read-only file system"),
+    "cache_dir read-only": ("", ["data.cache_dir={readonly}/cache"], "{readonly}/cache (data.cache_dir): read-only file system"),
+    "output_dir on a full disk": ("", ["train.output_dir={full}/run"], "(train.output_dir): no space left on device"),
+    "cache_dir on a full disk": ("", ["data.cache_dir={full}/cache"], "(data.cache_dir): no space left on device"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(PATH_CASES))
+def test_unwritable_paths_stop_before_training_in_one_line(
+    tiny: Path, disks: dict[str, Path] | None, case: str, tmp_path: Path
+) -> None:
+    """A folder the run cannot write (a file or a folder in the way, a symlink loop, a name
+    too long, a read-only or full file system) stops the run before its first step."""
+    in_the_way, overrides, expected = PATH_CASES[case]
+    if ("{readonly}" in str(overrides) or "{full}" in str(overrides)) and disks is None:
+        pytest.skip("cannot mount a file system here")
+    kind, _, name = in_the_way.partition(":")
+    if kind:
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "file":
+            target.write_text("not a folder")
+        elif kind == "dir":
+            target.mkdir()
+        else:  # a loop of two symbolic links
+            (tmp_path / "other").symlink_to(target)
+            target.symlink_to(tmp_path / "other")
+    places = {"dir": tmp_path, **(disks or {})}
+    args = ["--set", f"train.output_dir={tmp_path / 'run'}"]
+    for item in overrides:
+        args += ["--set", item.format(**places)]
+    proc = _run("hornn_dist.train", str(tiny / "config.toml"), *args)
+    _assert_one_line_error(proc, expected.format(**places))
+    assert "step 2: loss" not in proc.stderr  # nothing trained
 
 
 def test_world_size_mismatch_is_one_line(tiny: Path) -> None:

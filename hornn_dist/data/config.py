@@ -14,6 +14,7 @@ SOURCES = ("files", "hub")
 PRESETS = ("", "ptb", "text8", "wikitext103", "demo")
 CORPORA_DIR = Path(__file__).resolve().parent.parent / "corpora"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_NAME = 100  # the cache folder's name adds a hash; file systems allow 255 bytes a name
 # Where each preset's corpus comes from when read from local files: what to download and what
 # data.path (the {path}) must then hold; and the place the shipped configs and README suggest.
 PRESET_DOWNLOADS = {
@@ -106,6 +107,10 @@ class DataConfig:
         if self.name and not _NAME.match(self.name):
             raise ConfigError(
                 f"data.name must be letters, digits, '.', '_' or '-'; got {self.name!r}"
+            )
+        if len(self.name) > MAX_NAME:  # it names a folder, whose name the file system limits
+            raise ConfigError(
+                f"data.name must be at most {MAX_NAME} characters, got {len(self.name)}"
             )
         if self.min_count < 1:
             raise ConfigError(f"data.min_count must be >= 1, got {self.min_count}")

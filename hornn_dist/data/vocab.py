@@ -13,6 +13,7 @@ import array
 import hashlib
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -99,7 +100,14 @@ def make_tokenizer(itos: list[str], lowercase: bool, add_eos: bool) -> Any:
 def save_tokenizer(itos: list[str], path: Path, lowercase: bool, add_eos: bool) -> None:
     """Write the tokenizer of the table to path (tokenizer.json), atomically."""
     tmp = path.with_name(path.name + ".tmp")
-    make_tokenizer(itos, lowercase, add_eos).save(str(tmp))
+    try:
+        make_tokenizer(itos, lowercase, add_eos).save(str(tmp))
+    except Exception as err:  # tokenizers raises a bare Exception: "... (os error 28)"
+        code = re.search(r"os error (\d+)", str(err))
+        if code is None:
+            raise
+        number = int(code.group(1))
+        raise OSError(number, os.strerror(number), str(tmp)) from None
     os.replace(tmp, path)
 
 
