@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -84,11 +85,27 @@ def naming_path(path: str | os.PathLike[str], key: str) -> Iterator[None]:
     or option that set it. Other OSErrors (a lost connection) pass unchanged."""
     try:
         yield
-    except OSError as err:
-        if err.errno not in _OS_FIXES:
+    except Exception as raised:
+        err = as_os_error(raised)
+        if err is None or err.errno not in _OS_FIXES:
             raise
         inside = err.filename is None or _is_under(err.filename, path)
         raise PathError(os_error_line(err, path, key if inside else "")) from None
+
+
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def as_os_error(err: BaseException) -> OSError | None:
+    """Return `err` as an OSError: itself, or one made from the "(os error N)" that libraries
+    written in Rust (tokenizers, safetensors) put in their own exceptions; else None."""
+    if isinstance(err, OSError):
+        return err
+    found = _RUST_OS_ERROR.search(str(err))
+    if found is None:
+        return None
+    number = int(found.group(1))
+    return OSError(number, os.strerror(number))
 
 
 def _is_under(name: str | bytes | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:

@@ -12,6 +12,9 @@ from hornn_dist.errors import ConfigError
 from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 
+# the logits divided by the temperature stay finite in float32 (1e-45 made them inf)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
@@ -29,12 +32,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tokens", type=int, default=50, help="number of words to sample (default: 50)"
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="softmax temperature > 0 (default: 1.0)"
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="softmax temperature, 0.001 to 1000 (default: 1.0)",
     )
     parser.add_argument(
         "--top-k", type=int, default=0, help="sample from the k most likely words (0 = all)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="random seed, 0 to 2**64 - 1 (default: 0)"
+    )
     return parser.parse_args(argv)
 
 
@@ -90,8 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.tokens < 1:
         raise ConfigError(f"--tokens must be >= 1, got {args.tokens}")
-    if args.temperature <= 0:
+    if not args.temperature > 0:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
+    if not MIN_TEMPERATURE <= args.temperature <= MAX_TEMPERATURE:
+        raise ConfigError(
+            f"--temperature must be between {MIN_TEMPERATURE:g} (nearly always the likeliest "
+            f"word) and {MAX_TEMPERATURE:g} (nearly uniform), got {args.temperature}"
+        )
+    if not 0 <= args.seed < 2**64:
+        raise ConfigError(f"--seed must be between 0 and 2**64 - 1, got {args.seed}")
     if args.top_k < 0:
         raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
     setup_logging(True)  # resolving `best` says on stderr which checkpoint it picked

@@ -18,6 +18,7 @@ from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.experiments.runner import cpu_slots, gpu_slots, run_sweep, train_command
 from hornn_dist.runtime import run_cli, setup_logging
+from hornn_dist.writable import check_writable_folder
 
 logger = logging.getLogger("hornn_dist.sweep")
 
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         for run in plan.runs:
             print(f"{run.name}: {' '.join(train_command(plan, run))}")
         return 0
+    check_writable_folder(plan.output_dir, f"output_dir of {plan.path}")  # before any run
     gpus = visible_gpus()
     jobs = args.jobs if args.jobs is not None else max(gpus, 1)
     if jobs < 1:

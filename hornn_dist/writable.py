@@ -24,7 +24,10 @@ def check_writable_folder(folder: str | os.PathLike[str], key: str) -> None:
     folder = Path(folder)
     with naming_path(folder, key):
         folder.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        try:
+            fd, name = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        except OSError as err:  # named by the folder: the probe's name means nothing to a user
+            raise OSError(err.errno, err.strerror, str(folder)) from None
         os.close(fd)
         os.unlink(name)
 

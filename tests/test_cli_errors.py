@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,8 @@ from tests.train_helpers import (
     REPO,
     check_ok,
     env,
-    fill_disk,
     launch_two_ranks,
-    mount_tmpfs,
     run_module,
-    unmount,
     write_tiny_config,
 )
 
@@ -87,22 +85,6 @@ def test_train_errors_are_one_line(tiny: Path, case: str) -> None:
         assert not (tiny / "run_non-finite_loss" / "checkpoints").exists()
 
 
-@pytest.fixture(scope="module")
-def disks(tmp_path_factory: pytest.TempPathFactory):
-    """A read-only and a full file system (real tmpfs mounts), or None where none can be mounted."""
-    folder = tmp_path_factory.mktemp("disks")
-    readonly, full = folder / "readonly", folder / "full"
-    try:
-        if mount_tmpfs(readonly, "ro") and mount_tmpfs(full, "size=64k"):
-            fill_disk(full)
-            yield {"readonly": readonly, "full": full}
-        else:
-            yield None
-    finally:
-        unmount(readonly)
-        unmount(full)
-
-
 LONG = "x" * 300  # past the 255 bytes a file system allows a name
 # name: (what stands in the way, --set overrides, expected in the error line); {dir} = the
 # case's folder, {readonly} / {full} = the mounts
@@ -149,6 +131,96 @@ def test_unwritable_paths_stop_before_training_in_one_line(
     proc = _run("hornn_dist.train", str(tiny / "config.toml"), *args)
     _assert_one_line_error(proc, expected.format(**places))
     assert "step 2: loss" not in proc.stderr  # nothing trained
+
+
+@pytest.fixture(scope="module")
+def trained(tiny: Path) -> Path:
+    """A finished two-step run of the tiny config."""
+    run = tiny / "trained"
+    check_ok(run_module("hornn_dist.train", str(tiny / "config.toml"), "--set",
+                        f"train.output_dir={run}", "--set", "train.max_steps=2"))  # fmt: skip
+    return run
+
+
+def _sweep_file(folder: Path, base: Path, output_dir: Path, runs: str) -> Path:
+    path = folder / "sweep.toml"
+    path.write_text(f'base = "{base}"\noutput_dir = "{output_dir}"\n{runs}')
+    return path
+
+
+def _sweep_json(folder: Path, entry: object) -> Path:
+    runs = folder / "runs"
+    runs.mkdir()
+    (runs / "sweep.json").write_text(json.dumps({"runs": [entry]}))
+    return runs
+
+
+# name: (command line, expected in the error line); {run} = a finished run, {dir} = the case's
+# folder, {tiny} = the tiny config's folder, {readonly} / {full} = the mounted file systems
+COMMAND_CASES = {
+    "generate --temperature nan": (["hornn_dist.generate", "{run}", "--temperature", "nan"], "--temperature must be > 0, got nan"),
+    "generate --temperature 1e-45": (["hornn_dist.generate", "{run}", "--temperature", "1e-45"], "--temperature must be between 0.001"),
+    "generate --seed 2**64": (["hornn_dist.generate", "{run}", "--seed", str(2**64)], "--seed must be between 0 and 2**64 - 1"),
+    "export onto a dangling symlink": (["hornn_dist.export", "{run}", "{dir}/link"], "{dir}/link is a symbolic link (to {dir}/nowhere)"),
+    "export onto a symlink to an empty folder": (["hornn_dist.export", "{run}", "{dir}/link"], "{dir}/link is a symbolic link (to {dir}/empty)"),
+    "export into a read-only parent": (["hornn_dist.export", "{run}", "{readonly}/model"], "{readonly} (OUT_DIR): read-only file system"),
+    "export on a full disk": (["hornn_dist.export", "{run}", "{full}/model"], "(OUT_DIR): no space left on device"),
+    "sweep grid value a table": (["hornn_dist.sweep", "{dir}/sweep.toml", "--dry-run"], "grid value of 'model.order' must be a number, string, boolean or list of strings"),
+    "sweep run named ..": (["hornn_dist.sweep", "{dir}/sweep.toml", "--dry-run"], "run name '..' must name a folder of its own, not . or .."),
+    "sweep output_dir a file": (["hornn_dist.sweep", "{dir}/sweep.toml"], "{dir}/file (output_dir of {dir}/sweep.toml): file exists"),
+    "report of a run named ../x": (["hornn_dist.report", "{dir}/runs"], "run 0's name '../trained' must be letters"),
+    "report of an absolute run name": (["hornn_dist.report", "{dir}/runs"], "run 0's name '/"),
+    "report of a run without a name": (["hornn_dist.report", "{dir}/runs"], "run 0 ({{'model': 'x'}}) is not a table with a name"),
+    "report of a bare string run": (["hornn_dist.report", "{dir}/runs"], "run 0 ('trained') is not a table with a name"),
+    "report --out a file": (["hornn_dist.report", "{dir}/runs", "--out", "{dir}/file", "--no-plots"], "{dir}/file (--out): file exists"),
+    "report --out read-only": (["hornn_dist.report", "{dir}/runs", "--out", "{readonly}/report", "--no-plots"], "{readonly}/report (--out): read-only file system"),
+}  # fmt: skip
+
+
+def _set_up(case: str, folder: Path, tiny: Path, run: Path) -> None:
+    """Put in `folder` what stands in the way in `case`."""
+    base = tiny / "config.toml"
+    if case == "export onto a dangling symlink":
+        (folder / "link").symlink_to(folder / "nowhere")
+    elif case == "export onto a symlink to an empty folder":
+        (folder / "empty").mkdir()
+        (folder / "link").symlink_to(folder / "empty")
+    elif case == "sweep grid value a table":
+        runs = '[[runs]]\nname = "a{model.order}"\ngrid = { "model.order" = [{ x = 1 }] }\n'
+        _sweep_file(folder, base, folder / "out", runs)
+    elif case == "sweep run named ..":
+        _sweep_file(folder, base, folder / "out", '[[runs]]\nname = ".."\n')
+    elif case == "sweep output_dir a file":
+        (folder / "file").write_text("not a folder")
+        _sweep_file(folder, base, folder / "file", '[[runs]]\nname = "a"\n')
+    elif case == "report of a run named ../x":
+        shutil.copytree(run, folder / "trained")
+        _sweep_json(folder, {"name": "../trained"})
+    elif case == "report of an absolute run name":
+        _sweep_json(folder, {"name": str(run)})
+    elif case == "report of a run without a name":
+        _sweep_json(folder, {"model": "x"})
+    elif case == "report of a bare string run":
+        _sweep_json(folder, "trained")
+    elif case.startswith("report --out"):
+        shutil.copytree(run, folder / "runs" / "trained")
+        (folder / "file").write_text("not a folder")
+
+
+@pytest.mark.parametrize("case", sorted(COMMAND_CASES))
+def test_generate_export_sweep_and_report_errors_are_one_line(
+    tiny: Path, trained: Path, disks: dict[str, Path] | None, case: str, tmp_path: Path
+) -> None:
+    """Bad values, links, files in the way, read-only and full disks, and sweep files and
+    sweep.json entries that would write or read outside their folder: one line each."""
+    command, expected = COMMAND_CASES[case]
+    if ("{readonly}" in str(command) or "{full}" in str(command)) and disks is None:
+        pytest.skip("cannot mount a file system here")
+    _set_up(case, tmp_path, tiny, trained)
+    places = {"run": trained, "dir": tmp_path, "tiny": tiny, **(disks or {})}
+    proc = _run(*[part.format(**places) for part in command])
+    _assert_one_line_error(proc, expected.format(**places))
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "trained").exists()
 
 
 def test_world_size_mismatch_is_one_line(tiny: Path) -> None:

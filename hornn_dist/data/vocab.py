@@ -13,7 +13,6 @@ import array
 import hashlib
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hornn_dist.errors import DataError
+from hornn_dist.errors import DataError, as_os_error
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -103,11 +102,10 @@ def save_tokenizer(itos: list[str], path: Path, lowercase: bool, add_eos: bool) 
     try:
         make_tokenizer(itos, lowercase, add_eos).save(str(tmp))
     except Exception as err:  # tokenizers raises a bare Exception: "... (os error 28)"
-        code = re.search(r"os error (\d+)", str(err))
-        if code is None:
+        failed = as_os_error(err)
+        if failed is None:
             raise
-        number = int(code.group(1))
-        raise OSError(number, os.strerror(number), str(tmp)) from None
+        raise OSError(failed.errno, failed.strerror, str(tmp)) from None
     os.replace(tmp, path)
 
 
