@@ -215,6 +215,15 @@ def apply_preset(cfg: DataConfig) -> DataConfig:
         return dataclasses.replace(cfg)
     values = _PRESETS[cfg.preset](cfg)
     chosen = cfg.keys_set()
+    ignored = [
+        f"data.{key}" for key in ("train", "valid", "test") if key in values and key in chosen
+    ]
+    if cfg.path and ignored:  # the preset would read the user's files, not data.path's
+        named = ", ".join(ignored)
+        raise ConfigError(
+            f"data.path = {cfg.path!r} would be ignored: the {cfg.preset} preset reads its files "
+            f"from data.path only where {named} is not set; keep data.path or {named}, not both"
+        )
     changes = {k: v for k, v in values.items() if k not in chosen}
     resolved = dataclasses.replace(cfg, **changes)
     resolved.validate()
