@@ -252,7 +252,7 @@ def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{what} {path} not found; pass a TOML file such as {example}")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a leading BOM is no key
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} {path} is not UTF-8 text: {err}") from None
     except tomllib.TOMLDecodeError as err:

@@ -62,9 +62,17 @@ def open_prepared_corpus(
     else:
         folder = corpus_folder(cfg)
         if not (folder / MANIFEST).is_file():
+            relative = (
+                ""
+                if os.path.isabs(cfg.cache_dir)
+                else (
+                    f", or run this command from the folder the run was trained in (its "
+                    f"data.cache_dir = {cfg.cache_dir!r} is relative)"
+                )
+            )
             raise DataError(
-                f"the run's prepared corpus is not at {folder}; prepare it with the run's config "
-                "(`python -m hornn_dist.prepare CONFIG`) or set data.cache_dir there"
+                f"the run's prepared corpus is not at {folder}; prepare it there from the run's "
+                f"own config (`python -m hornn_dist.prepare RUN_DIR/config.toml`){relative}"
             )
     with accelerator.local_main_process_first():
         try:

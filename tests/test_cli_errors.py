@@ -243,6 +243,27 @@ def test_evaluate_and_generate_errors(tiny: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_run_whose_corpus_is_gone_says_how_to_prepare_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+) -> None:
+    """evaluate, generate and export have no --set: the fix is to prepare the corpus where the
+    run's config puts it, or to run from where the run's relative cache_dir lies."""
+    from hornn_dist.data.config import DataConfig
+    from hornn_dist.errors import DataError
+    from hornn_dist.loading import open_prepared_corpus
+
+    monkeypatch.chdir(tmp_path)
+    cache = "cache" if relative else str(tmp_path / "cache")
+    cfg = DataConfig(train=["a.txt"], valid=["b.txt"], test=["c.txt"], cache_dir=cache)
+    with pytest.raises(DataError) as err:
+        open_prepared_corpus(cfg, accelerator=None, prepare=False)
+    message = str(err.value)
+    assert "prepare it there from the run's own config" in message and "--set" not in message
+    assert "set data.cache_dir there" not in message
+    assert ("run this command from the folder the run was trained in" in message) == relative
+
+
 def test_evaluate_and_generate_from_a_trained_run(tiny: Path) -> None:
     run = tiny / "run_ok"
     check_ok(run_module("hornn_dist.train", str(tiny / "config.toml"), "--set",

@@ -320,6 +320,12 @@ def test_missing_file_names_the_path(tmp_path: Path) -> None:
     assert "nope.toml" in message and "not found" in message
 
 
+def test_a_file_with_a_utf8_bom_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "bom.toml"  # as Windows editors save UTF-8
+    path.write_bytes("\ufeff[train]\nbptt = 7\n".encode())
+    assert load_config(path).train.bptt == 7
+
+
 def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "latin1.toml"
     path.write_bytes(b'[train]\noutput_dir = "caf\xe9"\n')

@@ -136,6 +136,20 @@ def test_a_cgroup_limit_is_honoured(tmp_path: Path) -> None:
     assert check_fits(cfg, 5053, torch.device("cpu"), 20, 30, cgroups=[v2])
 
 
+@pytest.mark.parametrize(
+    ("hidden", "embedding", "fix"),
+    [(8, 100_000, "lower model.embedding_size or model.hidden_size"),
+     (20_000, 8, "lower model.hidden_size or model.embedding_size")],
+)  # fmt: skip
+def test_the_message_names_the_larger_size_first(
+    tmp_path: Path, hidden: int, embedding: int, fix: str
+) -> None:
+    (tmp_path / "memory.max").write_text(f"{2**30}\n")  # a 1 GiB container
+    cfg = ModelConfig(hidden_size=hidden, embedding_size=embedding)
+    with pytest.raises(ConfigError, match=f"parameters.*; {fix}, or the vocabulary"):
+        check_fits(cfg, 5000, torch.device("cpu"), 4, 8, cgroups=[tmp_path])
+
+
 def test_the_cgroup_folders_are_the_process_own_and_its_parents(tmp_path: Path) -> None:
     proc = tmp_path / "cgroup"
     proc.write_text("4:memory:/job/step\n1:cpu:/x\n0::/user/app\n")

@@ -153,10 +153,17 @@ class Vocabulary:
         self._itos: list[str] | None = None
 
     def _check(self, itos: list[str]) -> list[str]:
-        if len(itos) != self.vocab_size or vocab_hash(itos) != self.vocab_hash:
+        if len(itos) != self.vocab_size:
             raise DataError(
-                f"{self.path} does not match {self._expected} (size {len(itos)} vs "
+                f"{self.path} does not match {self._expected} ({len(itos)} words, expected "
                 f"{self.vocab_size}); {self._hint}"
+            )
+        digest = vocab_hash(itos)
+        if digest != self.vocab_hash:  # as many words, but other words or other ids
+            raise DataError(
+                f"{self.path} does not match {self._expected}: as many words ({len(itos)}) but "
+                f"other words or other ids (sha256 of the id table {digest[:16]}, expected "
+                f"{self.vocab_hash[:16]}); {self._hint}"
             )
         return itos
 
