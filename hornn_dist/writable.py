@@ -12,10 +12,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from hornn_dist.checkpoint import checkpoint_root
 from hornn_dist.errors import PathError, naming_path, os_error_line
+from hornn_dist.training.run_lock import LOCK_FILE
 
-RUN_FOLDERS = ("checkpoints", "tensorboard")  # what a run writes below output_dir
-LOCK_FILE = ".lock"
+TENSORBOARD = "tensorboard"  # Accelerate's tracker writes into output_dir/<its name>
 
 
 def check_writable_folder(folder: str | os.PathLike[str], key: str) -> None:
@@ -38,9 +39,9 @@ def check_run_folder(out: str | os.PathLike[str], key: str = "train.output_dir")
     that its lock is not a folder."""
     out = Path(out)
     check_writable_folder(out, key)
-    for name in RUN_FOLDERS:
-        if os.path.lexists(out / name):
-            check_writable_folder(out / name, key)
+    for folder in (checkpoint_root(out), out / TENSORBOARD):
+        if os.path.lexists(folder):
+            check_writable_folder(folder, key)
     lock = out / LOCK_FILE
     if lock.is_dir() and not lock.is_symlink():
         err = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(lock))

@@ -270,6 +270,7 @@ def test_string_key_keeps_text_that_looks_like_another_type() -> None:
         (["train.batch_size=10000000"], ["train.batch_size", "<= 1048576"]),
         (["train.eval_batch_size=10000000"], ["train.eval_batch_size", "<= 1048576"]),
         (["train.bptt=10000000"], ["train.bptt", "<= 1048576"]),
+        ([f"data.chunk_bytes={2**63 - 1}"], ["data.chunk_bytes", "between 16 and 1073741824"]),
         # choices list the allowed values
         (["optim.clip_mode=foo"], ["optim.clip_mode", "value, norm", "'foo'"]),
         (["optim.schedule=cosine"], ["optim.schedule", "plateau, fixed_then_halve"]),

@@ -14,6 +14,7 @@ SOURCES = ("files", "hub")
 PRESETS = ("", "ptb", "text8", "wikitext103", "demo")
 CORPORA_DIR = Path(__file__).resolve().parent.parent / "corpora"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_CHUNK_BYTES = 1 << 30
 MAX_NAME = 100  # the cache folder's name adds a hash; file systems allow 255 bytes a name
 # Where each preset's corpus comes from when read from local files: what to download and what
 # data.path (the {path}) must then hold; and the place the shipped configs and README suggest.
@@ -120,8 +121,10 @@ class DataConfig:
             )
         if self.shard_tokens < 1:
             raise ConfigError(f"data.shard_tokens must be >= 1, got {self.shard_tokens}")
-        if self.chunk_bytes < 16:
-            raise ConfigError(f"data.chunk_bytes must be >= 16, got {self.chunk_bytes}")
+        if not 16 <= self.chunk_bytes <= MAX_CHUNK_BYTES:  # one read is held in memory at once
+            raise ConfigError(
+                f"data.chunk_bytes must be between 16 and {MAX_CHUNK_BYTES}, got {self.chunk_bytes}"
+            )
         if self.errors not in ("strict", "replace"):
             raise ConfigError(f"data.errors must be 'strict' or 'replace', got {self.errors!r}")
         if self.heldout_chars < 0:
