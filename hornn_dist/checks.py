@@ -23,6 +23,17 @@ def check_at_least(key: str, value: int | float, low: int | float) -> None:
         raise ConfigError(f"{key} must be >= {low}, got {value}")
 
 
+def check_at_most(key: str, value: int | float, high: int | float, why: str = "") -> None:
+    """Raise ConfigError unless value <= high; `why` says where the bound comes from."""
+    if value > high:
+        raise ConfigError(f"{key} must be <= {_number(high)}{why}, got {_number(value)}")
+
+
+def _number(value: int | float) -> str:
+    """Return an int in full and a float short (1e+300, not 300 digits)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def check_positive(key: str, value: float) -> None:
     """Raise ConfigError unless value > 0."""
     if not value > 0:

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.checks import check_at_least, check_choice, check_in_range, check_positive
+from hornn_dist.checks import (
+    check_at_least,
+    check_at_most,
+    check_choice,
+    check_in_range,
+    check_positive,
+)
 from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import ConfigError
 from hornn_dist.models.config import ModelConfig
@@ -40,6 +46,13 @@ TRACKER_MODULES = {
     "swanlab": "swanlab",
     "trackio": "trackio",
 }
+# Upper bounds of values that pass as numbers but would crash or hang the run later: the
+# optimiser's settings become float32 tensors, the timeout a C int of milliseconds.
+MAX_LR = 1000.0  # SGD trains these models at 0.1 to 30
+MAX_CLIP = 1e6  # the clip and column norm thresholds (0 = off)
+MAX_COLLECTIVE_TIMEOUT = 7 * 24 * 3600  # one week, in seconds
+MAX_STREAMS = 1 << 20  # train.batch_size, train.eval_batch_size
+MAX_BPTT = 1 << 20
 
 
 @dataclass
@@ -63,14 +76,19 @@ class OptimConfig:
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         check_positive("optim.lr", self.lr)
+        check_at_most("optim.lr", self.lr, MAX_LR)
         check_in_range("optim.momentum", self.momentum, 0.0, 1.0, hi_open=True)
         check_at_least("optim.weight_decay", self.weight_decay, 0)
+        check_at_most("optim.weight_decay", self.weight_decay, 1.0)
         check_at_least("optim.clip", self.clip, 0)
+        check_at_most("optim.clip", self.clip, MAX_CLIP)
         check_choice("optim.clip_mode", self.clip_mode, CLIP_MODES)
         check_at_least("optim.max_col_norm", self.max_col_norm, 0)
+        check_at_most("optim.max_col_norm", self.max_col_norm, MAX_CLIP)
         check_choice("optim.schedule", self.schedule, SCHEDULES)
         check_at_least("optim.halve_after", self.halve_after, 0)
         check_at_least("optim.min_lr", self.min_lr, 0)
+        check_at_most("optim.min_lr", self.min_lr, MAX_LR)
         check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
 
 
@@ -102,7 +120,12 @@ class TrainConfig:
             check_at_least(f"train.{key}", getattr(self, key), 1)
         for key in ("max_steps", "eval_every", "checkpoint_every"):
             check_at_least(f"train.{key}", getattr(self, key), 0)
-        check_at_least("train.collective_timeout", self.collective_timeout, 10)
+        for key in ("batch_size", "eval_batch_size"):
+            check_at_most(f"train.{key}", getattr(self, key), MAX_STREAMS)
+        check_at_most("train.bptt", self.bptt, MAX_BPTT)
+        check_in_range(
+            "train.collective_timeout", self.collective_timeout, 10, MAX_COLLECTIVE_TIMEOUT
+        )
         check_choice("train.mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
         check_in_range("train.seed", self.seed, 0, 2**32 - 1)  # numpy's seed range
         if not self.output_dir:
@@ -255,7 +278,7 @@ def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{what} {path} not found; pass a TOML file such as {example}")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a leading BOM is no key
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} {path} is not UTF-8 text: {err}") from None
     except tomllib.TOMLDecodeError as err:

@@ -21,12 +21,13 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP, RunConfig, tomllib
 from hornn_dist.data.shards import TOKENIZER, Corpus
 from hornn_dist.data.streams import EvalStream
-from hornn_dist.errors import ConfigError
+from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.files import new_folder_beside, write_bytes
 from hornn_dist.loading import load_model, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from hornn_dist.training.scoring import EvalResult, evaluate_split
+from hornn_dist.writable import check_writable_folder
 
 SPLIT = "test"  # the split whose perplexity the model card gives
 
@@ -45,10 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     """Write a checkpoint's model as a Hub model folder with its test perplexity; return the exit code."""
     args = parse_args(argv)
     out = Path(args.out_dir)
-    if out.is_symlink():  # renaming the model folder onto it would replace or follow it
-        raise ConfigError(f"{out} is a symbolic link; export into a new folder")
+    if out.is_symlink():  # the folder is renamed into place: a link would be replaced
+        raise ConfigError(
+            f"{out} is a symbolic link (to {os.readlink(out)}); export into a new folder"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} exists and is not an empty folder; export into a new one")
+    check_writable_folder(out.absolute().parent, "OUT_DIR")  # before scoring
     folder = ckpt.resolve_checkpoint(args.checkpoint)
     cfg = ckpt.read_config(folder)
     accelerator = build_accelerator(cfg.train.mixed_precision)
@@ -66,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = evaluate_split(model, stream, accelerator)
     if accelerator.is_main_process:
-        write_model_folder(model, cfg, corpus, result, folder, out)
+        with naming_path(out.absolute().parent, "OUT_DIR"):  # a disk that fills meanwhile
+            write_model_folder(model, cfg, corpus, result, folder, out)
         print(f"exported {folder} to {out} ({SPLIT} ppl {result.ppl:.2f})")
     return 0
 

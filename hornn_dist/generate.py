@@ -15,6 +15,8 @@ from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, reso
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 
 STREAMS = 1  # one sampled sequence
+# the logits divided by the temperature stay finite in float32 (1e-45 made them inf); 0 means greedy
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,7 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--temperature",
         type=float,
         default=0.8,
-        help="softmax temperature; 0 = greedy, the most likely word each time (default: 0.8)",
+        help="softmax temperature, 0.001 to 1000; 0 = greedy, the most likely word each time "
+        "(default: 0.8)",
     )
     parser.add_argument(
         "--top-k",
@@ -110,8 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.tokens < 1:
         raise ConfigError(f"--tokens must be >= 1, got {args.tokens}")
-    if not args.temperature >= 0:
-        raise ConfigError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if args.temperature != 0 and not MIN_TEMPERATURE <= args.temperature <= MAX_TEMPERATURE:
+        raise ConfigError(
+            f"--temperature must be 0 (greedy) or between {MIN_TEMPERATURE:g} (nearly always "
+            f"the likeliest word) and {MAX_TEMPERATURE:g} (nearly uniform), got {args.temperature}"
+        )
+    if args.seed is not None and not 0 <= args.seed < 2**64:
+        raise ConfigError(f"--seed must be between 0 and 2**64 - 1, got {args.seed}")
     if args.top_k < 0:
         raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
     setup_logging(True)  # resolving `best` says on stderr which checkpoint it picked

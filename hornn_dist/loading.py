@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -27,7 +28,7 @@ from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_corpus
 from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
-from hornn_dist.errors import CheckpointError, DataError, HornnError, described
+from hornn_dist.errors import CheckpointError, DataError, HornnError, described, naming_path
 from hornn_dist.files import write_text
 from hornn_dist.models import LayerPlan, build_model, plan_for
 
@@ -60,13 +61,22 @@ def open_prepared_corpus(
     so its other processes, and later runs, read again only shards written since
     (`Corpus.verify_shards`; cost in benchmarks/README.md, "Shard check")."""
     if prepare:
-        folder = prepare_or_wait(cfg, accelerator, progress)
+        with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
+            folder = prepare_or_wait(cfg, accelerator, progress)
     else:
         folder = corpus_folder(cfg)
         if not (folder / MANIFEST).is_file():
+            relative = (
+                ""
+                if os.path.isabs(cfg.cache_dir)
+                else (
+                    f", or run this command from the folder the run was trained in (its "
+                    f"data.cache_dir = {cfg.cache_dir!r} is relative)"
+                )
+            )
             raise DataError(
-                f"the run's prepared corpus is not at {folder}; prepare it with the run's config "
-                "(`python -m hornn_dist.prepare CONFIG`) or set data.cache_dir there"
+                f"the run's prepared corpus is not at {folder}; prepare it there from the run's "
+                f"own config (`python -m hornn_dist.prepare RUN_DIR/config.toml`){relative}"
             )
     with accelerator.local_main_process_first():
         try:

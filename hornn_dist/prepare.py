@@ -14,7 +14,7 @@ import sys
 
 from hornn_dist.config import KEYS_HELP, add_set_option, load_config
 from hornn_dist.data.config import DataConfig
-from hornn_dist.errors import ConfigError, HornnError
+from hornn_dist.errors import ConfigError, HornnError, naming_path, os_error_line
 
 
 def load_data_section(path: str, overrides: list[str]) -> DataConfig:
@@ -68,10 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         workers = default_workers() if args.workers is None else args.workers
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1 (default: the cores here), got {workers}")
-        folder = prepare_corpus(cfg, workers=workers, progress=not args.quiet, verify=args.verify)
+        with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
+            folder = prepare_corpus(
+                cfg, workers=workers, progress=not args.quiet, verify=args.verify
+            )
         corpus = open_corpus(folder, check=False)
     except HornnError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: nothing was kept", file=sys.stderr)

@@ -16,13 +16,14 @@ import sys
 from pathlib import Path
 
 from hornn_dist.config import KEYS_HELP
-from hornn_dist.errors import ConfigError
+from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.experiments.plan import LAYOUTS, PAPERS
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record
 from hornn_dist.experiments.tables import pick_best, render_tables
 from hornn_dist.files import write_text
 from hornn_dist.runtime import run_cli, setup_logging
 from hornn_dist.wording import counted
+from hornn_dist.writable import check_writable_folder
 
 logger = logging.getLogger("hornn_dist.report")
 
@@ -69,15 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     records = read_runs(runs_dir)
     check_finished(runs_dir, records, sweep)
     out = Path(args.out) if args.out else runs_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    plots: list[Path] = []
-    if not args.no_plots:
-        from hornn_dist.experiments.plots import draw_plots
+    key = "--out" if args.out else "--out (default RUNS_DIR/report)"
+    check_writable_folder(out, key)  # before drawing
+    with naming_path(out, key):  # a disk that fills meanwhile
+        plots: list[Path] = []
+        if not args.no_plots:
+            from hornn_dist.experiments.plots import draw_plots
 
-        plots = draw_plots(pick_best(records), out, paper)
-    command = " ".join(["python -m hornn_dist.report", *map(shlex.quote, _argv(argv))])
-    text = render_report(runs_dir, records, layout, paper, command, plots)
-    write_text(out / "report.md", text)
+            plots = draw_plots(pick_best(records), out, paper)
+        command = " ".join(["python -m hornn_dist.report", *map(shlex.quote, _argv(argv))])
+        text = render_report(runs_dir, records, layout, paper, command, plots)
+        write_text(out / "report.md", text)
     print(text, end="", flush=True)
     logger.info(
         "wrote %s and %d plot(s) (%s) for %d runs, layout %s, paper %s",

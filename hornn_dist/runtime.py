@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hornn_dist.errors import ConfigError, HornnError, first_line
+from hornn_dist.errors import ConfigError, HornnError, first_line, os_error_line
 
 logger = logging.getLogger("hornn_dist")
 PEER_ERROR_WAIT_S = 5.0  # a rank other than the main one waits this long before printing
@@ -82,11 +83,16 @@ def setup_logging(is_main: bool) -> None:
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
-    """Run a CLI entry point, turning user-facing errors into one line on stderr and exit code 2."""
+    """Run a CLI entry point, turning user-facing errors and failed file operations (OSError)
+    into one line on stderr and exit code 2."""
+    threading.excepthook = _thread_failed
     try:
         code = main(argv)
     except HornnError as err:
         report_error(f"error: {err}", own=isinstance(err, CollectiveError))
+        code = 2
+    except OSError as err:  # a full disk, a read-only folder, a file in the way: one line too
+        print(f"error: {os_error_line(err)}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         report_error("interrupted", own=False)
@@ -120,6 +126,17 @@ def report_error(line: str, own: bool) -> None:
     # in a terminal, a progress bar may still hold the line: clear it, start at its left
     start = "\r\x1b[K" if isatty and isatty() else ""
     print(start + line, file=sys.stderr, flush=True)
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    """Say in one line that a library's background thread failed on a file (TensorBoard's
+    writer on a full disk; its owner raises the error again in the main thread), else as usual."""
+    if isinstance(args.exc_value, OSError):
+        name = args.thread.name if args.thread is not None else "?"
+        line = os_error_line(args.exc_value)
+        print(f"warning: background thread {name} failed: {line}", file=sys.stderr)
+    else:
+        threading.__excepthook__(args)
 
 
 def _shutdown_process_group() -> bool:

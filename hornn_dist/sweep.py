@@ -24,6 +24,7 @@ from hornn_dist.experiments.runner import (
     train_command,
 )
 from hornn_dist.runtime import run_cli, setup_logging
+from hornn_dist.writable import check_writable_folder
 
 logger = logging.getLogger("hornn_dist.sweep")
 
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.name}: {' '.join(train_command(plan, run))}")
         print(dry_run_summary(plan, jobs))
         return 0
+    check_writable_folder(plan.output_dir, f"output_dir of {plan.path}")  # before any run
     if gpus and jobs > gpus:
         raise ConfigError(f"--jobs {jobs} is more than the {gpus} visible GPU(s); one run per GPU")
     slots = gpu_slots(jobs) if gpus else cpu_slots(jobs, os.cpu_count() or 1)

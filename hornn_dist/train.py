@@ -13,8 +13,10 @@ import dataclasses
 
 from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
 from hornn_dist.data.config import apply_preset
+from hornn_dist.errors import naming_path
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.trainer import Trainer
+from hornn_dist.writable import check_run_folder
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,9 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(resolved_toml(cfg), end="")
         return 0
+    check_run_folder(cfg.train.output_dir)  # before any work: not at the first save
     stop = StopFlag()
     stop.install()
-    Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
+    with naming_path(cfg.train.output_dir, "train.output_dir"):  # a full disk, mid-run
+        Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
     return 0
 
 

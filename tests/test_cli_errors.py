@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ TRAIN_CASES = {
     "typo key": (["--set", "train.max_stepz=5"], "did you mean train.max_steps?"),
     "wrong type": (["--set", "train.bptt='x'"], "train.bptt must be of type int"),
     "out of range": (["--set", "optim.lr=0"], "optim.lr must be > 0, got 0.0"),
+    "above its bound": (["--set", "optim.lr=1e300"], "optim.lr must be <= 1000"),
     "bad choice": (
         ["--set", "model.pooling=mean"],
         "model.pooling must be one of sum, max, fofe, gated",
@@ -56,7 +58,16 @@ TRAIN_CASES = {
     "invalid utf-8": (["--set", 'data.train=["{dir}/bad_utf8.txt"]'], "byte"),
     "resume path": (["--resume", "{dir}/no_such_run"], "no_such_run does not exist"),
     "non-finite loss": (
-        ["--set", "optim.lr=1e30", "--set", "optim.clip=0", "--set", "optim.max_col_norm=0"],
+        [
+            "--set",
+            "optim.lr=1000",
+            "--set",
+            "optim.clip=0",
+            "--set",
+            "optim.max_col_norm=0",
+            "--set",
+            "model.activation=relu",
+        ],
         "training loss became NaN/inf at step",
     ),
 }
@@ -72,6 +83,144 @@ def test_train_errors_are_one_line(tiny: Path, case: str) -> None:
     _assert_one_line_error(proc, expected.format(dir=tiny))
     if case == "non-finite loss":  # nothing was checkpointed after the loss went bad
         assert not (tiny / "run_non-finite_loss" / "checkpoints").exists()
+
+
+LONG = "x" * 300  # past the 255 bytes a file system allows a name
+# name: (what stands in the way, --set overrides, expected in the error line); {dir} = the
+# case's folder, {readonly} / {full} = the mounts
+PATH_CASES = {
+    "output_dir a file": ("file:run", ["train.output_dir={dir}/run"], "{dir}/run (train.output_dir): file exists"),
+    "output_dir a symlink loop": ("loop:run", ["train.output_dir={dir}/run/x"], "(train.output_dir): too many levels of symbolic links"),
+    "output_dir too long": ("", [f"train.output_dir={{dir}}/{LONG}"], "(train.output_dir): file name too long"),
+    "lock a folder": ("dir:run/.lock", ["train.output_dir={dir}/run"], "{dir}/run/.lock (train.output_dir): is a directory"),
+    "checkpoints a file": ("file:run/checkpoints", ["train.output_dir={dir}/run"], "{dir}/run/checkpoints (train.output_dir): file exists"),
+    "tensorboard a file": ("file:run/tensorboard", ["train.output_dir={dir}/run"], "{dir}/run/tensorboard (train.output_dir): file exists"),
+    "cache_dir a file": ("file:cache", ["data.cache_dir={dir}/cache"], "{dir}/cache (data.cache_dir): file exists"),
+    "data.name too long": ("", [f"data.name={LONG}"], "data.name must be at most 100 characters"),
+    "output_dir read-only": ("", ["train.output_dir={readonly}/run"], "{readonly}/run (train.output_dir): read-only file system"),
+    "cache_dir read-only": ("", ["data.cache_dir={readonly}/cache"], "{readonly}/cache (data.cache_dir): read-only file system"),
+    "output_dir on a full disk": ("", ["train.output_dir={full}/run"], "(train.output_dir): no space left on device"),
+    "cache_dir on a full disk": ("", ["data.cache_dir={full}/cache"], "(data.cache_dir): no space left on device"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(PATH_CASES))
+def test_unwritable_paths_stop_before_training_in_one_line(
+    tiny: Path, disks: dict[str, Path] | None, case: str, tmp_path: Path
+) -> None:
+    """A folder the run cannot write (a file or a folder in the way, a symlink loop, a name
+    too long, a read-only or full file system) stops the run before its first step."""
+    in_the_way, overrides, expected = PATH_CASES[case]
+    if ("{readonly}" in str(overrides) or "{full}" in str(overrides)) and disks is None:
+        pytest.skip("cannot mount a file system here")
+    kind, _, name = in_the_way.partition(":")
+    if kind:
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "file":
+            target.write_text("not a folder")
+        elif kind == "dir":
+            target.mkdir()
+        else:  # a loop of two symbolic links
+            (tmp_path / "other").symlink_to(target)
+            target.symlink_to(tmp_path / "other")
+    places = {"dir": tmp_path, **(disks or {})}
+    args = ["--set", f"train.output_dir={tmp_path / 'run'}"]
+    for item in overrides:
+        args += ["--set", item.format(**places)]
+    proc = _run("hornn_dist.train", str(tiny / "config.toml"), *args)
+    _assert_one_line_error(proc, expected.format(**places))
+    assert "step 2: loss" not in proc.stderr  # nothing trained
+
+
+@pytest.fixture(scope="module")
+def trained(tiny: Path) -> Path:
+    """A finished two-step run of the tiny config."""
+    run = tiny / "trained"
+    check_ok(run_module("hornn_dist.train", str(tiny / "config.toml"), "--set",
+                        f"train.output_dir={run}", "--set", "train.max_steps=2"))  # fmt: skip
+    return run
+
+
+def _sweep_file(folder: Path, base: Path, output_dir: Path, runs: str) -> Path:
+    path = folder / "sweep.toml"
+    path.write_text(f'base = "{base}"\noutput_dir = "{output_dir}"\n{runs}')
+    return path
+
+
+def _sweep_json(folder: Path, entry: object) -> Path:
+    runs = folder / "runs"
+    runs.mkdir()
+    (runs / "sweep.json").write_text(json.dumps({"runs": [entry]}))
+    return runs
+
+
+# name: (command line, expected in the error line); {run} = a finished run, {dir} = the case's
+# folder, {tiny} = the tiny config's folder, {readonly} / {full} = the mounted file systems
+COMMAND_CASES = {
+    "generate --temperature nan": (["hornn_dist.generate", "{run}", "--temperature", "nan"], "--temperature must be 0 (greedy) or between 0.001"),
+    "generate --temperature 1e-45": (["hornn_dist.generate", "{run}", "--temperature", "1e-45"], "--temperature must be 0 (greedy) or between 0.001"),
+    "generate --seed 2**64": (["hornn_dist.generate", "{run}", "--seed", str(2**64)], "--seed must be between 0 and 2**64 - 1"),
+    "export onto a dangling symlink": (["hornn_dist.export", "{run}", "{dir}/link"], "{dir}/link is a symbolic link (to {dir}/nowhere)"),
+    "export onto a symlink to an empty folder": (["hornn_dist.export", "{run}", "{dir}/link"], "{dir}/link is a symbolic link (to {dir}/empty)"),
+    "export into a read-only parent": (["hornn_dist.export", "{run}", "{readonly}/model"], "{readonly} (OUT_DIR): read-only file system"),
+    "export on a full disk": (["hornn_dist.export", "{run}", "{full}/model"], "(OUT_DIR): no space left on device"),
+    "sweep grid value a table": (["hornn_dist.sweep", "{dir}/sweep.toml", "--dry-run"], "grid value of 'model.order' must be a number, string, boolean or list of strings"),
+    "sweep run named ..": (["hornn_dist.sweep", "{dir}/sweep.toml", "--dry-run"], "run name '..' must name a folder of its own, not . or .."),
+    "sweep output_dir a file": (["hornn_dist.sweep", "{dir}/sweep.toml"], "{dir}/file (output_dir of {dir}/sweep.toml): file exists"),
+    "report of a run named ../x": (["hornn_dist.report", "{dir}/runs"], "run 0's name '../trained' must be letters"),
+    "report of an absolute run name": (["hornn_dist.report", "{dir}/runs"], "run 0's name '/"),
+    "report of a run without a name": (["hornn_dist.report", "{dir}/runs"], "run 0 ({{'model': 'x'}}) is not a table with a name"),
+    "report of a bare string run": (["hornn_dist.report", "{dir}/runs"], "run 0 ('trained') is not a table with a name"),
+    "report --out a file": (["hornn_dist.report", "{dir}/runs", "--out", "{dir}/file", "--no-plots"], "{dir}/file (--out): file exists"),
+    "report --out read-only": (["hornn_dist.report", "{dir}/runs", "--out", "{readonly}/report", "--no-plots"], "{readonly}/report (--out): read-only file system"),
+}  # fmt: skip
+
+
+def _set_up(case: str, folder: Path, tiny: Path, run: Path) -> None:
+    """Put in `folder` what stands in the way in `case`."""
+    base = tiny / "config.toml"
+    if case == "export onto a dangling symlink":
+        (folder / "link").symlink_to(folder / "nowhere")
+    elif case == "export onto a symlink to an empty folder":
+        (folder / "empty").mkdir()
+        (folder / "link").symlink_to(folder / "empty")
+    elif case == "sweep grid value a table":
+        runs = '[[runs]]\nname = "a{model.order}"\ngrid = { "model.order" = [{ x = 1 }] }\n'
+        _sweep_file(folder, base, folder / "out", runs)
+    elif case == "sweep run named ..":
+        _sweep_file(folder, base, folder / "out", '[[runs]]\nname = ".."\n')
+    elif case == "sweep output_dir a file":
+        (folder / "file").write_text("not a folder")
+        _sweep_file(folder, base, folder / "file", '[[runs]]\nname = "a"\n')
+    elif case == "report of a run named ../x":
+        shutil.copytree(run, folder / "trained")
+        _sweep_json(folder, {"name": "../trained"})
+    elif case == "report of an absolute run name":
+        _sweep_json(folder, {"name": str(run)})
+    elif case == "report of a run without a name":
+        _sweep_json(folder, {"model": "x"})
+    elif case == "report of a bare string run":
+        _sweep_json(folder, "trained")
+    elif case.startswith("report --out"):
+        shutil.copytree(run, folder / "runs" / "trained")
+        (folder / "file").write_text("not a folder")
+
+
+@pytest.mark.parametrize("case", sorted(COMMAND_CASES))
+def test_generate_export_sweep_and_report_errors_are_one_line(
+    tiny: Path, trained: Path, disks: dict[str, Path] | None, case: str, tmp_path: Path
+) -> None:
+    """Bad values, links, files in the way, read-only and full disks, and sweep files and
+    sweep.json entries that would write or read outside their folder: one line each."""
+    command, expected = COMMAND_CASES[case]
+    if ("{readonly}" in str(command) or "{full}" in str(command)) and disks is None:
+        pytest.skip("cannot mount a file system here")
+    _set_up(case, tmp_path, tiny, trained)
+    places = {"run": trained, "dir": tmp_path, "tiny": tiny, **(disks or {})}
+    proc = _run(*[part.format(**places) for part in command])
+    _assert_one_line_error(proc, expected.format(**places))
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "trained").exists()
 
 
 def test_world_size_mismatch_is_one_line(tiny: Path) -> None:
@@ -90,8 +239,30 @@ def test_evaluate_and_generate_errors(tiny: Path) -> None:
     (empty / "checkpoints").mkdir(parents=True)
     _assert_one_line_error(_run("hornn_dist.evaluate", str(empty)), "no complete checkpoint")
     _assert_one_line_error(
-        _run("hornn_dist.generate", str(empty), "--temperature", "-1"), "--temperature must be >= 0"
+        _run("hornn_dist.generate", str(empty), "--temperature", "-1"),
+        "--temperature must be 0 (greedy) or between",
     )
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_run_whose_corpus_is_gone_says_how_to_prepare_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+) -> None:
+    """evaluate, generate and export have no --set: the fix is to prepare the corpus where the
+    run's config puts it, or to run from where the run's relative cache_dir lies."""
+    from hornn_dist.data.config import DataConfig
+    from hornn_dist.errors import DataError
+    from hornn_dist.loading import open_prepared_corpus
+
+    monkeypatch.chdir(tmp_path)
+    cache = "cache" if relative else str(tmp_path / "cache")
+    cfg = DataConfig(train=["a.txt"], valid=["b.txt"], test=["c.txt"], cache_dir=cache)
+    with pytest.raises(DataError) as err:
+        open_prepared_corpus(cfg, accelerator=None, prepare=False)
+    message = str(err.value)
+    assert "prepare it there from the run's own config" in message and "--set" not in message
+    assert "set data.cache_dir there" not in message
+    assert ("run this command from the folder the run was trained in" in message) == relative
 
 
 def test_evaluate_and_generate_from_a_trained_run(tiny: Path) -> None:

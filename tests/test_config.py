@@ -255,6 +255,22 @@ def test_string_key_keeps_text_that_looks_like_another_type() -> None:
         (["model.alpha=0"], ["model.alpha", "(0, 1)"]),
         (["data.min_count=0"], ["data.min_count", ">= 1", "got 0"]),
         (["train.output_dir="], ["train.output_dir", "empty"]),
+        # above a sane upper bound (these crashed or hung the run later)
+        (["optim.lr=1e300"], ["optim.lr", "<= 1000", "got 1e+300"]),
+        (["optim.weight_decay=1e300"], ["optim.weight_decay", "<= 1", "1e+300"]),
+        (["optim.clip=1e300"], ["optim.clip", "1e+06"]),
+        (["optim.max_col_norm=1e300"], ["optim.max_col_norm", "1e+06"]),
+        (["optim.min_lr=1e300"], ["optim.min_lr", "1000"]),
+        (["model.order=100000"], ["model.order", "<= 4096", "got 100000"]),
+        (["model.hidden_size=99999999999999999999"], ["model.hidden_size", "<= 1048576"]),
+        (["model.embedding_size=2000000"], ["model.embedding_size", "<= 1048576"]),
+        (["model.num_layers=100000"], ["model.num_layers", "<= 1024"]),
+        (["model.init_std=1e300"], ["model.init_std", "(0, 100]"]),
+        ([f"train.collective_timeout={2**63 - 10}"], ["train.collective_timeout", "604800"]),
+        (["train.batch_size=10000000"], ["train.batch_size", "<= 1048576"]),
+        (["train.eval_batch_size=10000000"], ["train.eval_batch_size", "<= 1048576"]),
+        (["train.bptt=10000000"], ["train.bptt", "<= 1048576"]),
+        ([f"data.chunk_bytes={2**63 - 1}"], ["data.chunk_bytes", "between 16 and 1073741824"]),
         # choices list the allowed values
         (["optim.clip_mode=foo"], ["optim.clip_mode", "value, norm", "'foo'"]),
         (["optim.schedule=cosine"], ["optim.schedule", "plateau, fixed_then_halve"]),
@@ -303,6 +319,12 @@ def test_bad_file_raises_one_line_naming_the_key(
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     message = config_error(tmp_path / "nope.toml")
     assert "nope.toml" in message and "not found" in message
+
+
+def test_a_file_with_a_utf8_bom_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "bom.toml"  # as Windows editors save UTF-8
+    path.write_bytes("\ufeff[train]\nbptt = 7\n".encode())
+    assert load_config(path).train.bptt == 7
 
 
 def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:

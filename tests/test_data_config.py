@@ -33,6 +33,21 @@ def test_a_data_path_no_preset_reads_is_refused(preset: str) -> None:
     apply_preset(DataConfig(preset=preset))
 
 
+@pytest.mark.parametrize(
+    ("preset", "split"), [("ptb", "train"), ("wikitext103", "test"), ("text8", "train")]
+)
+def test_a_data_path_beside_the_files_it_names_is_refused(preset: str, split: str) -> None:
+    # the preset fills data.train/valid/test from data.path only where they are not set
+    cfg = load_config(
+        None, [f'data.preset="{preset}"', 'data.path="data/x"', f"data.{split}=a.txt"]
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^data.path = 'data/x' would be ignored: .*data.{split}"
+    ):
+        apply_preset(cfg.data)
+    apply_preset(load_config(None, [f'data.preset="{preset}"', f"data.{split}=a.txt"]).data)
+
+
 def test_preset_fills_defaults_and_user_keys_win(tmp_path: Path) -> None:
     (tmp_path / "text8.zip").write_bytes(b"")
     cfg = apply_preset(DataConfig(preset="text8", path=str(tmp_path)))

@@ -122,6 +122,35 @@ def test_old_manifest_and_missing_manifest(corpus_dir: tuple[Path, np.ndarray]) 
         open_corpus(folder)
 
 
+@pytest.mark.parametrize("name", ["../../outside.bin", "/etc/passwd", "..", ""])
+def test_a_manifest_naming_a_shard_outside_its_folder_is_damaged(
+    corpus_dir: tuple[Path, np.ndarray], name: str
+) -> None:
+    """The hint deletes the corpus folder, never a folder a shard's name leads to."""
+    folder, _ = corpus_dir
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"][0]["file"] = name
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError) as err:
+        open_corpus(folder)
+    assert f"shard 0 of split 'train' names {name!r}, not a file of the folder" in str(err.value)
+    assert str(err.value).endswith(
+        f"HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again"
+    )
+
+
+@pytest.mark.parametrize("kind", ["ids swapped", "a word replaced", "a word more"])
+def test_a_tokenizer_that_differs_says_how(corpus_dir: tuple[Path, np.ndarray], kind: str) -> None:
+    folder, _ = corpus_dir
+    words = {"ids swapped": ["<unk>", "<eos>", "b", "a", "c"], "a word replaced": [*ITOS[:-1], "z"],
+             "a word more": [*ITOS, "d"]}[kind]  # fmt: skip
+    vocab.save_tokenizer(words, folder / shards.TOKENIZER, lowercase=False, add_eos=True)
+    with pytest.raises(DataError) as err:
+        open_corpus(folder).tokenizer()
+    expected = "(6 words, expected 5)" if kind == "a word more" else "as many words (5) but other"
+    assert expected in str(err.value) and "size 5 vs 5" not in str(err.value)
+
+
 def test_tokenizer_and_shards_from_different_vocabularies(
     corpus_dir: tuple[Path, np.ndarray],
 ) -> None:

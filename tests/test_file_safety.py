@@ -152,7 +152,7 @@ def lowercase_on(data: bytes) -> bytes:
 DAMAGES = {
     "truncated": (lambda data: data[: len(data) // 2], "cannot read the vocabulary"),
     "garbage": (lambda data: b"\x00\xff garbage" * 10, "cannot read the vocabulary"),
-    "ids swapped": (swap_two_ids, "{size} words as expected, but other words or ids"),
+    "ids swapped": (swap_two_ids, "as many words ({size}) but other words or ids"),
     "normalizer changed": (lowercase_on, "does not match the sha256 recorded for it"),
 }
 

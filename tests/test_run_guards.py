@@ -14,7 +14,13 @@ import torch
 from hornn_dist.data.streams import ArrayTokens, TBPTTStream
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, build_model
-from hornn_dist.training.memory import check_fits, parameter_count
+from hornn_dist.training.memory import (
+    activation_elements,
+    cgroup_folders,
+    cgroup_free_bytes,
+    check_fits,
+    parameter_count,
+)
 from tests.train_helpers import (
     REPO,
     check_ok,
@@ -69,6 +75,89 @@ def test_parameter_count_is_the_built_models() -> None:
     ):
         assert parameter_count(cfg, 100) == build_model(cfg, 100).num_parameters()
         assert check_fits(cfg, 100, torch.device("cpu")) == parameter_count(cfg, 100)
+
+
+def test_a_step_whose_activations_cannot_fit_is_refused_before_allocating(workdir: Path) -> None:
+    # the scan's buffer: (order + bptt) x batch x (order + 1) x hidden floats, ~500 GB here
+    big = ["model.order=4000", "model.hidden_size=200", "train.batch_size=40"]
+    line = only_error_line(train(workdir, *[a for kv in big for a in ("--set", kv)]))
+    assert "activations need" in line and "model.order" in line and "train.batch_size" in line
+
+
+def test_the_activation_estimate_grows_with_order_squared() -> None:
+    cfg = ModelConfig(order=1000, hidden_size=32, embedding_size=32)
+    twice = ModelConfig(order=2000, hidden_size=32, embedding_size=32)
+    ratio = activation_elements(twice, 100, 8, 16) / activation_elements(cfg, 100, 8, 16)
+    assert 3.8 < ratio < 4.2
+
+
+_PEAK = """
+import resource, sys, torch
+from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.training.memory import activation_elements
+cfg = ModelConfig(order=256, pooling=sys.argv[1], hidden_size=64, embedding_size=64)
+model = build_model(cfg, 1000)
+x, y = torch.randint(0, 1000, (8, 16)), torch.randint(0, 1000, (8, 16))
+with open("/proc/self/statm") as statm:  # resident now (the peak so far may be above)
+    before = int(statm.read().split()[1]) * resource.getpagesize()
+logits, _ = model(x)
+torch.nn.functional.cross_entropy(logits.view(-1, 1000), y.view(-1)).backward()
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+print(grown / (activation_elements(cfg, 1000, 16, 8) * 4))
+"""
+
+
+@pytest.mark.parametrize("pooling", ["fofe", "gated"])
+def test_the_activation_estimate_is_near_a_measured_step(pooling: str) -> None:
+    """The step's peak resident memory (ru_maxrss of a fresh process, less its resident memory
+    before the step) is near the estimate, rather above it: a refused step surely does not fit, one that passes is not far off."""
+    proc = subprocess.run([sys.executable, "-c", _PEAK, pooling], capture_output=True, text=True,
+                          cwd=REPO, env=env(), timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 0.9 <= float(proc.stdout) <= 1.5
+
+
+def test_a_cgroup_limit_is_honoured(tmp_path: Path) -> None:
+    """A 1.5 GB container (v2 or v1 files) refuses hidden_size=6000, which the host would fit."""
+    cfg = ModelConfig(hidden_size=6000, embedding_size=128)
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    v2.mkdir(), v1.mkdir()
+    (v2 / "memory.max").write_text(f"{3 * 2**29}\n")
+    (v2 / "memory.current").write_text(f"{2**28}\n")
+    (v2 / "memory.stat").write_text(f"anon 0\ninactive_file {2**28}\n")  # reclaimable
+    (v1 / "memory.limit_in_bytes").write_text(f"{3 * 2**29}\n")
+    (v1 / "memory.usage_in_bytes").write_text("0\n")
+    assert cgroup_free_bytes([v2]) == cgroup_free_bytes([v1]) == 3 * 2**29
+    for folder in (v2, v1):
+        with pytest.raises(ConfigError, match=r"1\.5 GiB available.*lower model\.hidden_size"):
+            check_fits(cfg, 5053, torch.device("cpu"), 20, 30, cgroups=[folder])
+    (v2 / "memory.max").write_text("max\n")  # no limit: the host's memory decides
+    assert cgroup_free_bytes([v2]) is None
+    assert check_fits(cfg, 5053, torch.device("cpu"), 20, 30, cgroups=[v2])
+
+
+@pytest.mark.parametrize(
+    ("hidden", "embedding", "fix"),
+    [(8, 100_000, "lower model.embedding_size or model.hidden_size"),
+     (20_000, 8, "lower model.hidden_size or model.embedding_size")],
+)  # fmt: skip
+def test_the_message_names_the_larger_size_first(
+    tmp_path: Path, hidden: int, embedding: int, fix: str
+) -> None:
+    (tmp_path / "memory.max").write_text(f"{2**30}\n")  # a 1 GiB container
+    cfg = ModelConfig(hidden_size=hidden, embedding_size=embedding)
+    with pytest.raises(ConfigError, match=f"parameters.*; {fix}, or the vocabulary"):
+        check_fits(cfg, 5000, torch.device("cpu"), 4, 8, cgroups=[tmp_path])
+
+
+def test_the_cgroup_folders_are_the_process_own_and_its_parents(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/job/step\n1:cpu:/x\n0::/user/app\n")
+    root = tmp_path / "fs"
+    folders = cgroup_folders(proc, root)
+    for want in ("memory/job/step", "memory/job", "memory", "user/app", "user", "."):
+        assert (root / want).resolve() in [f.resolve() for f in folders], want
+    assert root / "cpu" / "x" not in folders
 
 
 def test_more_processes_than_streams_is_one_line() -> None:

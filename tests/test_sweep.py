@@ -103,6 +103,15 @@ def test_recipes_multiply_the_runs_and_the_command_line_comes_last(tmp_path: Pat
             "run a: unknown key model.orders; did you mean model.order?",
         ),
         ('[[runs]]\nname = "a"\n[[runs]]\nname = "a"\n', "two runs are named 'a'"),
+        ('[[runs]]\nname = "."\n', "run name '.' must name a folder of its own, not . or .."),
+        (
+            '[[runs]]\nname = "{model.pooling}"\ngrid = { "model.pooling" = [".."] }\n',
+            "run name '..' must name a folder of its own",
+        ),
+        (
+            '[[runs]]\nname = "a"\nset = { "model.order" = { n = 2 } }\n',
+            "set value of 'model.order' must be a number, string, boolean or list of strings",
+        ),
         (
             '[[runs]]\nname = "{model.order}"\n',
             "name uses {model.order}, which its grid does not set",

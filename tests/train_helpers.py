@@ -210,3 +210,29 @@ def markdown_table(markdown: str, heading: str) -> list[dict[str, str]]:
     headers = table[0]
     assert set(table[1]) <= {"---", "---:"}
     return [dict(zip(headers, row, strict=True)) for row in table[2:]]
+
+
+def mount_tmpfs(folder: Path, *options: str) -> bool:
+    """Mount a tmpfs at `folder` (e.g. "ro", "size=64k"); return False where this user may not
+    mount (not root, no CAP_SYS_ADMIN), for a test to skip. Unmount with `unmount`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = ["mount", "-t", "tmpfs", "-o", ",".join(options or ("rw",)), "tmpfs", str(folder)]
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def unmount(folder: Path) -> None:
+    """Unmount what `mount_tmpfs` mounted at `folder`."""
+    subprocess.run(["umount", str(folder)], capture_output=True, timeout=30)
+
+
+def fill_disk(folder: Path) -> None:
+    """Write into `folder` until its file system is full."""
+    try:
+        with open(folder / "filler", "wb", buffering=0) as f:
+            while True:
+                f.write(b"\0" * 4096)
+    except OSError:
+        pass

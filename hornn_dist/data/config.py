@@ -14,6 +14,8 @@ SOURCES = ("files", "hub")
 PRESETS = ("", "ptb", "text8", "wikitext103", "demo")
 CORPORA_DIR = Path(__file__).resolve().parent.parent / "corpora"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_CHUNK_BYTES = 1 << 30
+MAX_NAME = 100  # the cache folder's name adds a hash; file systems allow 255 bytes a name
 # Where each preset's corpus comes from when read from local files: what to download and what
 # data.path (the {path}) must then hold; and the place the shipped configs and README suggest.
 PRESET_DOWNLOADS = {
@@ -113,6 +115,10 @@ class DataConfig:
             raise ConfigError(
                 f"data.name must be letters, digits, '.', '_' or '-'; got {self.name!r}"
             )
+        if len(self.name) > MAX_NAME:  # it names a folder, whose name the file system limits
+            raise ConfigError(
+                f"data.name must be at most {MAX_NAME} characters, got {len(self.name)}"
+            )
         if self.min_count < 1:
             raise ConfigError(f"data.min_count must be >= 1, got {self.min_count}")
         if self.max_vocab < 0 or self.max_vocab in (1, 2):
@@ -121,8 +127,10 @@ class DataConfig:
             )
         if self.shard_tokens < 1:
             raise ConfigError(f"data.shard_tokens must be >= 1, got {self.shard_tokens}")
-        if self.chunk_bytes < 16:
-            raise ConfigError(f"data.chunk_bytes must be >= 16, got {self.chunk_bytes}")
+        if not 16 <= self.chunk_bytes <= MAX_CHUNK_BYTES:  # one read is held in memory at once
+            raise ConfigError(
+                f"data.chunk_bytes must be between 16 and {MAX_CHUNK_BYTES}, got {self.chunk_bytes}"
+            )
         if self.errors not in ("strict", "replace"):
             raise ConfigError(f"data.errors must be 'strict' or 'replace', got {self.errors!r}")
         if self.heldout_chars < 0:
@@ -251,6 +259,15 @@ def apply_preset(cfg: DataConfig) -> DataConfig:
         return dataclasses.replace(cfg)
     values = _PRESETS[cfg.preset](cfg)
     chosen = cfg.keys_set()
+    ignored = [
+        f"data.{key}" for key in ("train", "valid", "test") if key in values and key in chosen
+    ]
+    if cfg.path and ignored:  # the preset would read the user's files, not data.path's
+        named = ", ".join(ignored)
+        raise ConfigError(
+            f"data.path = {cfg.path!r} would be ignored: the {cfg.preset} preset reads its files "
+            f"from data.path only where {named} is not set; keep data.path or {named}, not both"
+        )
     changes = {k: v for k, v in values.items() if k not in chosen}
     resolved = dataclasses.replace(cfg, **changes)
     resolved.validate()

@@ -454,6 +454,10 @@ def _manifest_problem(manifest: dict[str, Any]) -> str:
         for i, shard in enumerate(info["shards"]):
             if not _has(shard, file=str, tokens=int, sha256=str):
                 return f"shard {i} of split {split!r} lacks its file, tokens or sha256"
+            name = shard["file"]
+            if name in ("", ".", "..") or "/" in name or os.sep in name or "\0" in name:
+                # a path such as ../../x would read, and the hint would delete, outside the folder
+                return f"shard {i} of split {split!r} names {name[:80]!r}, not a file of the folder"
     return ""
 
 

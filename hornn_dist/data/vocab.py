@@ -191,8 +191,11 @@ class Vocabulary:
     def _check(self, itos: list[str]) -> list[str]:
         if len(itos) != self.vocab_size:
             differs = f"{len(itos)} words, expected {self.vocab_size}"
-        elif vocab_hash(itos) != self.vocab_hash:
-            differs = f"{len(itos)} words as expected, but other words or ids"
+        elif (digest := vocab_hash(itos)) != self.vocab_hash:
+            differs = (
+                f"as many words ({len(itos)}) but other words or ids: sha256 of the id table "
+                f"{digest[:16]}, expected {self.vocab_hash[:16]}"
+            )
         else:
             return itos
         raise DataError(f"{self.path} does not match {self._expected} ({differs}); {self._hint}")

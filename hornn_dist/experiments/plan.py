@@ -126,7 +126,13 @@ def _overrides(path: Path, where: str, table: Any) -> tuple[str, ...]:
     for key, value in table.items():
         if "." not in key:
             raise ConfigError(f'{path}: {where} key {key!r} must be "section.key", e.g. "optim.lr"')
-        items.append(f"{key}={toml_value(value)}")
+        try:
+            items.append(f"{key}={toml_value(value)}")
+        except TypeError:  # a table: no config key holds one
+            raise ConfigError(
+                f"{path}: {where} value of {key!r} must be a number, string, boolean or list "
+                f"of strings, got {value!r}"
+            ) from None
     return tuple(items)
 
 
@@ -178,11 +184,20 @@ def _format_name(path: Path, where: str, pattern: str, values: dict[str, Any]) -
         return str(values[key])
 
     name = re.sub(r"\{([^{}]+)\}", value, pattern)
-    if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
-        raise ConfigError(
-            f"{path}: {where} run name {name!r} must be letters, digits and . _ + - (a folder name)"
-        )
+    problem = run_name_problem(name)
+    if problem:
+        raise ConfigError(f"{path}: {where} run name {name!r} {problem}")
     return name
+
+
+def run_name_problem(name: object) -> str:
+    """Return why `name` cannot name a run's folder under the sweep's output_dir ("" if it
+    can): it must be one path component of letters, digits and . _ + -, never . or .."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
+        return "must be letters, digits and . _ + - (a folder name)"
+    if name in (".", ".."):
+        return "must name a folder of its own, not . or .."
+    return ""
 
 
 def _run_config(path: Path, base: Path, name: str, overrides: tuple[str, ...]) -> RunConfig:

@@ -11,7 +11,7 @@ from typing import Any
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.errors import ConfigError, HornnError
-from hornn_dist.experiments.plan import RUNS_FILE
+from hornn_dist.experiments.plan import RUNS_FILE, run_name_problem
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.resume import completion
 
@@ -126,4 +126,13 @@ def read_sweep_record(runs_dir: Path) -> dict:
         ) from None
     if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
         raise ConfigError(f"{listing} has no list of runs; run the sweep again to rewrite it")
+    for index, entry in enumerate(record["runs"]):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if name is None:
+            problem = f"run {index} ({entry!r:.80}) is not a table with a name"
+        elif run_name_problem(name):  # a name such as ../x or /x reads outside runs_dir
+            problem = f"run {index}'s name {name!r:.80} {run_name_problem(name)}"
+        else:
+            continue
+        raise ConfigError(f"{listing}: {problem}; run the sweep again to rewrite it")
     return record

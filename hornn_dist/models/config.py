@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hornn_dist.checks import check_choice, check_count
+from hornn_dist.checks import check_at_most, check_choice, check_count
 from hornn_dist.errors import ConfigError
 
 ARCHS = ("hornn", "rnn", "lstm", "gru")
@@ -17,6 +17,12 @@ ACTIVATIONS = ("tanh", "sigmoid", "relu")
 RNN_ACTIVATIONS = ("tanh", "relu")  # what torch.nn.RNN offers
 ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
+# Upper bounds far past any model that trains, below sizes whose shapes overflow an index or
+# whose first allocation is terabytes (the memory check judges what lies between)
+MAX_ORDER = 4096
+MAX_WIDTH = 1 << 20  # model.hidden_size, model.embedding_size
+MAX_LAYERS = 1024
+MAX_INIT_STD = 100.0
 
 
 @dataclass
@@ -56,12 +62,18 @@ class ModelConfig:
         check_choice("model.engine", self.engine, ENGINES)
         check_choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)
         check_count("model.order", self.order)
+        check_at_most("model.order", self.order, MAX_ORDER)
         check_alpha("model.alpha", self.alpha)
         check_count("model.hidden_size", self.hidden_size)
+        check_at_most("model.hidden_size", self.hidden_size, MAX_WIDTH)
         check_count("model.num_layers", self.num_layers)
+        check_at_most("model.num_layers", self.num_layers, MAX_LAYERS)
         check_count("model.embedding_size", self.embedding_size, 0, " (0 = hidden_size)")
-        if self.init_std <= 0:
-            raise ConfigError(f"model.init_std must be > 0, got {self.init_std}")
+        check_at_most("model.embedding_size", self.embedding_size, MAX_WIDTH)
+        if not 0 < self.init_std <= MAX_INIT_STD:
+            raise ConfigError(
+                f"model.init_std must be in (0, {MAX_INIT_STD:g}], got {self.init_std}"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
         if self.tie_weights and self.embedding_size not in (0, self.hidden_size):

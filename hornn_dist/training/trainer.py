@@ -103,10 +103,9 @@ class Trainer:
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.draws_progress())
-        check_fits(cfg.model, self.corpus.vocab_size, acc.device)
-        plan = plan_for(
-            cfg.model, acc.device, cfg.train.batch_size // acc.num_processes, acc.mixed_precision
-        )
+        batch = cfg.train.batch_size // acc.num_processes
+        check_fits(cfg.model, self.corpus.vocab_size, acc.device, batch, cfg.train.bptt)
+        plan = plan_for(cfg.model, acc.device, batch, acc.mixed_precision)
         model = build_model(cfg.model, self.corpus.vocab_size, plan)
         self.fused_sgd = needs_fused_sgd(acc)
         optimizer = build_optimizer(model, cfg.optim, fused=self.fused_sgd)
