@@ -17,6 +17,7 @@ ACTIVATIONS = ("tanh", "sigmoid", "relu")
 RNN_ACTIVATIONS = ("tanh", "relu")  # what torch.nn.RNN offers
 ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
+RECURRENT_INITS = ("paper", "scaled")  # how the feedback weights are drawn (models/init.py)
 
 
 @dataclass
@@ -32,6 +33,9 @@ class ModelConfig:
     num_layers: int = 1
     activation: str = "tanh"  # tanh | sigmoid | relu (hornn and rnn)
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
+    # feedback weights: paper (N(0, init_std), §4) | scaled (gain ~1 whatever H, order and
+    # pooling); the rule: hornn_dist/models/init.py; why: README "Recipes"
+    recurrent_init: str = "paper"
     # auto (triton on CUDA under mixed precision at small batch x hidden, else fused) | fused
     # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
     # autograd, slow reference); resolved once per run: hornn_dist/models/plan.py
@@ -50,6 +54,7 @@ class ModelConfig:
         if self.arch == "rnn":
             check_choice("model.activation", self.activation, RNN_ACTIVATIONS, " for arch rnn")
         check_choice("model.engine", self.engine, ENGINES)
+        check_choice("model.recurrent_init", self.recurrent_init, RECURRENT_INITS)
         check_choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)
         check_count("model.order", self.order)
         check_alpha("model.alpha", self.alpha)

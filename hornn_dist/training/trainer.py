@@ -25,6 +25,7 @@ from hornn_dist.data.streams import EvalStream, TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
+from hornn_dist.models import init as init_rule
 from hornn_dist.runtime import (
     StopFlag,
     build_accelerator,
@@ -284,6 +285,15 @@ class Trainer:
             acc.device,
             f"mixed precision {acc.mixed_precision}",
             self.step.describe(),
+        )
+        logger.info(
+            'recipe: %s | activation %s | clip %s %g, column norm %g, lr %g (README "Recipes")',
+            init_rule.describe(cfg.model),
+            cfg.model.activation if cfg.model.arch in ("hornn", "rnn") else "(gates)",
+            cfg.optim.clip_mode,
+            cfg.optim.clip,
+            cfg.optim.max_col_norm,
+            cfg.optim.lr,
         )
 
     # ------------------------------------------------------------------ loop
