@@ -33,9 +33,9 @@ class ModelConfig:
     num_layers: int = 1
     activation: str = "tanh"  # tanh | sigmoid | relu (hornn and rnn)
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
-    # feedback weights: paper (N(0, init_std), §4) | scaled (gain ~1 whatever H, order and
-    # pooling); the rule: hornn_dist/models/init.py; why: README "Recipes"
-    recurrent_init: str = "paper"
+    # feedback weights: paper (N(0, init_std), §4) | scaled (the pooled feedback's gain capped
+    # at 1 whatever H, order and pooling); the rule: hornn_dist/models/init.py; README "Recipes"
+    recurrent_init: str = "scaled"
     # auto (triton on CUDA under mixed precision at small batch x hidden, else fused) | fused
     # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
     # autograd, slow reference); resolved once per run: hornn_dist/models/plan.py

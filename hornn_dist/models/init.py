@@ -2,14 +2,16 @@
 
     paper   every weight matrix ~ N(0, init_std), the recurrent ones too (paper §4)
     scaled  each feedback matrix of a HORNN path (W_hn) or of the RNN (weight_hh) ~
-            N(0, 1 / sqrt(H · Σ_n w_n²)), every other weight ~ N(0, init_std)
+            N(0, min(init_std, 1 / sqrt(H · Σ_n w_n²))), every other weight ~ N(0, init_std)
 
 w_n is path n's weight in the pool at initialisation: 1 for sum and max (and the order-1 RNN),
-α^n for fofe, σ(0) = ½ for gated. The pooled feedback Σ_n w_n W_hn h_{t-n} then has the
-per-unit gain of one N(0, 1/H) matrix, spectral radius about 1 at any H and order, where
-N(0, 0.1) gives one path 0.1·√H (1.1 at H 128, 2 at H 400) and N unweighted paths √N times
-that: the chaotic start under tanh that made `sum` and `max` diverge. The LSTM and GRU keep
-N(0, init_std) everywhere (their gates set their own gain).
+α^n for fofe, σ(0) = ½ for gated. The pooled feedback Σ_n w_n W_hn h_{t-n} drawn at std s has
+a spectral radius of about s·sqrt(H · Σ_n w_n²): at N(0, 0.1) one path has 0.1·√H (1.1 at
+H 128, 2 at H 400) and N unweighted paths √N times that, the chaotic start under tanh that
+made `sum` and `max` diverge. `scaled` caps that gain at 1 and never raises it: FOFE-3 and
+gated-3 at H 128 (gain 0.83 and 0.98) keep the paper's draw, which trained them best
+(README "Recipes"). The LSTM and GRU keep N(0, init_std) everywhere (their gates set their
+own gain).
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ def recurrent_std(cfg: ModelConfig) -> float:
     """Return the std of the feedback matrices (HORNN paths, RNN weight_hh) under cfg."""
     if cfg.recurrent_init == "paper" or cfg.arch not in ("hornn", "rnn"):
         return cfg.init_std
-    return 1.0 / math.sqrt(cfg.hidden_size * sum(w * w for w in path_weights(cfg)))
+    unit_gain = 1.0 / math.sqrt(cfg.hidden_size * sum(w * w for w in path_weights(cfg)))
+    return min(cfg.init_std, unit_gain)
 
 
 def describe(cfg: ModelConfig) -> str:
     """Return the start-up log's words for the init: which rule and the stds it resolved to."""
     rec = recurrent_std(cfg)
     if rec == cfg.init_std:
-        return f"init {cfg.recurrent_init}: every weight ~ N(0, {cfg.init_std:g})"
+        gain = "" if cfg.recurrent_init == "paper" else " (feedback gain <= 1 already)"
+        return f"init {cfg.recurrent_init}: every weight ~ N(0, {cfg.init_std:g}){gain}"
     return (
-        f"init {cfg.recurrent_init}: feedback paths ~ N(0, {rec:.4g}) = 1/sqrt(H * sum w_n^2), "
-        f"other weights ~ N(0, {cfg.init_std:g})"
+        f"init {cfg.recurrent_init}: feedback paths ~ N(0, {rec:.4g}) = 1/sqrt(H * sum w_n^2) "
+        f"(gain 1), other weights ~ N(0, {cfg.init_std:g})"
     )

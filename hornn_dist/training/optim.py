@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
 from hornn_dist.config import OptimConfig
+from hornn_dist.models.config import ModelConfig
+
+# clip_mode "auto": (mode, threshold) by the model's feedback, chosen by validation on the
+# bundled corpus (README "Recipes"): an unweighted sum of feedback paths (the RNN, `sum`
+# pooling) trained best with the global norm at 0.25, weighted or gated feedback (max, fofe,
+# gated, LSTM, GRU) with the paper's element-wise clip at 5
+AUTO_CLIP = {"norm": 0.25, "value": 5.0}
+
+
+def resolve_clip(model: ModelConfig, cfg: OptimConfig) -> OptimConfig:
+    """Return cfg with clip_mode "auto" resolved to the model's (mode, clip); else cfg."""
+    if cfg.clip_mode != "auto":
+        return cfg
+    unweighted = model.arch == "rnn" or (model.arch == "hornn" and model.pooling == "sum")
+    mode = "norm" if unweighted else "value"
+    return replace(cfg, clip_mode=mode, clip=AUTO_CLIP[mode])
 
 
 def build_optimizer(
@@ -42,7 +58,10 @@ def keep_fused(optimizer: torch.optim.Optimizer, fused: bool) -> None:
 
 
 def clip_gradients(parameters: list[torch.nn.Parameter], cfg: OptimConfig) -> None:
-    """Clip gradients in place: element-wise hard clipping (`value`, §4) or by global L2 norm."""
+    """Clip gradients in place: element-wise hard clipping (`value`, §4) or by global L2 norm
+    (cfg resolved by `resolve_clip`)."""
+    if cfg.clip_mode == "auto":
+        raise ValueError('clip_mode "auto" must be resolved first: training.optim.resolve_clip')
     if cfg.clip <= 0:
         return
     if cfg.clip_mode == "value":

@@ -286,12 +286,13 @@ class Trainer:
             f"mixed precision {acc.mixed_precision}",
             self.step.describe(),
         )
+        clip = self.step.optim  # clip_mode "auto" resolved for this model
         logger.info(
             'recipe: %s | activation %s | clip %s %g, column norm %g, lr %g (README "Recipes")',
             init_rule.describe(cfg.model),
             cfg.model.activation if cfg.model.arch in ("hornn", "rnn") else "(gates)",
-            cfg.optim.clip_mode,
-            cfg.optim.clip,
+            f"{clip.clip_mode}{' (auto)' if cfg.optim.clip_mode == 'auto' else ''}",
+            clip.clip,
             cfg.optim.max_col_norm,
             cfg.optim.lr,
         )
