@@ -15,10 +15,16 @@ from hornn_dist.models.init import describe, recurrent_std
 V, H = 40, 64
 
 
-def model_of(arch: str, pooling: str, order: int, init: str, seed: int = 0):
+def model_of(arch: str, pooling: str, order: int, init: str, seed: int = 0, std: float = 0.5):
     torch.manual_seed(seed)
     cfg = ModelConfig(
-        arch=arch, pooling=pooling, order=order, hidden_size=H, recurrent_init=init, alpha=0.5
+        arch=arch,
+        pooling=pooling,
+        order=order,
+        hidden_size=H,
+        recurrent_init=init,
+        alpha=0.5,
+        init_std=std,
     )
     return cfg, build_model(cfg, V)
 
@@ -53,20 +59,40 @@ def test_scaled_draws_each_feedback_path_at_one_over_sqrt_h_sum_w2(arch, pooling
         if "bias" in name:
             assert p.abs().sum() == 0, name
         elif "weight_hh" not in name:
-            assert p.std().item() == pytest.approx(0.1, rel=0.06), name
+            assert p.std().item() == pytest.approx(0.5, rel=0.06), name
     if pooling == "gated":  # the gates' W2n keep init_std
         layer = model.layers[0]
         gates = layer.weight_hh[:, order * H :]
-        assert gates.std().item() == pytest.approx(0.1, rel=0.06)
+        assert gates.std().item() == pytest.approx(0.5, rel=0.06)
+
+
+def test_scaled_never_raises_the_gain_above_init_std():
+    # FOFE-3 (α 0.6) and gated-3 at H 128 have a pooled gain under 1 at N(0, 0.1): kept as drawn
+    for pooling in ("fofe", "gated"):
+        cfg = ModelConfig(pooling=pooling, hidden_size=128, recurrent_init="scaled")
+        assert recurrent_std(cfg) == 0.1
+        assert "gain <= 1 already" in describe(cfg)
+        torch.manual_seed(3)
+        scaled = build_model(cfg, V)
+        torch.manual_seed(3)
+        paper = build_model(
+            ModelConfig(pooling=pooling, hidden_size=128, recurrent_init="paper"), V
+        )
+        assert all(
+            torch.equal(p, q) for p, q in zip(scaled.parameters(), paper.parameters(), strict=True)
+        )
+    # at H 400 the same FOFE-3 would start at gain 1.46: capped to 1
+    cfg = ModelConfig(pooling="fofe", hidden_size=400, recurrent_init="scaled")
+    assert recurrent_std(cfg) == pytest.approx(1 / math.sqrt(400 * (0.36 + 0.6**4 + 0.6**6)))
 
 
 def test_scaled_gives_the_pooled_feedback_a_gain_near_one():
     # the point of the rule: a sum of 3 paths starts with the gain of one N(0, 1/H) matrix
-    _, model = model_of("hornn", "sum", 3, "scaled")
+    _, model = model_of("hornn", "sum", 3, "scaled", std=0.1)
     pooled = sum(feedback_blocks(model))
     radius = torch.linalg.eigvals(pooled.double()).abs().max().item()
     assert 0.8 < radius < 1.2
-    _, paper = model_of("hornn", "sum", 3, "paper")
+    _, paper = model_of("hornn", "sum", 3, "paper", std=0.1)
     assert torch.linalg.eigvals(sum(feedback_blocks(paper)).double()).abs().max().item() > 1.2
 
 
@@ -75,8 +101,8 @@ def test_scaled_gives_the_pooled_feedback_a_gain_near_one():
 )
 def test_paper_draws_the_same_weights_as_before_the_option(arch, pooling):
     # "paper" is the init before the option: one normal_ stream at init_std, bit for bit
-    _, model = model_of(arch, pooling, 3, "paper")
-    _, ref = model_of(arch, pooling, 3, "paper")
+    _, model = model_of(arch, pooling, 3, "paper", std=0.1)
+    _, ref = model_of(arch, pooling, 3, "paper", std=0.1)
     torch.manual_seed(7)
     model.reset_parameters()
     torch.manual_seed(7)
@@ -90,10 +116,10 @@ def test_paper_draws_the_same_weights_as_before_the_option(arch, pooling):
 def test_lstm_and_gru_keep_init_std_under_scaled():
     for arch in ("lstm", "gru"):
         cfg, model = model_of(arch, "sum", 3, "scaled")
-        assert recurrent_std(cfg) == 0.1
-        assert "every weight ~ N(0, 0.1)" in describe(cfg)
+        assert recurrent_std(cfg) == 0.5
+        assert "every weight ~ N(0, 0.5)" in describe(cfg)
         for block in feedback_blocks(model):
-            assert block.std().item() == pytest.approx(0.1, rel=0.06)
+            assert block.std().item() == pytest.approx(0.5, rel=0.06)
 
 
 def test_describe_names_the_rule_and_the_resolved_std():
