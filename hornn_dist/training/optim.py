@@ -24,9 +24,39 @@ def resolve_clip(model: ModelConfig, cfg: OptimConfig) -> OptimConfig:
     if cfg.clip_mode != "auto":
         return cfg
     unweighted = model.arch == "rnn" or (model.arch == "hornn" and model.pooling == "sum")
-    return replace(
-        cfg, clip_mode="norm", clip=AUTO_CLIP_NORM["unweighted" if unweighted else "weighted"]
+    clip = AUTO_CLIP_NORM["unweighted" if unweighted else "weighted"]
+    return replace(cfg, clip_mode="norm", clip=clip)
+
+
+def build_optimizer(
+    model: torch.nn.Module, cfg: OptimConfig, fused: bool = False
+) -> torch.optim.SGD:
+    """Return SGD with the configured lr, momentum and weight decay over all model parameters.
+
+    fused: torch's fused SGD, one kernel that also takes a GradScaler's overflow flag as a
+    tensor and skips an overflowing step on the device (no host sync, so a CUDA graph can hold
+    it). Its momentum buffers start at zero, which gives the same first step as SGD's copy of
+    the gradient and leaves nothing uninitialised when that first step is skipped.
+    """
+    sgd = torch.optim.SGD(
+        model.parameters(),
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        fused=fused or None,
     )
+    if fused and cfg.momentum:
+        for group in sgd.param_groups:
+            for param in group["params"]:
+                sgd.state[param]["momentum_buffer"] = torch.zeros_like(param)
+    return sgd
+
+
+def keep_fused(optimizer: torch.optim.Optimizer, fused: bool) -> None:
+    """Set every parameter group's `fused` to the run's choice after a checkpoint's state was
+    loaded (a state dict carries the saving run's; fp16 needs fused SGD, other runs not)."""
+    for group in optimizer.param_groups:
+        group["fused"] = fused or None
 
 
 def clip_gradients(parameters: list[torch.nn.Parameter], cfg: OptimConfig) -> None:
