@@ -52,6 +52,7 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "ptb_summary": 12,
         "text8_summary": 6,
         "synthetic_recipes": 8,
+        "recipe_converged": 18,
     }
     for name, runs in expected.items():
         plan = read_sweep(REPO / "configs" / "sweeps" / f"{name}.toml")
