@@ -42,12 +42,12 @@ def read_run(folder: Path) -> dict:
     optim = resolve_clip(mcfg, OptimConfig(**cfg["optim"]))
     clip = f"{optim.clip_mode} {optim.clip:g}"
     shipped = replace_model(mcfg)
-    is_shipped = math.isclose(std, recurrent_std(shipped)) and (optim.clip_mode, optim.clip) == (
-        resolve_clip(shipped, OptimConfig()).clip_mode,
-        resolve_clip(shipped, OptimConfig()).clip,
-    )
+    auto = resolve_clip(shipped, OptimConfig())  # what the shipped defaults resolve to
+    shipped_init = math.isclose(std, recurrent_std(shipped))
+    shipped_clip = (optim.clip_mode, optim.clip) == (auto.clip_mode, auto.clip)
     ppl = [round(v["ppl"], 2) for v in state["valid_history"] if float(v["epoch"]).is_integer()]
-    return {"model": model, "std": std, "clip": clip, "ppl": ppl, "shipped": is_shipped,
+    return {"model": model, "std": std, "clip": clip, "ppl": ppl, "init_ok": shipped_init,
+            "clip_ok": shipped_clip,
             "stop": state.get("stop_reason", ""), "hw": state.get("hardware", "")}  # fmt: skip
 
 
@@ -64,15 +64,15 @@ def table(runs_dir: Path) -> str:
     order = list(MODELS)
     runs.sort(key=lambda r: (order.index(r["model"]), -r["std"], r["clip"]))
     epochs = max(len(r["ppl"]) for r in runs)
-    head = "| model | feedback std | clip | shipped | " + " | ".join(
+    head = "| model | feedback std | clip | shipped init | shipped clip | " + " | ".join(
         f"ep {i + 1}" for i in range(epochs)
     )
-    lines = [head + " | best |", "| --- | ---: | --- | --- |" + " ---: |" * (epochs + 1)]
+    lines = [head + " | best |", "| --- | ---: | --- | --- | --- |" + " ---: |" * (epochs + 1)]
     for r in runs:
         cells = [f"{p:.2f}" for p in r["ppl"]] + [""] * (epochs - len(r["ppl"]))
         best = f"**{min(r['ppl']):.2f}**" if r["ppl"] else ""
-        mark = "✓" if r["shipped"] else ""
-        row = f"| {MODELS[r['model']]} | {r['std']:.4f} | {r['clip']} | {mark} | "
+        marks = " | ".join("✓" if r[k] else "" for k in ("init_ok", "clip_ok"))
+        row = f"| {MODELS[r['model']]} | {r['std']:.4f} | {r['clip']} | {marks} | "
         lines.append(row + " | ".join(cells) + f" | {best} |")
     return "\n".join(lines)
 
