@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import tomllib
@@ -77,7 +78,45 @@ def table(runs_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(runs_dir: Path) -> str:
+    """Return one row per CPU run: its recipe line, steps, validations and test, from its log
+    and trainer_state.json (the clip as the run resolved it: "auto" changed during the search)."""
+    lines = [
+        "| run | H | recipe (start-up log) | steps | validation ppl (step) | largest logged train ppl | test ppl | ended |",
+        "| --- | ---: | --- | ---: | --- | ---: | ---: | --- |",
+    ]
+    for folder in sorted(f for f in runs_dir.iterdir() if (f / "trainer_state.json").exists()):
+        state = json.loads((folder / "trainer_state.json").read_text())
+        cfg = tomllib.loads((folder / "config.toml").read_text())
+        log = (folder / "train.log").read_text()
+        recipe = re.search(r"recipe: (.*?) \| activation \w+ \| (clip [^,]*),", log)
+        train = [float(x) for x in re.findall(r"step \d+: loss [\d.]+, ppl ([\d.e+]+)", log)]
+        valid = ", ".join(f"{v['ppl']:.2f} ({v['step']})" for v in state["valid_history"])
+        test = state.get("test") or {}
+        lines.append(
+            f"| {folder.name} | {cfg['model']['hidden_size']} | {recipe.group(1)}; {recipe.group(2)} "
+            f"| {state['step']} | {valid or '–'} | {max(train):.4g} | "
+            f"{format(test['ppl'], '.2f') if test else '–'} | {state.get('stop_reason', '')} |"
+        )
+    return "\n".join(lines)
+
+
+def paired_losses(a: Path, b: Path) -> str:
+    """Return the training loss of two runs at each step both logged (same seed, same data)."""
+    pattern = r"step (\d+): loss ([\d.]+),"
+    la, lb = (dict(re.findall(pattern, (f / "train.log").read_text())) for f in (a, b))
+    steps = sorted(set(la) & set(lb), key=int)
+    lines = [f"| step | {a.name} | {b.name} | difference |", "| ---: | ---: | ---: | ---: |"]
+    for st in steps:
+        lines.append(f"| {st} | {la[st]} | {lb[st]} | {float(lb[st]) - float(la[st]):+.4f} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    for sub in ("h100_screen", "cpu"):
-        if (HERE / sub / "runs").is_dir():
-            print(f"## {sub}\n\n{table(HERE / sub / 'runs')}\n")
+    print(f"## h100_screen\n\n{table(HERE / 'h100_screen' / 'runs')}\n")
+    if (HERE / "cpu" / "runs").is_dir():
+        print(f"## cpu\n\n{cpu_table(HERE / 'cpu' / 'runs')}\n")
+        runs = HERE / "cpu" / "runs"
+        print(
+            f"## demo: value 5 against norm 1\n\n{paired_losses(runs / 'demo-value5', runs / 'demo-norm1')}"
+        )
