@@ -56,7 +56,16 @@ TRAIN_CASES = {
     "invalid utf-8": (["--set", 'data.train=["{dir}/bad_utf8.txt"]'], "byte"),
     "resume path": (["--resume", "{dir}/no_such_run"], "no_such_run does not exist"),
     "non-finite loss": (
-        ["--set", "optim.lr=1e30", "--set", "optim.clip=0", "--set", "optim.max_col_norm=0"],
+        [
+            "--set",
+            "optim.lr=1e30",
+            "--set",
+            "optim.clip_mode=norm",
+            "--set",
+            "optim.clip=0",
+            "--set",
+            "optim.max_col_norm=0",
+        ],
         "training loss became NaN/inf at step",
     ),
 }
