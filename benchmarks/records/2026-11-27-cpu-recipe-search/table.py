@@ -89,7 +89,7 @@ def cpu_table(runs_dir: Path) -> str:
         state = json.loads((folder / "trainer_state.json").read_text())
         cfg = tomllib.loads((folder / "config.toml").read_text())
         log = (folder / "train.log").read_text()
-        recipe = re.search(r"recipe: (.*?) \| activation \w+ \| (clip [^,]*),", log)
+        recipe = re.search(r"recipe: (.*?) \| activation \S+ \| (clip [^,]*),", log)
         train = [float(x) for x in re.findall(r"step \d+: loss [\d.]+, ppl ([\d.e+]+)", log)]
         valid = ", ".join(f"{v['ppl']:.2f} ({v['step']})" for v in state["valid_history"])
         test = state.get("test") or {}
