@@ -44,7 +44,12 @@ def describe(cfg: ModelConfig) -> str:
     """Return the start-up log's words for the init: which rule and the stds it resolved to."""
     rec = recurrent_std(cfg)
     if rec == cfg.init_std:
-        gain = "" if cfg.recurrent_init == "paper" else " (feedback gain <= 1 already)"
+        if cfg.recurrent_init == "paper":
+            gain = ""
+        elif cfg.arch in ("hornn", "rnn"):
+            gain = " (feedback gain <= 1 already)"
+        else:
+            gain = f" (the rule leaves the {cfg.arch.upper()}'s weights as drawn)"
         return f"init {cfg.recurrent_init}: every weight ~ N(0, {cfg.init_std:g}){gain}"
     return (
         f"init {cfg.recurrent_init}: feedback paths ~ N(0, {rec:.4g}) = 1/sqrt(H * sum w_n^2) "
