@@ -30,7 +30,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-CLIP_MODES = ("value", "norm")
+CLIP_MODES = ("auto", "value", "norm")
 SCHEDULES = ("plateau", "fixed_then_halve")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 # Accelerate's trackers (accelerate.tracking.LOGGER_TYPE_TO_CLASS), each with the module it
@@ -62,9 +62,9 @@ class OptimConfig:
     lr: float = 0.5
     momentum: float = 0.5
     weight_decay: float = 1e-6
-    # the recipe that trained every model stably (README "Reproducing the paper", Recipes):
-    clip: float = 0.25  # 0 = no clipping
-    clip_mode: str = "norm"  # norm: global L2 norm | value: hard clip of each element (§4)
+    # the recipe of README "Recipes"; auto: per model (training/optim.py resolve_clip)
+    clip: float = 0.25  # the value / norm threshold (0 = no clipping); auto chooses its own
+    clip_mode: str = "auto"  # auto | norm: global L2 norm | value: hard clip of each element (§4)
     max_col_norm: float = 4.0  # column normalisation threshold (0 = off)
     schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
     halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
@@ -83,6 +83,11 @@ class OptimConfig:
         check_at_least("optim.clip", self.clip, 0)
         check_at_most("optim.clip", self.clip, MAX_CLIP)
         check_choice("optim.clip_mode", self.clip_mode, CLIP_MODES)
+        if self.clip_mode == "auto" and self.clip != OptimConfig.clip:
+            raise ConfigError(
+                f'optim.clip = {self.clip:g} needs optim.clip_mode "value" or "norm": under '
+                f'"auto" the clip is chosen per model (README "Recipes")'
+            )
         check_at_least("optim.max_col_norm", self.max_col_norm, 0)
         check_at_most("optim.max_col_norm", self.max_col_norm, MAX_CLIP)
         check_choice("optim.schedule", self.schedule, SCHEDULES)

@@ -62,6 +62,8 @@ TRAIN_CASES = {
             "--set",
             "optim.lr=1000",
             "--set",
+            "optim.clip_mode=norm",
+            "--set",
             "optim.clip=0",
             "--set",
             "optim.max_col_norm=0",

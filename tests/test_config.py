@@ -143,7 +143,7 @@ def test_to_dict_round_trips_through_config_from_dict(tmp_path: Path) -> None:
 
 
 def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, "[optim]\nlr = 1\nclip = 0\n"))
+    cfg = load_config(write(tmp_path, '[optim]\nlr = 1\nclip = 0\nclip_mode = "norm"\n'))
     assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
     assert cfg.optim.clip == 0.0 and isinstance(cfg.optim.clip, float)
 

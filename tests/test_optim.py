@@ -9,8 +9,16 @@ import pytest
 import torch
 
 from hornn_dist.config import OptimConfig
+from hornn_dist.errors import ConfigError
+from hornn_dist.models import ModelConfig
 from hornn_dist.training.metrics import perplexity, total_grad_norm
-from hornn_dist.training.optim import LrSchedule, build_optimizer, clip_gradients, keep_fused
+from hornn_dist.training.optim import (
+    LrSchedule,
+    build_optimizer,
+    clip_gradients,
+    keep_fused,
+    resolve_clip,
+)
 
 
 def schedule(**overrides: object) -> LrSchedule:
@@ -197,6 +205,40 @@ def test_clip_zero_is_a_no_op(mode: str) -> None:
     params = params_with_grads(a)
     clip_gradients(params, OptimConfig(clip=0.0, clip_mode=mode))
     assert torch.equal(params[0].grad, a)
+
+
+@pytest.mark.parametrize(
+    ("model", "mode", "clip"),
+    [
+        (ModelConfig(arch="rnn"), "norm", 0.25),
+        (ModelConfig(pooling="sum", order=1), "norm", 0.25),
+        (ModelConfig(pooling="sum", order=3), "norm", 0.25),
+        (ModelConfig(pooling="max"), "norm", 1.0),
+        (ModelConfig(pooling="fofe"), "norm", 1.0),
+        (ModelConfig(pooling="gated"), "norm", 1.0),
+        (ModelConfig(arch="lstm", pooling="sum"), "norm", 1.0),
+        (ModelConfig(arch="gru"), "norm", 1.0),
+    ],
+)
+def test_auto_clip_resolves_per_model(model: ModelConfig, mode: str, clip: float) -> None:
+    resolved = resolve_clip(model, OptimConfig())
+    assert (resolved.clip_mode, resolved.clip) == (mode, clip)
+    assert resolved.lr == OptimConfig().lr  # nothing else changes
+    explicit = OptimConfig(clip=1.0, clip_mode="norm")
+    assert resolve_clip(model, explicit) is explicit
+
+
+def test_unresolved_auto_clip_is_refused() -> None:
+    with pytest.raises(ValueError, match="resolve_clip"):
+        clip_gradients(params_with_grads(torch.tensor([9.0])), OptimConfig())
+
+
+def test_a_clip_under_auto_is_one_line_naming_both_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        OptimConfig(clip=5.0).validate()
+    message = str(info.value)
+    assert "optim.clip = 5" in message and "optim.clip_mode" in message and "\n" not in message
+    OptimConfig(clip=5.0, clip_mode="value").validate()
 
 
 def test_clipping_skips_parameters_without_gradients() -> None:

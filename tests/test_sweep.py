@@ -53,6 +53,7 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "ptb_summary": 12,
         "text8_summary": 6,
         "synthetic_recipes": 8,
+        "recipe_converged": 18,
     }
     for name, runs in expected.items():
         plan = read_sweep(REPO / "configs" / "sweeps" / f"{name}.toml")
@@ -70,7 +71,7 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
 def test_recipes_multiply_the_runs_and_the_command_line_comes_last(tmp_path: Path) -> None:
     path = write_sweep(
         tmp_path,
-        'set = { "optim.lr" = 0.2 }\n'
+        'set = { "optim.lr" = 0.2, "optim.clip_mode" = "norm" }\n'
         '[[runs]]\nname = "h{model.order}"\ngrid = { "model.order" = [1, 2] }\n'
         '[recipes]\na = { "optim.clip" = 1.0 }\nb = { "optim.clip" = 2.0, "optim.lr" = 0.3 }\n',
     )

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from hornn_dist.config import config_from_dict
 from hornn_dist.models import build_model, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
-from hornn_dist.training.optim import build_optimizer, clip_gradients
+from hornn_dist.training.optim import build_optimizer, clip_gradients, resolve_clip
 from hornn_dist.training.step import (
     WARMUP_STEPS,
     TrainStep,
@@ -106,7 +106,7 @@ def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
         if i == 4:
             ref_norms = [total_grad_norm(params), *ref.path_grad_norms().values()]
             exact = [float64_total_norm(params), *float64_path_norms(ref)]
-        clip_gradients(params, cfg.optim)
+        clip_gradients(params, resolve_clip(cfg.model, cfg.optim))  # fofe: norm 1
         opt.step()
         opt.zero_grad(set_to_none=True)
         column_normalize_(ref, cfg.optim.max_col_norm)
@@ -178,6 +178,20 @@ def bare_step(cfg, seed: int = 0, **kwargs) -> TrainStep:
     optimizer = build_optimizer(model, cfg.optim)
     plain = dict(device=torch.device("cpu"), batch_size=B, bptt=T, optim=cfg.optim)
     return TrainStep(model, model, optimizer, **{**plain, "graph_reason": "eager", **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("pooling", "order", "mode", "clip"),
+    [("sum", 3, "norm", 0.25), ("sum", 1, "norm", 0.25), ("max", 3, "norm", 1.0)],
+)
+def test_the_step_resolves_clip_mode_auto_for_its_model(pooling, order, mode, clip):
+    cfg = run_config(pooling)
+    cfg.model.order = order
+    assert cfg.optim.clip_mode == "auto"
+    step = bare_step(cfg)
+    assert (step.optim.clip_mode, step.optim.clip) == (mode, clip)
+    explicit = dataclasses.replace(cfg.optim, clip_mode="value", clip=1.0)
+    assert bare_step(cfg, optim=explicit).optim is explicit  # an explicit mode is kept as is
 
 
 def test_a_bare_step_takes_the_same_steps_as_the_trainers(make_accelerator):

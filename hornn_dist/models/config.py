@@ -17,6 +17,7 @@ ACTIVATIONS = ("tanh", "sigmoid", "relu")
 RNN_ACTIVATIONS = ("tanh", "relu")  # what torch.nn.RNN offers
 ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
+RECURRENT_INITS = ("paper", "scaled")  # how the feedback weights are drawn (models/init.py)
 # Upper bounds far past any model that trains, below sizes whose shapes overflow an index or
 # whose first allocation is terabytes (the memory check judges what lies between)
 MAX_ORDER = 4096
@@ -42,6 +43,9 @@ class ModelConfig:
     # between layers and before the output layer; never on the recurrent paths. 0 = off (paper)
     dropout: float = 0.0
     tie_weights: bool = False  # the output layer reuses the embedding matrix (needs E = H)
+    # feedback weights: paper (N(0, init_std), §4) | scaled (the pooled feedback's gain capped
+    # at 1 whatever H, order and pooling); the rule: hornn_dist/models/init.py; README "Recipes"
+    recurrent_init: str = "scaled"
     # auto (triton on CUDA under mixed precision at small batch x hidden, else fused) | fused
     # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
     # autograd, slow reference); resolved once per run: hornn_dist/models/plan.py
@@ -60,6 +64,7 @@ class ModelConfig:
         if self.arch == "rnn":
             check_choice("model.activation", self.activation, RNN_ACTIVATIONS, " for arch rnn")
         check_choice("model.engine", self.engine, ENGINES)
+        check_choice("model.recurrent_init", self.recurrent_init, RECURRENT_INITS)
         check_choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)
         check_count("model.order", self.order)
         check_at_most("model.order", self.order, MAX_ORDER)

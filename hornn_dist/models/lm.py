@@ -30,6 +30,7 @@ from hornn_dist.errors import ConfigError
 from hornn_dist.models import path_norms
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer
+from hornn_dist.models.init import recurrent_std
 from hornn_dist.models.plan import LayerPlan, plan_for
 
 State = tuple[Tensor, ...]
@@ -93,13 +94,23 @@ class RecurrentLM(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Draw every weight matrix from N(0, init_std) and zero every bias (paper §4)."""
+        """Draw every weight matrix from N(0, init_std), then the feedback matrices as
+        `model.recurrent_init` says (models/init.py), and zero every bias (paper §4)."""
         with torch.no_grad():
             for name, p in self.named_parameters():
                 if "bias" in name.rsplit(".", 1)[-1]:
                     p.zero_()
                 else:
                     p.normal_(0.0, self.cfg.init_std)
+            std = recurrent_std(self.cfg)
+            if std == self.cfg.init_std:  # "paper": drawn above, the random stream as before
+                return
+            for layer in self.layers:  # the N path blocks W_hn^T; gated's W2n keep init_std
+                layer.weight_hh[:, : layer.order * layer.hidden_size].normal_(0.0, std)
+            if self.rnn is not None:  # arch rnn (recurrent_std is init_std for lstm and gru)
+                for name, p in self.rnn.named_parameters():
+                    if name.startswith("weight_hh"):
+                        p.normal_(0.0, std)
 
     def init_state(
         self,

@@ -61,7 +61,7 @@ from torch import Tensor
 from hornn_dist.config import OptimConfig, RunConfig
 from hornn_dist.models import RecurrentLM, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
-from hornn_dist.training.optim import clip_gradients
+from hornn_dist.training.optim import clip_gradients, resolve_clip
 
 logger = logging.getLogger("hornn_dist")
 
@@ -112,7 +112,8 @@ class TrainStep:
         autocasts); core: the bare RecurrentLM inside it (state, gradient norms, max-norm);
         optimizer: its SGD (or Accelerate's wrapper of it).
     device, batch_size, bptt: where and what the static buffers hold (batch_size per process).
-    optim: the clip (`clip`, `clip_mode`) and max-norm (`max_col_norm`) settings.
+    optim: the clip (`clip`, `clip_mode`; "auto" resolved for core's model) and max-norm
+        (`max_col_norm`) settings.
     graph_reason: why the step is not CUDA graphs, or None to capture and replay them (CUDA
         only); the trainer's comes from `graph_unavailable_reason`.
     reduce: average the gradients over the processes of torch.distributed's default group
@@ -144,7 +145,7 @@ class TrainStep:
         if graph_reason is None and device.type != "cuda":
             raise ValueError(f"a CUDA graph needs a CUDA device, not {device}")
         self.model, self.core, self.optimizer = model, core, optimizer
-        self.optim = optim
+        self.optim = resolve_clip(core.cfg, optim)  # clip_mode "auto" chosen for this model
         self._backward, self._unscale, self._autocast = backward, unscale, autocast
         self.params = [p for p in core.parameters() if p.requires_grad]
         # One process: no flat buffer, so the backward hands its outputs over as the gradients

@@ -26,6 +26,7 @@ from hornn_dist.errors import HornnError
 from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
+from hornn_dist.models import init as init_rule
 from hornn_dist.runtime import (
     StopFlag,
     build_accelerator,
@@ -350,6 +351,16 @@ class Trainer:
             acc.device,
             f"mixed precision {acc.mixed_precision}",
             self.step.describe(),
+        )
+        clip = self.step.optim  # clip_mode "auto" resolved for this model
+        logger.info(
+            'recipe: %s | activation %s | clip %s %g, column norm %g, lr %g (README "Recipes")',
+            init_rule.describe(cfg.model),
+            cfg.model.activation if cfg.model.arch in ("hornn", "rnn") else "(gates)",
+            f"{clip.clip_mode}{' (auto)' if cfg.optim.clip_mode == 'auto' else ''}",
+            clip.clip,
+            cfg.optim.max_col_norm,
+            cfg.optim.lr,
         )
 
     # ------------------------------------------------------------------ loop
