@@ -2,8 +2,8 @@
 
 One step is the trainer's own step, `hornn_dist.training.step.TrainStep` (what
 `hornn_dist.train` runs on each TBPTT window), around a bare model with the trainer's
-default recipe (`OptimConfig()`: SGD lr 0.5, momentum 0.5, weight decay 1e-6, element-wise
-clip at 5, no max-norm):
+default recipe (`OptimConfig()`: SGD lr 0.5, momentum 0.5, weight decay 1e-6, the clip
+that `optim.clip_mode = "auto"` resolves for the model, no max-norm):
 
     batch upload -> embedding -> recurrence -> softmax cross-entropy -> backward
     -> (gradient norms) -> clip -> SGD -> max-norm (off) -> the state carried, detached

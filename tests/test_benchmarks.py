@@ -17,6 +17,7 @@ import torch
 from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
+from hornn_dist.training.optim import resolve_clip
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 from tests.train_helpers import load_benchmark
 
@@ -75,7 +76,8 @@ def test_the_timed_step_lowers_loss_on_repeated_data_and_carries_state_in_place(
         pytest.skip(triton_cpu_reason())
     run = runner(variant)
     step = run.train
-    assert isinstance(step, TrainStep) and step.optim == OptimConfig()  # the trainer's recipe
+    recipe = resolve_clip(tp.VARIANTS[variant], OptimConfig())  # the trainer's, for this model
+    assert isinstance(step, TrainStep) and step.optim == recipe
     assert step.describe() == "eager (eager mode)"
     tokens = torch.randint(0, SHAPE.vocab, (SHAPE.bptt + 1, SHAPE.batch), generator=gen(0))
     shapes = [(s.shape, s.dtype, s.data_ptr()) for s in step.state]
