@@ -357,6 +357,17 @@ def test_step_gemm_benchmark_times_both_products_and_the_layer(tmp_path):
     assert all(r["ms"] > 0 for r in rows)
 
 
+def _cpu_runs_a_bf16_lstm() -> bool:
+    """Return whether oneDNN runs torch.nn.LSTM under bf16 autocast here (not on AVX2-only
+    CPUs: "could not create a primitive descriptor")."""
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.nn.LSTM(4, 4)(torch.randn(2, 1, 4))
+    except RuntimeError:
+        return False
+    return True
+
+
 def test_precision_benchmark_measures_each_precision_against_float64(tmp_path):
     """benchmarks/precision.py on CPU: a row per pooling and recurrence precision and one for
     the LSTM peer, errors against float64 in the range bf16 gives; "fp16" is "autocast" here."""
@@ -372,6 +383,9 @@ def test_precision_benchmark_measures_each_precision_against_float64(tmp_path):
         ("lstm", "-")
     }
     for row in rows:
+        if row["pooling"] == "lstm" and not _cpu_runs_a_bf16_lstm():  # the row says why
+            assert row["dtype"] == "bf16" and "primitive descriptor" in row["error"]
+            continue
         assert row["dtype"] == "bf16" and "error" not in row
         grad_limit = 1.0 if row["pooling"] == "max" else 5e-2  # max: a flipped winner moves it
         assert 1e-4 < row["output_err"] < 3e-2 and 1e-4 < row["grad_err"] < grad_limit

@@ -77,7 +77,9 @@ def test_a_run_names_its_folder_and_each_save_and_keeps_train_log(workdir: Path)
 def test_an_error_of_the_run_ends_its_train_log(workdir: Path) -> None:
     """A run that stops with an error writes its one-line `error:` into train.log too."""
     run = workdir / "failing"
-    proc = train(workdir, "failing", "--set", "train.max_steps=2", "--set", "optim.lr=1e30")
+    diverging = ["optim.lr=1000", "optim.clip_mode=norm", "optim.clip=0", "optim.max_col_norm=0"]
+    sets = [arg for item in [*diverging, "model.activation=relu"] for arg in ("--set", item)]
+    proc = train(workdir, "failing", "--set", "train.max_steps=20", *sets)  # NaN mid-run
     assert proc.returncode == 2
     error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1

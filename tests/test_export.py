@@ -206,7 +206,7 @@ def test_export_onto_a_link_is_refused(trained: Path, tmp_path: Path, dangling: 
     link.symlink_to(target)
     _one_line_error(
         run_module("hornn_dist.export", str(trained), str(link)),
-        f"{link} is a symbolic link; export into a new folder",
+        f"{link} is a symbolic link (to {target}); export into a new folder",
     )
     assert link.is_symlink() and (dangling or not any(target.iterdir()))
     assert not target.exists() if dangling else target.is_dir()

@@ -262,7 +262,7 @@ def test_max_steps_on_an_epochs_last_batch_ends_that_epoch(workdir: Path, two_ep
         workdir, "capped", "--set", "train.epochs=2", "--set", f"train.max_steps={STEPS_PER_EPOCH}"
     )
     check_ok(capped)
-    assert "epoch 1 done: valid ppl" in capped.stderr
+    assert "epoch 1 of 2 done: valid ppl" in capped.stderr
     assert capped.stderr.count(f"step {STEPS_PER_EPOCH}: valid loss") == 1
     state = ckpt.read_trainer_state(newest(workdir, "capped"))
     assert state["epoch"] == 1 and state["schedule"]["epochs_done"] == 1  # the epoch counted
@@ -271,7 +271,7 @@ def test_max_steps_on_an_epochs_last_batch_ends_that_epoch(workdir: Path, two_ep
     resumed = train(workdir, "capped", "--set", "train.epochs=2")
     check_ok(resumed)
     assert f"step {STEPS_PER_EPOCH}: valid loss" not in resumed.stderr  # not validated again
-    assert "epoch 2 done: valid ppl" in resumed.stderr
+    assert "epoch 2 of 2 done: valid ppl" in resumed.stderr
     end = newest(workdir, "capped")
     _same_end(ckpt.read_trainer_state(end), two_epochs, end, newest(workdir, "two_epochs"))
 
