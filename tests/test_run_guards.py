@@ -100,11 +100,15 @@ model = build_model(cfg, 1000)
 x, y = torch.randint(0, 1000, (8, 16)), torch.randint(0, 1000, (8, 16))
 warm = build_model(ModelConfig(order=2, pooling=sys.argv[1], hidden_size=8), 1000)
 torch.nn.functional.cross_entropy(warm(x[:2])[0].view(-1, 1000), y[:2].view(-1)).backward()
-with open("/proc/self/statm") as statm:  # resident now (the peak so far may be above)
-    before = int(statm.read().split()[1]) * resource.getpagesize()
+def status(key):  # kB of /proc/self/status's line `key`, in bytes
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+before, files = status("VmRSS"), status("RssFile")  # resident now (the peak may be above)
 logits, _ = model(x)
 torch.nn.functional.cross_entropy(logits.view(-1, 1000), y.view(-1)).backward()
+# the peak's growth, less library pages read in meanwhile (a busy machine evicts them)
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+grown -= max(status("RssFile") - files, 0)
 print(grown / (activation_elements(cfg, 1000, 16, 8) * 4))
 """
 
