@@ -15,7 +15,17 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import load_config, read_toml
 from hornn_dist.experiments.tables import short_stop
 from hornn_dist.wording import counted
-from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    env,
+    launch_two_ranks,
+    prepared_tiny,
+    run_module,
+    train_into,
+    two_rank_command,
+    write_tiny_config,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,15 +38,11 @@ COMMANDS = ("train", "prepare", "evaluate", "generate", "export", "sweep", "repo
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("daily")
-    config = write_tiny_config(folder)
-    check_ok(run_module("hornn_dist.prepare", str(config)))
-    return folder
+    return prepared_tiny(tmp_path_factory.mktemp("daily"))
 
 
 def train(workdir: Path, name: str, *extra: str) -> subprocess.CompletedProcess:
-    out = f"train.output_dir={workdir / name}"
-    return run_module("hornn_dist.train", str(workdir / "config.toml"), "--set", out, *extra)
+    return train_into(workdir, workdir / name, *extra)
 
 
 def test_a_run_names_its_folder_and_each_save_and_keeps_train_log(workdir: Path) -> None:
@@ -154,7 +160,6 @@ def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Pat
     """Real `accelerate launch` of 2 ranks: the main process prints the error; rank 1's goes
     to its torchrun error file, which torchrun's failure summary shows in place of its
     "To enable traceback" pointer."""
-    from tests.train_helpers import launch_two_ranks
 
     proc = launch_two_ranks(
         "hornn_dist.train", "configs/demo.toml", "--set", "train.bptt=0", port=29731, timeout=240
@@ -170,7 +175,6 @@ def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Pat
 
 def _wrapped(*args: str, port: int) -> list[str]:
     """Return `python -m hornn_dist.launch` of 2 CPU ranks: accelerate launch's arguments."""
-    from tests.train_helpers import two_rank_command
 
     launch = two_rank_command("hornn_dist.train", *args, port=port)
     return [sys.executable, "-m", "hornn_dist.launch", *launch[3:]]  # less "python -m accelerate.."

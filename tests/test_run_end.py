@@ -21,17 +21,21 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import OptimConfig, load_config
 from hornn_dist.errors import ConfigError
 from hornn_dist.training import optim
-from tests.train_helpers import REPO, check_ok, env, run_module, scalars, write_tiny_config
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    env,
+    prepared_tiny,
+    run_module,
+    scalars,
+)
 
 STEPS_PER_EPOCH = 14  # the tiny config: 456 train tokens, 4 streams x bptt 8
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("run_end")
-    config = write_tiny_config(folder)
-    check_ok(run_module("hornn_dist.prepare", str(config)))
-    return folder
+    return prepared_tiny(tmp_path_factory.mktemp("run_end"))
 
 
 def train(workdir: Path, name: str, *extra: str, config: Path | None = None):
