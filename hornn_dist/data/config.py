@@ -17,7 +17,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_CHUNK_BYTES = 1 << 30
 MAX_NAME = 100  # the cache folder's name adds a hash; file systems allow 255 bytes a name
 # Where each preset's corpus comes from when read from local files: what to download and what
-# data.path (the {path}) must then hold; and the place the shipped configs and README suggest.
+# data.path (the {path}) must then hold; and the place the shipped configs and docs/data.md suggest.
 PRESET_DOWNLOADS = {
     "ptb": "download Mikolov's http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz, "
     "unpack it and put its data/ptb.train.txt, ptb.valid.txt, ptb.test.txt in the folder {path} "
