@@ -72,3 +72,17 @@ def test_readme_results_table_is_its_records() -> None:
     assert len(rows) == 8  # header, rule, six models
     for row in rows:
         assert row in report, row
+
+
+def test_every_record_the_docs_name_exists() -> None:
+    named = 0
+    for page in [REPO / "README.md", *PAGES, REPO / "benchmarks" / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        for path in re.findall(r"(?<![\w/])((?:benchmarks/)?records/[^\s`)\"',;:]+)", text):
+            path = path.rstrip(".")
+            full = path if path.startswith("benchmarks/") else f"benchmarks/{path}"
+            assert list(REPO.glob(full)), (
+                f"{page.relative_to(REPO)} names {path}, which is not there"
+            )
+            named += 1
+    assert named > 20
