@@ -6,7 +6,7 @@ One row per variant, one column per (config, precision) in the order the JSON ha
 is the variant's best tokens/s over its modes and its ratio to the best LSTM of that column
 (the speed issue's baseline), in bold where it meets the issue's goal (1.0x; gated 0.8x). The
 LSTM row gives its own tokens/s. A variant with only failed rows shows "failed". This is the
-table benchmarks/README.md keeps, so a GPU run's numbers go there unedited.
+table a GPU record's README.md keeps, so a GPU run's numbers go there unedited.
 """
 
 from __future__ import annotations

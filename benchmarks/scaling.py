@@ -202,7 +202,7 @@ def allreduce_worker(argv: list[str]) -> None:
         print(json.dumps(times), flush=True)
     dist.destroy_process_group()
     # gloo's worker threads can crash an ordinary interpreter exit (pytorch/pytorch#179291,
-    # see benchmarks/README.md): the result is out, leave at once
+    # see docs/performance.md): the result is out, leave at once
     sys.stdout.flush()
     os._exit(0)
 

@@ -59,18 +59,24 @@ MAX_BPTT = 1 << 20
 class OptimConfig:
     """SGD with momentum, weight decay, gradient clipping, column norm and the two lr schedules (§4)."""
 
-    lr: float = 0.5
-    momentum: float = 0.5
-    weight_decay: float = 1e-6
-    # the recipe of README "Recipes"; auto: per model (training/optim.py resolve_clip)
-    clip: float = 0.25  # the value / norm threshold (0 = no clipping); auto chooses its own
-    clip_mode: str = "auto"  # auto | norm: global L2 norm | value: hard clip of each element (§4)
+    lr: float = 0.5  # initial learning rate (§4: 0.5)
+    momentum: float = 0.5  # SGD momentum
+    weight_decay: float = 1e-6  # L2 weight decay
+    # the threshold of `clip_mode` `norm` or `value` (0 = no clipping); under `auto` leave it
+    # unset
+    clip: float = 0.25
+    # `auto`: per model, the global norm at 0.25 for an unweighted feedback sum (the RNN, `sum`
+    # pooling), at 1 for max / fofe / gated / LSTM / GRU (logged at start-up;
+    # training/optim.py resolve_clip); `norm`: the gradients' global L2 norm is clipped at
+    # `clip`; `value`: element-wise hard clipping at `clip` (§4). Why: docs/reproduction.md,
+    # "Recipes"
+    clip_mode: str = "auto"
     max_col_norm: float = 4.0  # column normalisation threshold (0 = off)
     schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
     halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
     min_lr: float = 1e-4  # the lr is never halved below this floor
     # convergence: once the lr has been halved, stop when an epoch lowers the validation loss by
-    # less than this fraction, or when a halving is due at min_lr (0 = run all train.epochs)
+    # less than this fraction, or when a halving is due at `min_lr` (0 = run all `train.epochs`)
     stop_improvement: float = 0.003
 
     def validate(self) -> None:
@@ -86,7 +92,7 @@ class OptimConfig:
         if self.clip_mode == "auto" and self.clip != OptimConfig.clip:
             raise ConfigError(
                 f'optim.clip = {self.clip:g} needs optim.clip_mode "value" or "norm": under '
-                f'"auto" the clip is chosen per model (README "Recipes")'
+                f'"auto" the clip is chosen per model (docs/reproduction.md, "Recipes")'
             )
         check_at_least("optim.max_col_norm", self.max_col_norm, 0)
         check_at_most("optim.max_col_norm", self.max_col_norm, MAX_CLIP)
@@ -103,20 +109,25 @@ class TrainConfig:
 
     batch_size: int = 20  # global number of TBPTT streams, split across processes
     bptt: int = 30  # T, steps per truncated back-propagation window
-    epochs: int = 10
+    epochs: int = 10  # passes over the training split
     max_steps: int = 0  # stop after this many optimizer steps in total (0 = no limit)
     eval_batch_size: int = 10  # global number of evaluation streams
     eval_every: int = 0  # also validate every N steps (0 = only at the end of each epoch)
     mixed_precision: str = "no"  # no | bf16 | fp16 (CUDA only; CPU runs fp32)
-    cuda_graph: bool = True  # replay the step from a CUDA graph where it applies (training/step.py)
-    seed: int = 1234
-    output_dir: str = "runs/demo"
+    # replay the whole training step from CUDA graphs on a CUDA device, under every
+    # `mixed_precision` and with any number of processes (then two graphs, the gradient
+    # all-reduce between them; training/step.py); `false` = always eager
+    cuda_graph: bool = True
+    seed: int = 1234  # random seed (weights init)
+    output_dir: str = "runs/demo"  # run directory: checkpoints, TensorBoard, resolved config
     checkpoint_every: int = 1000  # steps (0 = only at epoch ends and at the end)
     keep_checkpoints: int = 3  # newest checkpoints kept, plus the best by validation loss
     # seconds a process waits for the others in a collective (all-reduce, barrier) before the
-    # run stops with an error naming the rank and what it waited for (several processes only)
+    # run stops with one error line naming the rank and what it waited for (several
+    # processes only)
     collective_timeout: int = 600
-    # resume a checkpoint on another prepared corpus (same vocabulary) than it was trained on
+    # resume a checkpoint on another prepared corpus than it was trained on (same vocabulary,
+    # other text: a warning in the log names both); `false` refuses such a resume with one line
     allow_corpus_change: bool = False
 
     def validate(self) -> None:
@@ -146,8 +157,9 @@ class LogConfig:
     # where the scalars and hyper-parameters go, through Accelerate's trackers: any of
     # tensorboard, wandb, mlflow, aim, comet_ml, clearml, dvclive, swanlab, trackio
     trackers: list[str] = field(default_factory=lambda: ["tensorboard"])
-    # tqdm bar on the main process: "auto" = when stderr is a terminal (tqdm's disable=None),
-    # so a redirected log holds log lines, not bar redraws; true / false = always / never
+    # tqdm bar on the main process: `"auto"` when stderr is a terminal (tqdm's disable=None:
+    # not in a redirected log, which holds log lines, not bar redraws), `true` always, `false`
+    # never
     progress: bool | str = "auto"
 
     def validate(self) -> None:
@@ -422,6 +434,6 @@ def did_you_mean(word: str, options: typing.Iterable[str], section: str = "") ->
 
 # every command's --help ends with this pointer to the generated key tables
 KEYS_HELP = (
-    'config keys and defaults: README.md, section "Configuration" (one table per [section]); '
+    "config keys and defaults: docs/config.md (one table per [section]); "
     "a run's resolved config: python -m hornn_dist.train CONFIG --print-config"
 )

@@ -59,7 +59,7 @@ def open_prepared_corpus(
     The shards of `splits` (default: all) are checked against the manifest's sha256 before
     anything reads them, by each machine's main process first: it records what it checked,
     so its other processes, and later runs, read again only shards written since
-    (`Corpus.verify_shards`; cost in benchmarks/README.md, "Shard check")."""
+    (`Corpus.verify_shards`; cost in docs/data.md, "What the shard check costs")."""
     if prepare:
         with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
             folder = prepare_or_wait(cfg, accelerator, progress)

@@ -1,4 +1,4 @@
-"""The commands README.md shows exist, and their flags, config files and --set keys parse."""
+"""The commands README.md and docs/ show exist, and their flags, config files and --set keys parse."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 from hornn_dist.config import load_config
 from tests.train_helpers import REPO
 
-DOCS = ["README.md", "launch/README.md"]
+DOCS = ["README.md", "launch/README.md"] + sorted(
+    str(page.relative_to(REPO)) for page in (REPO / "docs").glob("*.md")
+)
 
 
 def _commands() -> list[tuple[str, str]]:
@@ -46,7 +48,7 @@ def test_the_docs_show_every_command() -> None:
         assert f"hornn_dist.{name}" in modules, name
 
 
-@pytest.mark.parametrize(("doc", "command"), COMMANDS, ids=[c for _, c in COMMANDS])
+@pytest.mark.parametrize(("doc", "command"), COMMANDS, ids=[f"{d}: {c}" for d, c in COMMANDS])
 def test_command_parses(doc: str, command: str) -> None:
     module_name, args = _module_and_args(command)
     module = importlib.import_module(module_name)

@@ -17,7 +17,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_CHUNK_BYTES = 1 << 30
 MAX_NAME = 100  # the cache folder's name adds a hash; file systems allow 255 bytes a name
 # Where each preset's corpus comes from when read from local files: what to download and what
-# data.path (the {path}) must then hold; and the place the shipped configs and README suggest.
+# data.path (the {path}) must then hold; and the place the shipped configs and docs/data.md suggest.
 PRESET_DOWNLOADS = {
     "ptb": "download Mikolov's http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz, "
     "unpack it and put its data/ptb.train.txt, ptb.valid.txt, ptb.test.txt in the folder {path} "
@@ -43,19 +43,19 @@ class DataConfig:
     name: str = ""  # corpus name, first part of the cache folder name ("" = derived)
     path: str = ""  # preset: local directory (or file) of the corpus; "" = the hub
     train: list[str] = field(default_factory=list)  # files/globs; with source = "hub": data_files
-    valid: list[str] = field(default_factory=list)
-    test: list[str] = field(default_factory=list)
+    valid: list[str] = field(default_factory=list)  # validation files/globs
+    test: list[str] = field(default_factory=list)  # test files/globs
     hub_id: str = ""  # dataset id, or a builder name such as "parquet" with data_files
-    hub_config: str = ""
+    hub_config: str = ""  # hub dataset config name
     hub_revision: str = ""  # e.g. "refs/convert/parquet" for script-based datasets
-    hub_data_dir: str = ""
-    text_column: str = "text"
+    hub_data_dir: str = ""  # hub dataset sub-folder
+    text_column: str = "text"  # column holding the text
     train_split: str = "train"  # hub split names; "" = no such split
-    valid_split: str = "validation"
-    test_split: str = "test"
+    valid_split: str = "validation"  # hub split used for validation
+    test_split: str = "test"  # hub split used for test
     min_count: int = 1  # words seen fewer times in train become <unk>
     max_vocab: int = 0  # 0 = unlimited; counts <unk> and <eos>
-    lowercase: bool = False
+    lowercase: bool = False  # lowercase the text before splitting on whitespace
     # a word, as a regex both Python and tokenizers (Oniguruma) read alike; text between words
     # is dropped, so a prompt reads as the corpus was cut ("" = words are split on whitespace)
     word_pattern: str = ""
@@ -65,12 +65,12 @@ class DataConfig:
     valid_chars: int = 0  # first valid_chars of the held-out part are valid, the rest test
     shard_tokens: int = 100_000_000  # at most this many tokens per .bin file
     chunk_bytes: int = 1 << 20  # read size; does not change the tokens
-    cache_dir: str = "data_cache"
-    # several machines: true = cache_dir is on a filesystem every machine sees, the first
-    # process of the run prepares; false = each machine's first process prepares its own copy
+    cache_dir: str = "data_cache"  # where prepared shards go (one folder per corpus + settings)
+    # several machines: true = every machine sees `cache_dir`, the run's first process
+    # prepares; false = each machine's first process prepares into its own `cache_dir`
     cache_shared: bool = True
-    # several processes: the waiting ones stop when the preparing one's heartbeat (a file it
-    # rewrites every few seconds) has not moved for this many seconds
+    # several processes: seconds the waiting ones allow the preparing one's heartbeat
+    # (rewritten every 2 s) to stand still before they stop with one line
     prepare_timeout: int = 600
 
     def __post_init__(self) -> None:

@@ -49,9 +49,8 @@ HEADER_BYTES = HEADER.size  # 64
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 _REDO = "HINT: delete {folder} and run `python -m hornn_dist.prepare CONFIG` again"
-HASH_THREADS = (
-    8  # threads that hash shards: enough to outrun most disks (benchmarks/README.md, "Shard check")
-)
+# threads that hash shards: enough to outrun most disks (docs/data.md, "What the shard check costs")
+HASH_THREADS = 8
 
 log = logging.getLogger(__name__)
 

@@ -34,26 +34,36 @@ class ModelConfig:
     pooling: str = "fofe"  # sum (eq. 3) | max (eq. 4) | fofe (eq. 5) | gated (eq. 6-7)
     order: int = 3  # N, number of feedback paths
     alpha: float = 0.6  # FOFE forgetting factor, in (0, 1)
-    hidden_size: int = 400
+    hidden_size: int = 400  # H, hidden units per layer
     embedding_size: int = 0  # 0 means equal to hidden_size
-    num_layers: int = 1
-    activation: str = "tanh"  # tanh | sigmoid | relu (hornn and rnn)
+    num_layers: int = 1  # stacked recurrent layers
+    # tanh | sigmoid | relu (hornn and rnn); see docs/reproduction.md, "Recipes"
+    activation: str = "tanh"
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
     # dropout on the non-recurrent connections (Zaremba et al. 2014): after the embedding,
-    # between layers and before the output layer; never on the recurrent paths. 0 = off (paper)
+    # between layers, before the output layer; never on a recurrent path. In [0, 1); 0 = off,
+    # as in the paper
     dropout: float = 0.0
-    tie_weights: bool = False  # the output layer reuses the embedding matrix (needs E = H)
-    # feedback weights: paper (N(0, init_std), §4) | scaled (the pooled feedback's gain capped
-    # at 1 whatever H, order and pooling); the rule: hornn_dist/models/init.py; README "Recipes"
+    # the output layer reuses the embedding matrix (one tensor, saved once); needs
+    # `embedding_size` = `hidden_size` (or 0)
+    tie_weights: bool = False
+    # feedback weights (HORNN paths W_hn, the RNN's weight_hh): `scaled` draws them at
+    # min(init_std, 1/√(H·Σₙwₙ²)), wₙ = each path's weight in the pool at init (1 for sum/max,
+    # αⁿ fofe, ½ gated), so the pooled feedback starts at gain ≤ 1; `paper`: N(0, init_std)
+    # like every weight. LSTM/GRU: init_std either way. The rule: hornn_dist/models/init.py;
+    # why: docs/reproduction.md, "Recipes"
     recurrent_init: str = "scaled"
-    # auto (triton on CUDA under mixed precision at small batch x hidden, else fused) | fused
-    # (one cuBLAS GEMM per step) | triton (one Triton kernel per step, CUDA only) | loop (plain
-    # autograd, slow reference); resolved once per run: hornn_dist/models/plan.py
+    # auto (triton on CUDA under bf16/fp16 when batch per process × hidden_size ≤ 32768, where
+    # it was measured faster; fused otherwise) | fused (one cuBLAS GEMM per step) | triton (one
+    # Triton kernel per step, CUDA only) | loop (plain autograd, slow reference); resolved once
+    # per run: hornn_dist/models/plan.py
     engine: str = "auto"
-    # under mixed precision (CUDA), each HORNN layer runs in: fp16 (whatever the autocast dtype,
-    # as cuDNN runs its RNNs; on CPU: autocast's) | autocast (its dtype) | fp32 (TF32 GEMMs).
-    # GEMMs and sums accumulate in fp32. Without mixed precision all are the same fp32 math.
-    # The rule: precision.layer_dtype; speed and rounding of each: benchmarks/README.md.
+    # under `train.mixed_precision` bf16/fp16: `fp16` runs each HORNN layer (input GEMM and
+    # recurrence) in fp16 whatever the autocast dtype, as PyTorch runs cuDNN's RNNs (on a CPU:
+    # the autocast dtype); `autocast` runs it in the autocast dtype; `fp32` keeps its state and
+    # element-wise math in fp32 (TF32 GEMMs on CUDA). GEMMs and sums accumulate in fp32 in all
+    # three; without mixed precision all are the same fp32 math. The rule:
+    # precision.layer_dtype; speed and rounding of each: docs/performance.md
     recurrence_precision: str = "fp16"
 
     def validate(self) -> None:

@@ -62,7 +62,7 @@ class RecurrentLM(nn.Module):
         self.layers = nn.ModuleList()
         self.rnn: nn.RNNBase | None = None
         # torch's RNNs drop between their own layers (one layer: none, and no warning); cuDNN
-        # keeps that dropout's random state itself, outside checkpoints (README "Models")
+        # keeps that dropout's random state itself, outside checkpoints (docs/models.md)
         between = cfg.dropout if cfg.num_layers > 1 else 0.0
         if cfg.arch == "hornn":
             for layer in range(cfg.num_layers):

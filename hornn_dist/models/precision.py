@@ -24,7 +24,7 @@ def layer_dtype(
     `device_type` (None: none). "fp32" and no autocast: float32; "autocast": autocast's dtype;
     "fp16": float16 under CUDA autocast whatever its dtype (as cuDNN runs its RNNs), on other
     devices autocast's dtype (no native fp16 on CPUs: much slower there; measured:
-    benchmarks/README.md, "Rounding" under "Latest GPU tables").
+    docs/performance.md, "Why the layers run in fp16 under autocast").
     """
     if precision == "fp32" or autocast_dtype is None:
         return None

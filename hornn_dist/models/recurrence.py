@@ -36,7 +36,7 @@ The fused engine (the "fully-unfolded" shape of paper §3.1; why it is shaped so
   addmm, mul); max 3 + 2 (amax, f, GEMM; the winner of every step is found after the loop,
   vectorised); gated 5 + 3 (σ, r·P, sum, f, GEMM; addmm, mul, mul into the gate view).
   On CUDA cuBLAS may add a split-K reduce to a small GEMM (kernels a step measured:
-  benchmarks/README.md, "Numbers behind the code's choices"). On a float32 CPU the forward's
+  docs/performance.md, "Numbers behind the code's choices"). On a float32 CPU the forward's
   step GEMM goes through oneDNN where that pays (`step_gemm.py`) and is added or copied
   into U.
 * Saved for backward: the outputs h (f' is computed from h), the winning path index for max,
@@ -62,7 +62,7 @@ Precision (``precision`` of `fused_scan`, ``model.recurrence_precision``):
   autocast's dtype (bf16/fp16; GEMMs and the pooled sums accumulate in float32, f' and the
   per-step backward factors stay float32); outputs and gradients are returned in float32.
   Fewer and faster kernels than "fp32", and in bf16 the most rounding (measured:
-  benchmarks/README.md, "Rounding" under "Latest GPU tables").
+  docs/performance.md, "Why the layers run in fp16 under autocast").
 * "fp16" (the default): as "autocast", but under CUDA autocast in float16 whatever autocast's
   dtype, the layer's input GEMM too: what cuDNN's RNNs do under autocast (PyTorch casts them
   to fp16 for bf16 autocast as well). The same speed as bf16 on tensor cores with 3 more
@@ -155,7 +155,7 @@ def _reverse_blocks(w: Tensor, size: int) -> Tensor:
     """Return a copy of w (rows, K·size) with its K column blocks in reverse order.
 
     One `torch.cat`: one kernel on CUDA, and on CPU faster than `flip` (measured:
-    benchmarks/README.md, "Numbers behind the code's choices")."""
+    docs/performance.md, "Numbers behind the code's choices")."""
     return torch.cat(w.reshape(w.shape[0], -1, size).unbind(1)[::-1], 1)
 
 

@@ -7,10 +7,10 @@ CPU path emits), given the linear's (out, in) weight as the transposed view of t
 W, does the same product faster once it is large enough to repay oneDNN's larger cost per
 call (`onednn_pays`), with no set-up cost; at the demo's H 128 it is slower, and mm runs.
 oneDNN is also where `torch.nn.LSTM`, the CPU baseline, gets its speed (it runs oneDNN's RNN).
-Measured: benchmarks/README.md, "Latest CPU table" and "Numbers behind the code's choices".
+Measured: docs/performance.md, "The CPU step" and "Numbers behind the code's choices".
 
 Only the forward uses it: backward's dU_t @ W^T takes oneDNN's fast form only from a
-transposed copy of W, and that copy cost what the faster steps saved (benchmarks/README.md).
+transposed copy of W, and that copy cost what the faster steps saved (docs/performance.md, "The CPU step").
 
 Only a contiguous float32 W on CPU, in a product that large, takes this path; float64 (the
 tests' reference precision), bf16/fp16, CUDA, a graph that torch.compile traces (inductor's
@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 # oneDNN's linear costs more per call than BLAS, which pays off from here: from H 256 at every
-# batch measured, and for smaller H from 4M multiply-adds a step (measured: benchmarks/README.md,
-# "Latest CPU table" and "Numbers behind the code's choices").
+# batch measured, and for smaller H from 4M multiply-adds a step (measured: docs/performance.md,
+# "The CPU step" and "Numbers behind the code's choices").
 ONEDNN_MIN_HIDDEN = 256
 ONEDNN_MIN_MACS = 4_000_000
 

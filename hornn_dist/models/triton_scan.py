@@ -5,7 +5,7 @@ The "triton" engine (``model.engine = "triton"``, every pooling). Where the fuse
 the GEMMs, the pooling, the input term and f (and backward f', the winner mask of max, the
 gate factors and the sum over paths) live in one kernel, so a step is one launch: what bounds a
 small-batch step on the GPU is the number of dependent launches, not FLOPs
-(benchmarks/README.md).
+(docs/performance.md).
 
 Forward, step t (``_forward_step``), "pull" form: each program owns a (batch, hidden) tile of
 h_t and runs the N GEMMs of the window itself,
@@ -37,7 +37,7 @@ not). dL/dxin = dz (gated: also dL/dxg_n); after the loop dW_hn = Σ_t h_{t-n}^T
 
 K split (``SPLIT``, both directions): at B 20 x H 400 a step has only 25 output tiles, 25 of an
 H100's 132 multiprocessors, each running 39 dependent K iterations; that engine was no faster
-than the fused one (measured: benchmarks/README.md, "Numbers behind the code's choices"). So
+than the fused one (measured: docs/performance.md, "Numbers behind the code's choices"). So
 SPLIT programs share each output tile, each over 1/SPLIT of every path's K range (whole
 BLOCK_K chunks); each stores its partial sums (per path for max and gated, whose pooling is
 not linear), counts its arrival with one atomic, and the last to arrive sums the partials in
@@ -468,11 +468,11 @@ def _tiles(batch: int, hidden: int, sms: int = 132) -> dict[str, int]:
     """Return the tile sizes, warps and K split for a step of B x H outputs on `sms`
     multiprocessors (TILES or $HORNN_TRITON_TILES win).
 
-    From the tile sweep on one H100 (benchmarks/README.md, bf16, fofe and gated): 16 or 32 batch
+    From the tile sweep on one H100 (benchmarks/records/2026-11-26-h100-run3/, bf16, fofe and gated): 16 or 32 batch
     rows, 16 hidden columns up to H 512 (32 above), BLOCK_K 32, 4 warps, and K split over 2-8
     programs per tile, as many as keep about 4 programs per multiprocessor and 3+ BLOCK_K chunks
     per program: B 20 x H 400 gets 32x16x32x4x4, B 128 x H 1024 32x32x32x4x4, the fastest or
-    near it at each size (measured: benchmarks/README.md, "Numbers behind the code's
+    near it at each size (measured: docs/performance.md, "Numbers behind the code's
     choices"; the fused engine stays the faster at the larger size)."""
     forced = _forced_tiles()
     if forced is not None:

@@ -11,7 +11,7 @@ from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import ModelConfig
 
 # clip_mode "auto": the global-norm threshold by the model's feedback, chosen on the bundled
-# corpus (README "Recipes"). An unweighted sum of feedback paths (the RNN, `sum` pooling)
+# corpus (docs/reproduction.md, "Recipes"). An unweighted sum of feedback paths (the RNN, `sum` pooling)
 # trained best clipped at 0.25, which with its usual gradient norm of 0.6-1 also lowers its
 # step; weighted or gated feedback (max, fofe, gated, LSTM, GRU) trained best with its steps
 # unclipped (the paper's element-wise 5 never bit at norms of 0.4-0.7), and 1 keeps that while

@@ -24,7 +24,7 @@ process captures its whole step in one graph; several capture `forward_backward`
 as two graphs sharing one memory pool and run the all-reduce eagerly between them (any
 backend: NCCL, or gloo over CUDA tensors). `reduce_in_graph` captures the all-reduce inside one
 graph instead (NCCL only); `REDUCE_IN_GRAPH` is the trainer's choice, and
-benchmarks/README.md ("Graphed multi-process step") says why.
+docs/performance.md ("Graphed multi-process step") says why.
 
 When a graph applies (CUDA and `train.cuda_graph = true`),
 the first `WARMUP_STEPS` steps of a run (and of a resumed run) run eagerly on a side stream

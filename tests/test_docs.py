@@ -1,0 +1,88 @@
+"""The docs hang together: docs/config.md is what the code generates, every page is one link
+from README, every relative link resolves, and README's results table is its record's."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+
+from hornn_dist.config_docs import field_comments, render
+from tests.train_helpers import REPO, env
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+PAGES = sorted((REPO / "docs").glob("*.md"))
+
+
+def test_config_doc_is_what_the_command_writes() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hornn_dist.config_docs", "--check"],
+        capture_output=True, text=True, cwd=REPO, env=env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (REPO / "docs" / "config.md").read_text(encoding="utf-8") == render()
+
+
+@dataclasses.dataclass
+class _Example:
+    # the meaning, on two lines
+    # above the field
+    first: int = 1  # and the end of its line
+    second: str = "x"  # its line alone
+
+    third: bool = False
+
+
+def test_a_field_meaning_is_its_comment_above_and_on_its_line() -> None:
+    assert field_comments(_Example) == {
+        "first": "the meaning, on two lines above the field and the end of its line",
+        "second": "its line alone",
+        "third": "",
+    }
+
+
+def test_the_config_doc_shows_each_fields_comment() -> None:
+    from hornn_dist.config import TrainConfig
+
+    row = re.search(r"^\| `cuda_graph` \| `true` \| (.*) \|$", render(), re.MULTILINE)
+    assert row and row.group(1) == field_comments(TrainConfig)["cuda_graph"]
+    assert "under every `mixed_precision`" in row.group(1)  # not "no or bf16" as it once said
+
+
+def test_every_docs_page_is_one_link_from_readme() -> None:
+    linked = set(re.findall(r"\]\((docs/[\w-]+\.md)[)#]", README))
+    assert linked == {str(page.relative_to(REPO)) for page in PAGES}
+
+
+def test_every_relative_link_resolves() -> None:
+    for page in [REPO / "README.md", *PAGES, REPO / "benchmarks" / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            assert (page.parent / target).exists(), f"{page.relative_to(REPO)}: {target}"
+
+
+def test_readme_results_table_is_its_records() -> None:
+    section = README.split("## Results\n", 1)[1].split("\n## ", 1)[0]
+    record = re.search(r"`(benchmarks/records/[^`]+/report\.md)`", section).group(1)
+    report = (REPO / record).read_text(encoding="utf-8").splitlines()
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert len(rows) == 8  # header, rule, six models
+    for row in rows:
+        assert row in report, row
+
+
+def test_every_record_the_docs_name_exists() -> None:
+    named = 0
+    for page in [REPO / "README.md", *PAGES, REPO / "benchmarks" / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        for path in re.findall(r"(?<![\w/])((?:benchmarks/)?records/[^\s`)\"',;:]+)", text):
+            path = path.rstrip(".")
+            full = path if path.startswith("benchmarks/") else f"benchmarks/{path}"
+            assert list(REPO.glob(full)), (
+                f"{page.relative_to(REPO)} names {path}, which is not there"
+            )
+            named += 1
+    assert named > 20
