@@ -36,6 +36,7 @@ from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
 from hornn_dist.files import CHECKSUMS
+from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -437,11 +438,6 @@ def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
     width = batch // world_size
     history = tuple(h[:, rank * width : (rank + 1) * width].clone() for h in joined)
     return {"stream": states[0]["stream"], "history": history}
-
-
-# [model] keys that pick how the same parameters are computed, not what they are: a resume
-# may change them (e.g. a run trained with the triton engine on a GPU, resumed on a CPU)
-EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
 
 
 def check_compatible(
