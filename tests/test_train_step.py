@@ -22,11 +22,11 @@ from hornn_dist.config import config_from_dict
 from hornn_dist.models import build_model, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import build_optimizer, clip_gradients, resolve_clip
-from hornn_dist.training.step import (
-    WARMUP_STEPS,
-    TrainStep,
+from hornn_dist.training.step import WARMUP_STEPS, TrainStep
+from hornn_dist.training.step_setup import (
     graph_unavailable_reason,
     needs_fused_sgd,
+    step_for_accelerator,
 )
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -73,7 +73,7 @@ def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
     sgd = build_optimizer(model, cfg.optim, fused=needs_fused_sgd(accelerator))
     model, optimizer = accelerator.prepare(model, sgd)
     core = accelerator.unwrap_model(model)
-    return TrainStep.for_accelerator(cfg, accelerator, model, core, optimizer, B)
+    return step_for_accelerator(cfg, accelerator, model, core, optimizer, B)
 
 
 def float64_total_norm(params: list[torch.nn.Parameter]) -> float:

@@ -48,7 +48,7 @@ from hornn_dist.training.resume import find_resume_point, stored_result, take_ru
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import LOG_FILE, RunLog
 from hornn_dist.training.scoring import EvalResult, evaluate_split
-from hornn_dist.training.step import TrainStep, needs_fused_sgd
+from hornn_dist.training.step_setup import needs_fused_sgd, step_for_accelerator
 from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
@@ -125,7 +125,7 @@ class Trainer:
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world, self.train_stream.steps_per_epoch)
-        self.step = TrainStep.for_accelerator(
+        self.step = step_for_accelerator(
             cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
         )
 
