@@ -92,8 +92,8 @@ def flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:
 class TrainStep:
     """The training step with static buffers; `run` calls it eagerly or replays its graphs.
 
-    model: what the forward calls (under the trainer Accelerate's prepared model, which
-        autocasts); core: the bare RecurrentLM inside it (state, gradient norms, max-norm);
+    model: what the forward calls (the trainer's: core itself, under Accelerate's autocast);
+        core: the bare RecurrentLM inside it (state, gradient norms, max-norm);
         optimizer: its SGD (or Accelerate's wrapper of it).
     device, batch_size, bptt: where and what the static buffers hold (batch_size per process).
     optim: the clip (`clip`, `clip_mode`; "auto" resolved for core's model) and max-norm

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from hornn_dist.config import RunConfig
 from hornn_dist.models import RecurrentLM
 from hornn_dist.training.step import TrainStep
@@ -36,18 +34,17 @@ def needs_fused_sgd(accelerator: Any) -> bool:
 def step_for_accelerator(
     cfg: RunConfig,
     accelerator: Any,
-    model: torch.nn.Module,
-    core: RecurrentLM,
+    model: RecurrentLM,
     optimizer: Any,
     batch_size: int,
 ) -> TrainStep:
-    """Return the trainer's step: Accelerate's backward (and fp16's unscaling) around the
-    model and the prepared optimizer, averaging over the processes, graphs where
-    `graph_unavailable_reason` allows."""
+    """Return the trainer's step: `model` (on the accelerator's device) forward under
+    Accelerate's autocast, its backward (and fp16's unscaling) around the prepared optimizer,
+    averaging over the processes, graphs where `graph_unavailable_reason` allows."""
     fp16 = accelerator.mixed_precision == "fp16"
     return TrainStep(
         model,
-        core,
+        model,
         optimizer,
         device=accelerator.device,
         batch_size=batch_size,
@@ -57,4 +54,5 @@ def step_for_accelerator(
         reduce=accelerator.num_processes > 1,
         backward=accelerator.backward,
         unscale=accelerator.unscale_gradients if fp16 else None,
+        autocast=accelerator.autocast,
     )

@@ -107,13 +107,12 @@ class Trainer:
         batch = cfg.train.batch_size // acc.num_processes
         check_fits(cfg.model, self.corpus.vocab_size, acc.device, batch, cfg.train.bptt)
         plan = plan_for(cfg.model, acc.device, batch, acc.mixed_precision)
-        model = build_model(cfg.model, self.corpus.vocab_size, plan)
+        # No DDP, so the model is not Accelerate's: placed here, the step averages the flat
+        # gradients itself (one all-reduce, CUDA graphs) and autocasts the forward.
+        self.core = build_model(cfg.model, self.corpus.vocab_size, plan).to(acc.device)
         self.fused_sgd = needs_fused_sgd(acc)
-        optimizer = build_optimizer(model, cfg.optim, fused=self.fused_sgd)
-        # No DDP: the step averages the flat gradients itself (one all-reduce, CUDA graphs).
-        self.model = acc.prepare_model(model, evaluation_mode=True)
+        optimizer = build_optimizer(self.core, cfg.optim, fused=self.fused_sgd)
         self.optimizer = acc.prepare_optimizer(optimizer)
-        self.core = acc.unwrap_model(self.model)
         rank, world = acc.process_index, acc.num_processes
         self.hardware = describe_hardware(acc.device, world)  # for trainer_state.json
         # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
@@ -126,7 +125,7 @@ class Trainer:
         self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world, self.train_stream.steps_per_epoch)
         self.step = step_for_accelerator(
-            cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
+            cfg, acc, self.core, self.optimizer, cfg.train.batch_size // world
         )
 
     # ------------------------------------------------------------------ set-up
@@ -254,7 +253,7 @@ class Trainer:
                 "different rounding, so not bit-identical to an uninterrupted run",
                 "; ".join(changed),
             )
-        ckpt.load_state(acc, folder)
+        ckpt.load_state(acc, folder, self.core)
         keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
         state = ckpt.read_trainer_state(folder)
         history = list(state.get("valid_history", []))
@@ -662,7 +661,9 @@ class Trainer:
             "history": tuple(h.detach().cpu() for h in self.step.state),
         }
         with self._doing("saving a checkpoint"), self._off_the_clock():
-            folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
+            folder = ckpt.save_checkpoint(
+                acc, self.out, step, trainer_state, rank_state, self.cfg, self.core
+            )
         if acc.is_main_process:
             ckpt.prune_checkpoints(
                 self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint
