@@ -12,7 +12,6 @@ import os
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP
-from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
 from hornn_dist.loading import (
     MODEL_ARG_HELP,
@@ -22,7 +21,7 @@ from hornn_dist.loading import (
     resolve_trained,
 )
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
-from hornn_dist.training.scoring import evaluate_split
+from hornn_dist.training.scoring import score_split
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,17 +57,16 @@ def main(argv: list[str] | None = None) -> int:
             f"split {args.split!r} not in the corpus; choose one of {', '.join(corpus.splits)}"
         )
     model = load_model(folder, cfg, corpus, accelerator.device)
-    stream = EvalStream(
-        corpus.split(args.split),
+    result = score_split(
+        model,
+        corpus,
+        args.split,
+        accelerator,
         args.batch_size or cfg.train.eval_batch_size,
         args.bptt or cfg.train.bptt,
-        accelerator.process_index,
-        accelerator.num_processes,
-        split=args.split,
         batch_key="--batch-size",
         bptt_key="--bptt",
     )
-    result = evaluate_split(model, stream, accelerator)
     if accelerator.is_main_process:
         print(f"checkpoint {folder} ({what})")
         print(

@@ -21,7 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
-from hornn_dist.data.streams import EvalStream, TBPTTStream
+from hornn_dist.data.streams import TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
@@ -47,7 +47,7 @@ from hornn_dist.training.optim import (
 from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import LOG_FILE, RunLog
-from hornn_dist.training.scoring import EvalResult, evaluate_split
+from hornn_dist.training.scoring import EvalResult, score_split, split_stream
 from hornn_dist.training.step_setup import needs_fused_sgd, step_for_accelerator
 from hornn_dist.wording import counted
 
@@ -119,8 +119,8 @@ class Trainer:
         self.train_stream = TBPTTStream(
             self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
         )
-        self.valid_stream = self._eval_stream("valid")
-        self._eval_stream("test")  # a missing or too short test split fails now, not at the end
+        for split in ("valid", "test"):  # a missing or too short split fails now, not later
+            split_stream(self.corpus, split, acc, cfg.train.eval_batch_size, cfg.train.bptt)
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world, self.train_stream.steps_per_epoch)
@@ -241,7 +241,7 @@ class Trainer:
         else:  # pruning keeps the best checkpoint
             folder = ckpt.checkpoint_root(self.out) / name
             model = load_model(folder, cfg, self.corpus, acc.device)
-        return evaluate_split(model, self._eval_stream("test"), acc)
+        return self._score(model, "test")
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator
@@ -496,22 +496,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation, logging, saving
 
-    def _eval_stream(self, split: str) -> EvalStream:
-        acc = self.accelerator
-        return EvalStream(
-            self.corpus.split(split),
-            self.cfg.train.eval_batch_size,
-            self.cfg.train.bptt,
-            acc.process_index,
-            acc.num_processes,
-            split=split,
-            batch_key="train.eval_batch_size",
+    def _score(self, model: torch.nn.Module, split: str) -> EvalResult:
+        """Return `model`'s result on `split` in the run's evaluation streams."""
+        train = self.cfg.train
+        return score_split(
+            model, self.corpus, split, self.accelerator, train.eval_batch_size, train.bptt
         )
 
     def _evaluate(self, split: str) -> EvalResult:
-        stream = self.valid_stream if split == "valid" else self._eval_stream(split)
         with self._doing(f"evaluating the {split} split"), self._off_the_clock():
-            return evaluate_split(self.core, stream, self.accelerator)
+            return self._score(self.core, split)
 
     @contextmanager
     def _off_the_clock(self) -> Iterator[None]:
