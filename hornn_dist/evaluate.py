@@ -16,7 +16,7 @@ from hornn_dist.errors import DataError
 from hornn_dist.loading import (
     MODEL_ARG_HELP,
     is_exported,
-    load_model,
+    load_model_for,
     open_prepared_corpus,
     resolve_trained,
 )
@@ -56,13 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         raise DataError(
             f"split {args.split!r} not in the corpus; choose one of {', '.join(corpus.splits)}"
         )
-    model = load_model(folder, cfg, corpus, accelerator.device)
+    batch = args.batch_size or cfg.train.eval_batch_size
+    model = load_model_for(folder, cfg, corpus, accelerator, batch)
     result = score_split(
         model,
         corpus,
         args.split,
         accelerator,
-        args.batch_size or cfg.train.eval_batch_size,
+        batch,
         args.bptt or cfg.train.bptt,
         batch_key="--batch-size",
         bptt_key="--bptt",

@@ -294,6 +294,15 @@ def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
     assert float(line_1[5]) == pytest.approx(float(line_2[5]), rel=1e-6)
 
 
+def test_evaluate_plans_the_layers_for_the_streams_it_runs(straight_1: Path) -> None:
+    proc = run_module(
+        "hornn_dist.evaluate", str(straight_1), "--split", "valid", "--batch-size", "3"
+    )
+    check_ok(proc)
+    [label] = [line for line in proc.stderr.splitlines() if "HORNN layers of" in line]
+    assert " for 3 streams: " in label, label  # not the run's train.eval_batch_size (4)
+
+
 def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) -> None:
     copy = _out(workdir, "restart")
     shutil.copytree(straight_1, copy)
