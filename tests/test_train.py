@@ -128,6 +128,8 @@ def test_tensorboard_holds_every_tag(straight_1: Path) -> None:
         assert tags[tag], tag
         assert all(math.isfinite(v) for _, v in tags[tag]), tag
     assert len(tags["train/loss"]) == K_STEPS // 2  # log.every = 2
+    lr_steps = [step for step, _ in tags["train/lr"]]
+    assert lr_steps == sorted(set(lr_steps))  # one value a step, epoch ends (log steps) too
     losses = [v for _, v in tags["train/loss"]]
     assert losses[-1] < losses[0]  # it learns the pseudo-language
     assert all(v > 0 for _, v in tags["grad_norm/layer0/path1"])

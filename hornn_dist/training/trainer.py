@@ -65,7 +65,6 @@ class Progress:
     step: int = 0  # optimizer steps taken
     best_valid: float = math.inf
     best_checkpoint: str = ""
-    last_saved_step: int = -1
     last_valid_step: int = -1  # the step of the last validation (a resume does not repeat it)
     # the final test results, saved with the last checkpoint: the run's (`test`) is its best
     # checkpoint's by validation, as word_language_model reports; `test_last` the last weights'
@@ -191,6 +190,7 @@ class Trainer:
         if not stopped:  # a signal's stop was recorded before its checkpoint
             self._record_stop(by_signal=False)
         result = None if stopped else self._finish()
+        logger.info("training ended at step %d: %s", self.progress.step, self.progress.stop_reason)
         acc.end_training()
         return result
 
@@ -261,7 +261,6 @@ class Trainer:
             step=state["step"],
             best_valid=state["best_valid"],
             best_checkpoint=state["best_checkpoint"],
-            last_saved_step=state["step"],
             # older checkpoints lack the key: their history's last entry says the same
             last_valid_step=int(
                 state.get("last_valid_step", history[-1]["step"] if history else -1)
@@ -463,13 +462,13 @@ class Trainer:
         )
 
     def _record_stop(self, by_signal: bool) -> None:
-        """Say in the log and in TensorBoard why training ended; keep it for trainer_state.json."""
+        """Say in TensorBoard why training ended; keep it for trainer_state.json and the log's
+        last line."""
         if by_signal:
             reason = f"stopped by {self.stop.signal_name or 'a stop signal'}; run again to resume"
         else:
             reason = self.schedule.stopped or self.cadence.end_reason(self.progress.step)
         self.progress.stop_reason = reason
-        logger.info("training ended at step %d: %s", self.progress.step, reason)
         if "tensorboard" in self.trackers and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
@@ -556,9 +555,7 @@ class Trainer:
         if is_best:
             self.progress.best_valid = result.loss
             self.progress.best_checkpoint = ckpt.step_dir_name(self.progress.step)
-        self._track(
-            {"valid/loss": result.loss, "valid/ppl": result.ppl, "train/lr": self.schedule.lr}
-        )
+        self._track({"valid/loss": result.loss, "valid/ppl": result.ppl})  # train/lr: log steps
         logger.info(
             "step %d: valid loss %.4f, ppl %.2f%s",
             self.progress.step,
@@ -663,7 +660,6 @@ class Trainer:
                 self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint
             )
         acc.wait_for_everyone()
-        self.progress.last_saved_step = step
         logger.info("saved checkpoint %s (%s)", folder, self._checkpoint_note(step))
         return folder
 
