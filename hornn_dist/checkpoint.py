@@ -2,7 +2,8 @@
 
 Layout of one checkpoint (`output_dir/checkpoints/step_00001200/`)::
 
-    model.safetensors  optimizer.bin  random_states_<r>.pkl  [scaler.pt]   <- accelerator.save_state
+    model.safetensors    the model's weights, written by the main process
+    optimizer.bin  random_states_<r>.pkl  [scaler.pt]   <- accelerator.save_state
     rank_<r>.pt          per-rank stream position and carried hidden history, written by rank r
     trainer_state.json   step, epoch, lr schedule, best validation loss, vocabulary hash
     config.toml          the resolved run config
@@ -31,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save
 
 from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
 from hornn_dist.files import CHECKSUMS
+from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -248,8 +251,10 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     rank_state: dict[str, Any],
     cfg: RunConfig,
+    model: torch.nn.Module,
 ) -> Path:
-    """Write a complete checkpoint from every rank and return its folder (call on all ranks).
+    """Write a complete checkpoint of `model` and the accelerator's optimizer, scaler and
+    random states from every rank and return its folder (call on all ranks).
 
     A rank that cannot write (a full disk, say) makes every rank raise one CheckpointError,
     after the partial folder is removed; the previous checkpoints stay as they were.
@@ -263,7 +268,10 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     failure: BaseException | None = None
     try:
-        accelerator.save_state(str(tmp))  # every rank: weights, optimizer, RNG, scaler
+        # the model is not Accelerate's (no DDP: the step averages the gradients itself)
+        accelerator.save_state(str(tmp))  # every rank: optimizer, RNG, scaler
+        if accelerator.is_main_process:
+            save_weights(model, tmp / WEIGHTS)
         with files.atomic_writer(tmp / f"rank_{accelerator.process_index}.pt") as f:
             torch.save(rank_state, f)
     except (
@@ -382,14 +390,22 @@ def prune_checkpoints(output_dir: str | Path, keep: int, best: str | None) -> li
     return doomed
 
 
-def load_state(accelerator: Any, folder: Path) -> None:
-    """Load weights, optimizer, RNG and scaler state of a checkpoint into the accelerator's objects.
+def save_weights(model: torch.nn.Module, path: Path) -> None:
+    """Write the model's weights to `path` as safetensors, as Accelerate's save_state does."""
+    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    files.write_bytes(path, save(weights, metadata={"format": "pt"}))
+
+
+def load_state(accelerator: Any, folder: Path, model: torch.nn.Module) -> None:
+    """Load a checkpoint's weights into `model` and its optimizer, RNG and scaler state into
+    the accelerator's objects.
 
     A file the libraries cannot read is one CheckpointError (never their advice, such as
     torch.load's suggestion to turn off weights_only, which would run code from the file).
     """
     try:
         accelerator.load_state(str(folder))
+        model.load_state_dict(load_file(str(folder / WEIGHTS)))  # copied onto its device
     except Exception as err:  # safetensors, torch.load and pickle raise many types
         raise CheckpointError(
             f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
@@ -437,11 +453,6 @@ def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
     width = batch // world_size
     history = tuple(h[:, rank * width : (rank + 1) * width].clone() for h in joined)
     return {"stream": states[0]["stream"], "history": history}
-
-
-# [model] keys that pick how the same parameters are computed, not what they are: a resume
-# may change them (e.g. a run trained with the triton engine on a GPU, resumed on a CPU)
-EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
 
 
 def check_compatible(

@@ -12,17 +12,16 @@ import os
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP
-from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import DataError
 from hornn_dist.loading import (
     MODEL_ARG_HELP,
     is_exported,
-    load_model,
+    load_model_for,
     open_prepared_corpus,
     resolve_trained,
 )
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
-from hornn_dist.training.scoring import evaluate_split
+from hornn_dist.training.scoring import score_split
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,18 +56,18 @@ def main(argv: list[str] | None = None) -> int:
         raise DataError(
             f"split {args.split!r} not in the corpus; choose one of {', '.join(corpus.splits)}"
         )
-    model = load_model(folder, cfg, corpus, accelerator.device)
-    stream = EvalStream(
-        corpus.split(args.split),
-        args.batch_size or cfg.train.eval_batch_size,
+    batch = args.batch_size or cfg.train.eval_batch_size
+    model = load_model_for(folder, cfg, corpus, accelerator, batch)
+    result = score_split(
+        model,
+        corpus,
+        args.split,
+        accelerator,
+        batch,
         args.bptt or cfg.train.bptt,
-        accelerator.process_index,
-        accelerator.num_processes,
-        split=args.split,
         batch_key="--batch-size",
         bptt_key="--bptt",
     )
-    result = evaluate_split(model, stream, accelerator)
     if accelerator.is_main_process:
         print(f"checkpoint {folder} ({what})")
         print(

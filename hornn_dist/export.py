@@ -20,13 +20,12 @@ from typing import Any
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP, RunConfig, tomllib
 from hornn_dist.data.shards import TOKENIZER, Corpus
-from hornn_dist.data.streams import EvalStream
 from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.files import new_folder_beside, write_bytes
-from hornn_dist.loading import load_model, open_prepared_corpus
+from hornn_dist.loading import load_model_for, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
-from hornn_dist.training.scoring import EvalResult, evaluate_split
+from hornn_dist.training.scoring import EvalResult, score_split
 from hornn_dist.writable import check_writable_folder
 
 SPLIT = "test"  # the split whose perplexity the model card gives
@@ -58,17 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     accelerator = build_accelerator(cfg.train.mixed_precision)
     setup_logging(accelerator.is_main_process)
     corpus = open_prepared_corpus(cfg.data, accelerator, splits=[SPLIT], prepare=False)
-    model = load_model(folder, cfg, corpus, accelerator.device)
-    stream = EvalStream(
-        corpus.split(SPLIT),
-        cfg.train.eval_batch_size,
-        cfg.train.bptt,
-        accelerator.process_index,
-        accelerator.num_processes,
-        split=SPLIT,
-        batch_key="train.eval_batch_size",
-    )
-    result = evaluate_split(model, stream, accelerator)
+    train = cfg.train
+    model = load_model_for(folder, cfg, corpus, accelerator, train.eval_batch_size)
+    result = score_split(model, corpus, SPLIT, accelerator, train.eval_batch_size, train.bptt)
     if accelerator.is_main_process:
         with naming_path(out.absolute().parent, "OUT_DIR"):  # a disk that fills meanwhile
             write_model_folder(model, cfg, corpus, result, folder, out)

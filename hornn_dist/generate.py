@@ -11,7 +11,7 @@ import torch
 
 from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError
-from hornn_dist.loading import MODEL_ARG_HELP, load_model, open_vocabulary, resolve_trained
+from hornn_dist.loading import MODEL_ARG_HELP, load_model_for, open_vocabulary, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 
 STREAMS = 1  # one sampled sequence
@@ -126,14 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     folder, cfg = resolve_trained(args.checkpoint)
     accelerator = build_accelerator("no")  # sampling runs in fp32, whatever the run trained in
     corpus = open_vocabulary(folder, cfg, accelerator)  # no shard read
-    model = load_model(
-        folder,
-        cfg,
-        corpus,
-        accelerator.device,
-        mixed_precision=accelerator.mixed_precision,
-        batch=STREAMS,
-    )
+    model = load_model_for(folder, cfg, corpus, accelerator, STREAMS)
     prompt_ids, unknown = encode_prompt(corpus, args.prompt)
     if unknown:
         print(unknown_words_warning(unknown, corpus.tokenizer().get_vocab()), file=sys.stderr)

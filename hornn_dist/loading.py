@@ -320,7 +320,8 @@ def load_model(
         )
     plan = _evaluation_plan(cfg, device, mixed_precision, batch)
     if cfg.model.arch == "hornn":
-        log.info("HORNN layers of %s: %s", folder, plan.describe())
+        streams = cfg.train.eval_batch_size if batch is None else batch
+        log.info("HORNN layers of %s for %d streams: %s", folder, streams, plan.describe())
     if exported:
         from hornn_dist.models.pretrained import REEXPORT, PretrainedLM  # huggingface_hub
 
@@ -341,6 +342,21 @@ def load_model(
         raise CheckpointError(
             f"{weights} is not a valid weights file ({type(err).__name__}); use another checkpoint"
         ) from None
+
+
+def load_model_for(
+    folder: Path, cfg: RunConfig, corpus: Corpus | Vocabulary, accelerator: Any, batch: int
+) -> torch.nn.Module:
+    """Return `load_model`'s model as `accelerator` runs it: on its device, its HORNN layers
+    planned for its mixed precision and `batch` streams in all (shared by its processes)."""
+    return load_model(
+        folder,
+        cfg,
+        corpus,
+        accelerator.device,
+        mixed_precision=accelerator.mixed_precision,
+        batch=max(1, batch // accelerator.num_processes),
+    )
 
 
 def evaluation_model(

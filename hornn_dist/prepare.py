@@ -8,25 +8,28 @@ Only the `[data]` section is read. Running it again with the same settings is a 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 
 from hornn_dist.config import KEYS_HELP, add_set_option, load_config
 from hornn_dist.data.config import DataConfig
-from hornn_dist.errors import ConfigError, HornnError, naming_path, os_error_line
+from hornn_dist.errors import ConfigError, naming_path
+from hornn_dist.runtime import run_cli, setup_logging
+
+
+def with_data_section(overrides: list[str]) -> list[str]:
+    """Return the --set overrides with `data.` before each key that names no section."""
+    return [o if "." in o.partition("=")[0] else f"data.{o}" for o in overrides]
 
 
 def load_data_section(path: str, overrides: list[str]) -> DataConfig:
     """Return the `[data]` settings of a run config; overrides without a section go to `data`."""
-    overrides = [o if "." in o.partition("=")[0] else f"data.{o}" for o in overrides]
-    return load_config(path, overrides).data
+    return load_config(path, with_data_section(overrides)).data
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of the prepare command."""
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line, each --set key with its section (default `data`)."""
     parser = argparse.ArgumentParser(
-        epilog=KEYS_HELP, prog="python -m hornn_dist.prepare", description=__doc__.splitlines()[0]
+        epilog=KEYS_HELP, prog="hornn_dist.prepare", description=__doc__.splitlines()[0]
     )
     parser.add_argument("config", help="the run's TOML file (its [data] section is used)")
     add_set_option(
@@ -47,41 +50,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="when already prepared, also check every shard's sha256",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    return parser
+    args = parser.parse_args(argv)
+    args.overrides = with_data_section(args.overrides)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; return the process exit status."""
-    args = build_parser().parse_args(argv)
-    logger = logging.getLogger("hornn_dist")  # ours only: other libraries log through their own
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    """Prepare the config's corpus and print its folder and sizes; return the exit code."""
+    args = parse_args(argv)
+    setup_logging(True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        cfg = load_data_section(args.config, args.overrides)
-        from hornn_dist.data.pipeline import default_workers, prepare_corpus
-        from hornn_dist.data.shards import open_corpus
+    cfg = load_config(args.config, args.overrides).data
+    from hornn_dist.data.pipeline import default_workers, prepare_corpus
+    from hornn_dist.data.shards import open_corpus
 
-        workers = default_workers() if args.workers is None else args.workers
-        if workers < 1:
-            raise ConfigError(f"--workers must be >= 1 (default: the cores here), got {workers}")
-        with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
-            folder = prepare_corpus(
-                cfg, workers=workers, progress=not args.quiet, verify=args.verify
-            )
-        corpus = open_corpus(folder, check=False)
-    except HornnError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: {os_error_line(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: nothing was kept", file=sys.stderr)
-        return 130
+    workers = default_workers() if args.workers is None else args.workers
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1 (default: the cores here), got {workers}")
+    with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
+        folder = prepare_corpus(cfg, workers=workers, progress=not args.quiet, verify=args.verify)
+    corpus = open_corpus(folder, check=False)
     print(f"{folder}")
     for split in corpus.splits:
         info = corpus.manifest["splits"][split]
@@ -96,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cli() -> None:
     """Console-script entry point (`hornn-prepare`): the same as `python -m hornn_dist.prepare`."""
-    sys.exit(main())
+    run_cli(main)
 
 
 if __name__ == "__main__":

@@ -223,8 +223,9 @@ def test_string_key_keeps_text_that_looks_like_another_type() -> None:
 
 
 @pytest.mark.parametrize(
-    ("overrides", "expected"),
+    ("given", "expected"),
     [
+        # --set overrides (a list) ------------------------------------------------------
         # unknown section and key, with a close match suggested
         (["tarin.bptt=3"], ["[tarin]", "did you mean train?"]),
         (["train.max_step=3"], ["train.max_step", "did you mean train.max_steps?"]),
@@ -283,19 +284,7 @@ def test_string_key_keeps_text_that_looks_like_another_type() -> None:
         (["bptt=3"], ["--set 'bptt=3'", "section.key=value"]),
         (["train.=3"], ["--set 'train.=3'", "section.key=value"]),
         (["=3"], ["section.key=value"]),
-    ],
-)
-def test_bad_override_raises_one_line_naming_the_key(
-    overrides: list[str], expected: list[str]
-) -> None:
-    message = config_error(None, tuple(overrides))
-    for part in expected:
-        assert part in message, f"{part!r} not in {message!r}"
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
+        # a config file's text (a string) ----------------------------------------------
         ("[modle]\norder = 2\n", ["[modle]", "did you mean model?"]),
         ("[zzz]\n", ["[zzz]", "allowed:", "train"]),
         ("[train]\nbpt = 30\n", ["train.bpt", "did you mean train.bptt?"]),
@@ -308,10 +297,13 @@ def test_bad_override_raises_one_line_naming_the_key(
         ("[train]\nbptt = 3\nbptt = 4\n", ["not valid TOML"]),
     ],
 )
-def test_bad_file_raises_one_line_naming_the_key(
-    tmp_path: Path, text: str, expected: list[str]
+def test_a_bad_override_or_file_raises_one_line_naming_the_key(
+    tmp_path: Path, given: list[str] | str, expected: list[str]
 ) -> None:
-    message = config_error(write(tmp_path, text))
+    if isinstance(given, str):
+        message = config_error(write(tmp_path, given))
+    else:
+        message = config_error(None, tuple(given))
     for part in expected:
         assert part in message, f"{part!r} not in {message!r}"
 

@@ -65,6 +65,10 @@ def test_a_run_names_its_folder_and_each_save_and_keeps_train_log(workdir: Path)
     assert log.startswith("=====") and "fresh run" in log.splitlines()[0]
     assert "data: " in log  # held from before the folder was known (opening the corpus)
     assert log.count("saved checkpoint") == 4 and "test: " in log
+    # the last line, after the final validation, the test and their save
+    assert log.splitlines()[-1].endswith(
+        f"training ended at step {STEPS_PER_EPOCH}: trained train.epochs = 1 epoch"
+    )
 
     again = train(workdir, "logged", "--set", "train.epochs=2")
     check_ok(again)

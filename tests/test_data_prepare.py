@@ -256,17 +256,23 @@ def test_demo_preset_prepares_offline(tmp_path: Path) -> None:
 
 def test_cli(tmp_path: Path, ptb: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hornn_dist.prepare import main
+    from hornn_dist.runtime import run_cli
+
+    def exit_code(*argv: str) -> int | str | None:
+        with pytest.raises(SystemExit) as ended:
+            run_cli(main, list(argv))
+        return ended.value.code
 
     config = tmp_path / "run.toml"
     config.write_text(
         f'[data]\npreset = "ptb"\npath = "{ptb}"\ncache_dir = "{tmp_path / "cache"}"\n'
     )
-    assert main([str(config), "--quiet", "--set", "data.shard_tokens=5000"]) == 0
+    assert exit_code(str(config), "--quiet", "--set", "data.shard_tokens=5000") == 0
     out = capsys.readouterr().out
     folder = Path(out.splitlines()[0])
     assert (folder / "manifest.json").exists() and "vocab" in out
     assert len(open_corpus(folder).manifest["splits"]["train"]["shards"]) > 1
-    assert main([str(config), "--quiet", "--set", "path='/nowhere'"]) == 2
+    assert exit_code(str(config), "--quiet", "--set", "path='/nowhere'") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: data.path = '/nowhere' does not exist") and err.count("\n") == 1
     assert os.listdir(tmp_path / "cache") == [folder.name]

@@ -14,7 +14,7 @@ import pytest
 from hornn_dist.config import load_config
 from hornn_dist.data.pipeline import default_workers
 from hornn_dist.errors import ConfigError
-from hornn_dist.prepare import build_parser
+from hornn_dist.prepare import parse_args
 from tests.train_helpers import (
     REPO,
     children,
@@ -40,7 +40,7 @@ def _launch(args: list[str], port: int, timeout: int) -> subprocess.CompletedPro
 
 
 def test_workers_default_to_the_cores_this_process_may_use() -> None:
-    assert build_parser().parse_args(["c.toml"]).workers is None
+    assert parse_args(["c.toml"]).workers is None
     import os
 
     assert default_workers() == len(os.sched_getaffinity(0))

@@ -52,14 +52,8 @@ def test_the_docs_show_every_command() -> None:
 def test_command_parses(doc: str, command: str) -> None:
     module_name, args = _module_and_args(command)
     module = importlib.import_module(module_name)
-    if hasattr(module, "parse_args"):
-        parsed = vars(module.parse_args(args))
-    else:
-        parsed = vars(module.build_parser().parse_args(args))
+    parsed = vars(module.parse_args(args))
     config = parsed.get("config")
     if config is not None:  # the file exists and the --set keys are real keys with valid values
         assert (REPO / config).is_file(), f"{doc}: {config} does not exist"
-        overrides = parsed.get("overrides", [])
-        if module_name == "hornn_dist.prepare":
-            overrides = [o if "." in o.partition("=")[0] else f"data.{o}" for o in overrides]
-        load_config(REPO / config, overrides)
+        load_config(REPO / config, parsed.get("overrides", []))

@@ -128,6 +128,8 @@ def test_tensorboard_holds_every_tag(straight_1: Path) -> None:
         assert tags[tag], tag
         assert all(math.isfinite(v) for _, v in tags[tag]), tag
     assert len(tags["train/loss"]) == K_STEPS // 2  # log.every = 2
+    lr_steps = [step for step, _ in tags["train/lr"]]
+    assert lr_steps == sorted(set(lr_steps))  # one value a step, epoch ends (log steps) too
     losses = [v for _, v in tags["train/loss"]]
     assert losses[-1] < losses[0]  # it learns the pseudo-language
     assert all(v > 0 for _, v in tags["grad_norm/layer0/path1"])
@@ -292,6 +294,15 @@ def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
     line_2 = line_2[0].split()
     assert line_1[3] == line_2[3] == "216"  # every target token once, across both ranks
     assert float(line_1[5]) == pytest.approx(float(line_2[5]), rel=1e-6)
+
+
+def test_evaluate_plans_the_layers_for_the_streams_it_runs(straight_1: Path) -> None:
+    proc = run_module(
+        "hornn_dist.evaluate", str(straight_1), "--split", "valid", "--batch-size", "3"
+    )
+    check_ok(proc)
+    [label] = [line for line in proc.stderr.splitlines() if "HORNN layers of" in line]
+    assert " for 3 streams: " in label, label  # not the run's train.eval_batch_size (4)
 
 
 def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) -> None:

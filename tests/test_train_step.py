@@ -22,11 +22,11 @@ from hornn_dist.config import config_from_dict
 from hornn_dist.models import build_model, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import build_optimizer, clip_gradients, resolve_clip
-from hornn_dist.training.step import (
-    WARMUP_STEPS,
-    TrainStep,
+from hornn_dist.training.step import WARMUP_STEPS, TrainStep
+from hornn_dist.training.step_setup import (
     graph_unavailable_reason,
     needs_fused_sgd,
+    step_for_accelerator,
 )
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -67,13 +67,13 @@ def batches(n: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
-    """Return a TrainStep over a fresh model (seeded init) prepared by the accelerator."""
+    """Return the trainer's TrainStep over a fresh model (seeded init) on the accelerator's
+    device, its optimizer prepared by the accelerator."""
     torch.manual_seed(seed)
-    model = build_model(cfg.model, V)
+    model = build_model(cfg.model, V).to(accelerator.device)
     sgd = build_optimizer(model, cfg.optim, fused=needs_fused_sgd(accelerator))
-    model, optimizer = accelerator.prepare(model, sgd)
-    core = accelerator.unwrap_model(model)
-    return TrainStep.for_accelerator(cfg, accelerator, model, core, optimizer, B)
+    optimizer = accelerator.prepare_optimizer(sgd)
+    return step_for_accelerator(cfg, accelerator, model, optimizer, B)
 
 
 def float64_total_norm(params: list[torch.nn.Parameter]) -> float:
@@ -224,6 +224,19 @@ def test_backward_unscale_and_autocast_are_called_where_the_step_needs_them():
     assert calls == [("autocast", None), ("backward", False), ("unscale", True)]
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     assert all(p.grad is None for p in step.params)  # zeroed after the SGD step
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("no", torch.float32)])
+def test_the_trainers_step_runs_its_forward_under_accelerates_autocast(
+    make_accelerator, precision, dtype
+):
+    """The model is not Accelerate's prepared one: the step's autocast hook is what casts."""
+    step = make_step(run_config(), make_accelerator(mixed_precision=precision))
+    seen = []
+    step.core.decoder.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    loss = step.run(*batches(1)[0], measure=False)
+    assert seen == [dtype]
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
 
 
 def steps_with_the_lr_halved(step: TrainStep, data: list) -> torch.Tensor:

@@ -12,12 +12,11 @@ import torch
 from safetensors.torch import load_file
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.data.streams import EvalStream
 from hornn_dist.experiments.results import read_run
 from hornn_dist.loading import load_model, open_prepared_corpus, resolve_trained
 from hornn_dist.models.pretrained import PretrainedLM
 from hornn_dist.runtime import build_accelerator
-from hornn_dist.training.scoring import EvalResult, evaluate_split
+from hornn_dist.training.scoring import EvalResult, score_split
 from tests.train_helpers import check_ok, final_weights, run_module, scalars, write_tiny_config
 
 TIED = {"embedding_size": 0, "tie_weights": True, "dropout": 0.3}
@@ -62,8 +61,10 @@ def evaluated(target: Path) -> tuple[Path, EvalResult]:
     accelerator = build_accelerator(cfg.train.mixed_precision)
     corpus = open_prepared_corpus(cfg.data, accelerator, splits=["test"], prepare=False)
     model = load_model(folder, cfg, corpus, accelerator.device)
-    stream = EvalStream(corpus.split("test"), cfg.train.eval_batch_size, cfg.train.bptt, 0, 1)
-    return folder, evaluate_split(model, stream, accelerator)
+    train = cfg.train
+    return folder, score_split(
+        model, corpus, "test", accelerator, train.eval_batch_size, train.bptt
+    )
 
 
 def test_the_runs_test_score_is_its_best_checkpoints_and_the_last_is_beside_it(

@@ -18,6 +18,9 @@ RNN_ACTIVATIONS = ("tanh", "relu")  # what torch.nn.RNN offers
 ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
 RECURRENT_INITS = ("paper", "scaled")  # how the feedback weights are drawn (models/init.py)
+# keys that pick how the same parameters are computed, not what they are: a resume may change
+# them (e.g. a run trained with the triton engine on a GPU, resumed on a CPU)
+EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
 # Upper bounds far past any model that trains, below sizes whose shapes overflow an index or
 # whose first allocation is terabytes (the memory check judges what lies between)
 MAX_ORDER = 4096

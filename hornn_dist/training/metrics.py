@@ -53,7 +53,8 @@ class Throughput:
 
 
 class RunningLoss:
-    """Mean of per-step losses accumulated on the device (no host sync until `mean()`)."""
+    """Mean of per-step losses accumulated on the device (no host sync: `take()` returns a
+    device tensor)."""
 
     def __init__(self) -> None:
         self._sum: torch.Tensor | None = None

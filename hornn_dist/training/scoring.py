@@ -1,4 +1,7 @@
-"""Exact evaluation: token-weighted loss of a whole split, summed over every rank."""
+"""Exact evaluation: token-weighted loss of a whole split, summed over every rank.
+
+`score_split` is how the trainer (validation, test), `evaluate` and `export` score a split.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hornn_dist.data.shards import Corpus
 from hornn_dist.data.streams import EvalStream
 from hornn_dist.training.metrics import perplexity
 
@@ -66,3 +70,43 @@ def evaluate_split(model: torch.nn.Module, stream: EvalStream, accelerator: Any)
     totals = accelerator.reduce(torch.stack([loss_sum, count.double()]), reduction="sum")
     model.train(was_training)
     return EvalResult(loss_sum=float(totals[0]), tokens=int(totals[1]))
+
+
+def split_stream(
+    corpus: Corpus,
+    split: str,
+    accelerator: Any,
+    batch_size: int,
+    bptt: int,
+    *,
+    batch_key: str = "train.eval_batch_size",
+    bptt_key: str = "train.bptt",
+) -> EvalStream:
+    """Return this rank's evaluation stream of `split`: `batch_size` streams over all ranks in
+    windows of `bptt`; a size the split or the ranks cannot take is a ConfigError naming
+    `batch_key` or `bptt_key`."""
+    return EvalStream(
+        corpus.split(split),
+        batch_size,
+        bptt,
+        accelerator.process_index,
+        accelerator.num_processes,
+        split=split,
+        batch_key=batch_key,
+        bptt_key=bptt_key,
+    )
+
+
+def score_split(
+    model: torch.nn.Module,
+    corpus: Corpus,
+    split: str,
+    accelerator: Any,
+    batch_size: int,
+    bptt: int,
+    **keys: str,
+) -> EvalResult:
+    """Return `model`'s loss over every target of `split`, scored in the streams of
+    `split_stream` (`keys`: its batch_key and bptt_key) and summed over the ranks."""
+    stream = split_stream(corpus, split, accelerator, batch_size, bptt, **keys)
+    return evaluate_split(model, stream, accelerator)

@@ -32,7 +32,7 @@ the first `WARMUP_STEPS` steps of a run (and of a resumed run) run eagerly on a 
 then the step is captured and replayed. A change of the learning rate (the schedule halves it
 at an epoch end) re-captures it, since the graph holds the lr as a constant. On CPU the same
 parts run eagerly, so CPU runs, with one process or several, exercise the code path that the
-GPU replays. Under fp16 the trainer's SGD is fused (`needs_fused_sgd`): Accelerate's
+GPU replays. Under fp16 the trainer's SGD is fused (`step_setup.needs_fused_sgd`): Accelerate's
 GradScaler then unscales, checks for overflow, skips an overflowing step and updates its scale
 all on the device, so the fp16 step is graphed too.
 
@@ -41,7 +41,7 @@ optimizer, the sizes, the `OptimConfig` (clip, max-norm) and what a launcher add
 callables (`backward`: Accelerate's, with fp16's loss scaling; `unscale`: fp16's unscaling;
 `autocast`: the forward's autocast where the model does not autocast itself), whether to
 average over the processes of `torch.distributed`'s default group, and the graph decision.
-`TrainStep.for_accelerator` builds the trainer's step from its config and Accelerator, and
+`step_setup.step_for_accelerator` builds the trainer's step from its config and Accelerator, and
 `benchmarks/throughput.py` builds the same step around a bare model, so the benchmark times
 what the trainer runs.
 """
@@ -58,7 +58,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from hornn_dist.config import OptimConfig, RunConfig
+from hornn_dist.config import OptimConfig
 from hornn_dist.models import RecurrentLM, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import clip_gradients, resolve_clip
@@ -67,22 +67,6 @@ logger = logging.getLogger("hornn_dist")
 
 WARMUP_STEPS = 3  # eager steps before capture (momentum buffers, cuBLAS/cuDNN handles, NCCL)
 REDUCE_IN_GRAPH = False  # several processes: all-reduce between two graphs (see the docstring)
-
-
-def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
-    """Return why the step cannot be CUDA graphs in this run, or None when it can."""
-    if not cfg.train.cuda_graph:
-        return "train.cuda_graph = false"
-    if accelerator.device.type != "cuda":
-        return "not on CUDA"
-    return None
-
-
-def needs_fused_sgd(accelerator: Any) -> bool:
-    """Whether the run's SGD must be fused: under fp16, Accelerate's GradScaler skips an
-    overflowing step on the device only for an optimizer that takes its overflow flag (fused
-    SGD); with any other it reads the flag on the host, which a CUDA graph cannot hold."""
-    return accelerator.mixed_precision == "fp16"
 
 
 def flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:
@@ -108,14 +92,14 @@ def flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:
 class TrainStep:
     """The training step with static buffers; `run` calls it eagerly or replays its graphs.
 
-    model: what the forward calls (under the trainer Accelerate's prepared model, which
-        autocasts); core: the bare RecurrentLM inside it (state, gradient norms, max-norm);
+    model: what the forward calls (the trainer's: core itself, under Accelerate's autocast);
+        core: the bare RecurrentLM inside it (state, gradient norms, max-norm);
         optimizer: its SGD (or Accelerate's wrapper of it).
     device, batch_size, bptt: where and what the static buffers hold (batch_size per process).
     optim: the clip (`clip`, `clip_mode`; "auto" resolved for core's model) and max-norm
         (`max_col_norm`) settings.
     graph_reason: why the step is not CUDA graphs, or None to capture and replay them (CUDA
-        only); the trainer's comes from `graph_unavailable_reason`.
+        only); the trainer's comes from `step_setup.graph_unavailable_reason`.
     reduce: average the gradients over the processes of torch.distributed's default group
         (which must be initialised); the processes start from rank 0's weights.
     reduce_in_graph: with `reduce` and a graph, capture the all-reduce in the one graph
@@ -180,34 +164,6 @@ class TrainStep:
             self._staging.append(torch.empty_like(self._staging[0]).pin_memory())
             self._uploaded = [torch.cuda.Event(), torch.cuda.Event()]
             self._slot = 0
-
-    @classmethod
-    def for_accelerator(
-        cls,
-        cfg: RunConfig,
-        accelerator: Any,
-        model: torch.nn.Module,
-        core: RecurrentLM,
-        optimizer: Any,
-        batch_size: int,
-    ) -> TrainStep:
-        """Return the trainer's step: Accelerate's backward (and fp16's unscaling) around the
-        prepared model and optimizer, averaging over the processes, graphs where
-        `graph_unavailable_reason` allows."""
-        fp16 = accelerator.mixed_precision == "fp16"
-        return cls(
-            model,
-            core,
-            optimizer,
-            device=accelerator.device,
-            batch_size=batch_size,
-            bptt=cfg.train.bptt,
-            optim=cfg.optim,
-            graph_reason=graph_unavailable_reason(cfg, accelerator),
-            reduce=accelerator.num_processes > 1,
-            backward=accelerator.backward,
-            unscale=accelerator.unscale_gradients if fp16 else None,
-        )
 
     # ------------------------------------------------------------------ state
 

@@ -21,7 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
-from hornn_dist.data.streams import EvalStream, TBPTTStream
+from hornn_dist.data.streams import TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
@@ -47,8 +47,8 @@ from hornn_dist.training.optim import (
 from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import LOG_FILE, RunLog
-from hornn_dist.training.scoring import EvalResult, evaluate_split
-from hornn_dist.training.step import TrainStep, needs_fused_sgd
+from hornn_dist.training.scoring import EvalResult, score_split, split_stream
+from hornn_dist.training.step_setup import needs_fused_sgd, step_for_accelerator
 from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
@@ -65,7 +65,6 @@ class Progress:
     step: int = 0  # optimizer steps taken
     best_valid: float = math.inf
     best_checkpoint: str = ""
-    last_saved_step: int = -1
     last_valid_step: int = -1  # the step of the last validation (a resume does not repeat it)
     # the final test results, saved with the last checkpoint: the run's (`test`) is its best
     # checkpoint's by validation, as word_language_model reports; `test_last` the last weights'
@@ -107,26 +106,25 @@ class Trainer:
         batch = cfg.train.batch_size // acc.num_processes
         check_fits(cfg.model, self.corpus.vocab_size, acc.device, batch, cfg.train.bptt)
         plan = plan_for(cfg.model, acc.device, batch, acc.mixed_precision)
-        model = build_model(cfg.model, self.corpus.vocab_size, plan)
+        # No DDP, so the model is not Accelerate's: placed here, the step averages the flat
+        # gradients itself (one all-reduce, CUDA graphs) and autocasts the forward.
+        self.core = build_model(cfg.model, self.corpus.vocab_size, plan).to(acc.device)
         self.fused_sgd = needs_fused_sgd(acc)
-        optimizer = build_optimizer(model, cfg.optim, fused=self.fused_sgd)
-        # No DDP: the step averages the flat gradients itself (one all-reduce, CUDA graphs).
-        self.model = acc.prepare_model(model, evaluation_mode=True)
+        optimizer = build_optimizer(self.core, cfg.optim, fused=self.fused_sgd)
         self.optimizer = acc.prepare_optimizer(optimizer)
-        self.core = acc.unwrap_model(self.model)
         rank, world = acc.process_index, acc.num_processes
         self.hardware = describe_hardware(acc.device, world)  # for trainer_state.json
         # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
         self.train_stream = TBPTTStream(
             self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
         )
-        self.valid_stream = self._eval_stream("valid")
-        self._eval_stream("test")  # a missing or too short test split fails now, not at the end
+        for split in ("valid", "test"):  # a missing or too short split fails now, not later
+            split_stream(self.corpus, split, acc, cfg.train.eval_batch_size, cfg.train.bptt)
         self.schedule = LrSchedule.from_config(cfg.optim)
         self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world, self.train_stream.steps_per_epoch)
-        self.step = TrainStep.for_accelerator(
-            cfg, acc, self.model, self.core, self.optimizer, cfg.train.batch_size // world
+        self.step = step_for_accelerator(
+            cfg, acc, self.core, self.optimizer, cfg.train.batch_size // world
         )
 
     # ------------------------------------------------------------------ set-up
@@ -192,6 +190,7 @@ class Trainer:
         if not stopped:  # a signal's stop was recorded before its checkpoint
             self._record_stop(by_signal=False)
         result = None if stopped else self._finish()
+        logger.info("training ended at step %d: %s", self.progress.step, self.progress.stop_reason)
         acc.end_training()
         return result
 
@@ -242,7 +241,7 @@ class Trainer:
         else:  # pruning keeps the best checkpoint
             folder = ckpt.checkpoint_root(self.out) / name
             model = load_model(folder, cfg, self.corpus, acc.device)
-        return evaluate_split(model, self._eval_stream("test"), acc)
+        return self._score(model, "test")
 
     def _restore(self, folder: Path) -> None:
         acc = self.accelerator
@@ -254,7 +253,7 @@ class Trainer:
                 "different rounding, so not bit-identical to an uninterrupted run",
                 "; ".join(changed),
             )
-        ckpt.load_state(acc, folder)
+        ckpt.load_state(acc, folder, self.core)
         keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
         state = ckpt.read_trainer_state(folder)
         history = list(state.get("valid_history", []))
@@ -262,7 +261,6 @@ class Trainer:
             step=state["step"],
             best_valid=state["best_valid"],
             best_checkpoint=state["best_checkpoint"],
-            last_saved_step=state["step"],
             # older checkpoints lack the key: their history's last entry says the same
             last_valid_step=int(
                 state.get("last_valid_step", history[-1]["step"] if history else -1)
@@ -464,13 +462,13 @@ class Trainer:
         )
 
     def _record_stop(self, by_signal: bool) -> None:
-        """Say in the log and in TensorBoard why training ended; keep it for trainer_state.json."""
+        """Say in TensorBoard why training ended; keep it for trainer_state.json and the log's
+        last line."""
         if by_signal:
             reason = f"stopped by {self.stop.signal_name or 'a stop signal'}; run again to resume"
         else:
             reason = self.schedule.stopped or self.cadence.end_reason(self.progress.step)
         self.progress.stop_reason = reason
-        logger.info("training ended at step %d: %s", self.progress.step, reason)
         if "tensorboard" in self.trackers and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
@@ -497,22 +495,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation, logging, saving
 
-    def _eval_stream(self, split: str) -> EvalStream:
-        acc = self.accelerator
-        return EvalStream(
-            self.corpus.split(split),
-            self.cfg.train.eval_batch_size,
-            self.cfg.train.bptt,
-            acc.process_index,
-            acc.num_processes,
-            split=split,
-            batch_key="train.eval_batch_size",
+    def _score(self, model: torch.nn.Module, split: str) -> EvalResult:
+        """Return `model`'s result on `split` in the run's evaluation streams."""
+        train = self.cfg.train
+        return score_split(
+            model, self.corpus, split, self.accelerator, train.eval_batch_size, train.bptt
         )
 
     def _evaluate(self, split: str) -> EvalResult:
-        stream = self.valid_stream if split == "valid" else self._eval_stream(split)
         with self._doing(f"evaluating the {split} split"), self._off_the_clock():
-            return evaluate_split(self.core, stream, self.accelerator)
+            return self._score(self.core, split)
 
     @contextmanager
     def _off_the_clock(self) -> Iterator[None]:
@@ -563,9 +555,7 @@ class Trainer:
         if is_best:
             self.progress.best_valid = result.loss
             self.progress.best_checkpoint = ckpt.step_dir_name(self.progress.step)
-        self._track(
-            {"valid/loss": result.loss, "valid/ppl": result.ppl, "train/lr": self.schedule.lr}
-        )
+        self._track({"valid/loss": result.loss, "valid/ppl": result.ppl})  # train/lr: log steps
         logger.info(
             "step %d: valid loss %.4f, ppl %.2f%s",
             self.progress.step,
@@ -662,13 +652,14 @@ class Trainer:
             "history": tuple(h.detach().cpu() for h in self.step.state),
         }
         with self._doing("saving a checkpoint"), self._off_the_clock():
-            folder = ckpt.save_checkpoint(acc, self.out, step, trainer_state, rank_state, self.cfg)
+            folder = ckpt.save_checkpoint(
+                acc, self.out, step, trainer_state, rank_state, self.cfg, self.core
+            )
         if acc.is_main_process:
             ckpt.prune_checkpoints(
                 self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint
             )
         acc.wait_for_everyone()
-        self.progress.last_saved_step = step
         logger.info("saved checkpoint %s (%s)", folder, self._checkpoint_note(step))
         return folder
 
