@@ -64,9 +64,8 @@ class OptimConfig:
     weight_decay: float = 1e-6  # L2 weight decay
     # the threshold of `clip_mode` `norm` or `value` (0 = no clipping); under `auto` leave it
     # unset
-    clip: float = 0.25
-    # `auto`: per model, the global norm at 0.25 for an unweighted feedback sum (the RNN, `sum`
-    # pooling), at 1 for max / fofe / gated / LSTM / GRU (logged at start-up;
+    clip: float = 1.0
+    # `auto`: the recipe's clip, the global norm at 1 for every model (logged at start-up;
     # training/optim.py resolve_clip); `norm`: the gradients' global L2 norm is clipped at
     # `clip`; `value`: element-wise hard clipping at `clip` (§4). Why: docs/reproduction.md,
     # "Recipes"

@@ -81,7 +81,7 @@ def test_log_progress_is_auto_true_or_false() -> None:
 
 def test_resume_applies_changed_optim_settings_and_names_them(workdir: Path) -> None:
     check_ok(train(workdir, "retuned", "--set", "train.max_steps=4"))
-    changed = ["optim.lr=0.25", "optim.momentum=0.9", "optim.min_lr=0.01", "optim.clip=1.0",
+    changed = ["optim.lr=0.25", "optim.momentum=0.9", "optim.min_lr=0.01", "optim.clip=2.0",
                "optim.clip_mode=value"]  # fmt: skip
     changed = [arg for kv in changed for arg in ("--set", kv)]
     proc = train(workdir, "retuned", "--set", "train.max_steps=6", *changed)
@@ -90,7 +90,7 @@ def test_resume_applies_changed_optim_settings_and_names_them(workdir: Path) -> 
         "optim.lr 0.3 -> 0.25",
         "optim.momentum 0.5 -> 0.9",
         "optim.min_lr 0.0001 -> 0.01",
-        f"optim.clip {OptimConfig().clip!r} -> 1.0",  # the tiny config leaves clip at its default
+        f"optim.clip {OptimConfig().clip!r} -> 2.0",  # the tiny config leaves clip at its default
         "optim.clip_mode 'auto' -> 'value'",
         "lr now 0.25",
     ):
