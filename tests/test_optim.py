@@ -220,7 +220,9 @@ def test_clip_zero_is_a_no_op(mode: str) -> None:
         (ModelConfig(arch="gru"), "norm", 1.0),
     ],
 )
-def test_auto_clip_is_the_global_norm_1_for_every_model(model: ModelConfig, mode: str, clip: float) -> None:
+def test_auto_clip_is_the_global_norm_1_for_every_model(
+    model: ModelConfig, mode: str, clip: float
+) -> None:
     resolved = resolve_clip(model, OptimConfig())
     assert (resolved.clip_mode, resolved.clip) == (mode, clip)
     assert resolved.lr == OptimConfig().lr  # nothing else changes
