@@ -152,7 +152,7 @@ def _exit_now(code: int) -> None:
 
     After a gloo collective, a worker thread of the process group may still be releasing the
     collective's tensors, which takes the GIL; if the interpreter is finalising by then, that
-    thread aborts the process ("terminate called without an active exception"; how often:
+    thread aborts the process ("terminate called without an active exception"; why:
     docs/performance.md, "Numbers behind the code's choices"). Nothing is left to do once main
     has returned (checkpoints are fsynced, trackers closed), so the process ends here.
     """
