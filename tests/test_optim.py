@@ -212,7 +212,8 @@ def test_clip_zero_is_a_no_op(mode: str) -> None:
     [
         (ModelConfig(arch="rnn"), "norm", 1.0),
         (ModelConfig(pooling="sum", order=1), "norm", 1.0),
-        (ModelConfig(pooling="sum", order=3), "norm", 1.0),
+        (ModelConfig(pooling="sum", order=3), "norm", 0.25),
+        (ModelConfig(pooling="sum", order=2), "norm", 0.25),
         (ModelConfig(pooling="max"), "norm", 1.0),
         (ModelConfig(pooling="fofe"), "norm", 1.0),
         (ModelConfig(pooling="gated"), "norm", 1.0),
@@ -220,7 +221,7 @@ def test_clip_zero_is_a_no_op(mode: str) -> None:
         (ModelConfig(arch="gru"), "norm", 1.0),
     ],
 )
-def test_auto_clip_is_the_global_norm_1_for_every_model(
+def test_auto_clip_is_the_global_norm_1_but_for_summed_paths(
     model: ModelConfig, mode: str, clip: float
 ) -> None:
     resolved = resolve_clip(model, OptimConfig())
