@@ -65,7 +65,7 @@ class OptimConfig:
     # the threshold of `clip_mode` `norm` or `value` (0 = no clipping); under `auto` leave it
     # unset
     clip: float = 1.0
-    # `auto`: the recipe's clip, the global norm at 1, at 0.25 for `sum` pooling of order >= 2
+    # `auto`: the recipe's clip, the global norm at 1, at 0.5 for `sum` pooling of order >= 2
     # (logged at start-up; training/optim.py resolve_clip); `norm`: the gradients' global L2 norm is clipped at
     # `clip`; `value`: element-wise hard clipping at `clip` (§4). Why: docs/reproduction.md,
     # "Recipes"

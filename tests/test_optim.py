@@ -212,8 +212,8 @@ def test_clip_zero_is_a_no_op(mode: str) -> None:
     [
         (ModelConfig(arch="rnn"), "norm", 1.0),
         (ModelConfig(pooling="sum", order=1), "norm", 1.0),
-        (ModelConfig(pooling="sum", order=3), "norm", 0.25),
-        (ModelConfig(pooling="sum", order=2), "norm", 0.25),
+        (ModelConfig(pooling="sum", order=3), "norm", 0.5),
+        (ModelConfig(pooling="sum", order=2), "norm", 0.5),
         (ModelConfig(pooling="max"), "norm", 1.0),
         (ModelConfig(pooling="fofe"), "norm", 1.0),
         (ModelConfig(pooling="gated"), "norm", 1.0),

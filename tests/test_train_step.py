@@ -182,7 +182,7 @@ def bare_step(cfg, seed: int = 0, **kwargs) -> TrainStep:
 
 @pytest.mark.parametrize(
     ("pooling", "order", "mode", "clip"),
-    [("sum", 3, "norm", 0.25), ("sum", 1, "norm", 1.0), ("max", 3, "norm", 1.0)],
+    [("sum", 3, "norm", 0.5), ("sum", 1, "norm", 1.0), ("max", 3, "norm", 1.0)],
 )
 def test_the_step_resolves_clip_mode_auto_for_its_model(pooling, order, mode, clip):
     cfg = run_config(pooling)
