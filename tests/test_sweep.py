@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from PIL import Image
 
@@ -53,7 +54,10 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "ptb_summary": 12,
         "text8_summary": 6,
         "synthetic_recipes": 8,
-        "recipe_converged": 18,
+        "recipe_converged": 6,
+        "recipe_converged_sum": 1,
+        "recipe_sum_screen": 6,
+        "recipe_sum_screen2": 3,
     }
     for name, runs in expected.items():
         plan = read_sweep(REPO / "configs" / "sweeps" / f"{name}.toml")
@@ -199,6 +203,31 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert "[1/3] a: resuming" in more.stderr and "[3/3] c: resuming" in more.stderr
     assert "already finished (test ppl" not in more.stderr
     assert {r.name: r.step for r in read_runs(tmp_path / "runs")} == {"a": 3, "c": 3}
+
+
+def test_a_run_whose_train_process_is_stopped_is_reported_as_stopped(tmp_path: Path) -> None:
+    path = write_sweep(
+        tmp_path,
+        'set = { "train.max_steps" = 100000, "log.every" = 1, "log.tensorboard" = false }\n'
+        '[[runs]]\nname = "a"\n',
+    )
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "hornn_dist.sweep", str(path)],
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = tmp_path / "runs" / "a" / "train.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "step 2:" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (train,) = psutil.Process(sweep.pid).children()
+    train.send_signal(signal.SIGTERM)  # the train process alone, not the sweep
+    _, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 1, stderr
+    assert "[1/1] a: stopped after" in stderr and "the next sweep resumes it" in stderr
+    assert "FAILED" not in stderr  # the line a train process's own stop used to get
+    assert "sweep done: 0 trained, 0 already finished, 1 failed" in stderr
 
 
 def test_demo_orders_interrupted_and_started_again_runs_only_the_missing_runs(

@@ -205,6 +205,14 @@ def _report_end(
         logger.info(
             "%s: stopped after %s with a checkpoint; the next sweep resumes it", prefix, took
         )
+    elif code == 0:  # its train process was stopped on its own (a signal): it checkpointed
+        outcome.failed += 1
+        logger.error(
+            "%s: stopped after %s, not finished (its train process was stopped); the next "
+            "sweep resumes it from its checkpoint",
+            prefix,
+            took,
+        )
     else:
         outcome.failed += 1
         logger.error(
