@@ -1,0 +1,122 @@
+"""Print this record's markdown tables from its runs' trainer_state.json and config.toml.
+
+    python benchmarks/records/2026-11-27-cpu-converged/table.py
+
+docs/reproduction.md ("Recipes") shows these tables; tests/test_recipe_record.py checks that
+every row it prints is there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import tomllib
+
+HERE = Path(__file__).resolve().parent
+SCREEN = HERE.parent / "2026-11-27-cpu-recipe-search" / "h100_screen" / "runs"
+MODELS = {"rnn": "RNN (order 1)", "hornn3-sum": "HORNN-3 `sum`", "hornn3-max": "HORNN-3 `max`",
+          "hornn3-fofe": "HORNN-3 `fofe`", "hornn3-gated": "HORNN-3 `gated`", "lstm": "LSTM"}  # fmt: skip
+# the converged runs under the shipped recipe (clip_mode auto), then the one that is not
+SHIPPED = [("converged", name) for name in MODELS if name != "hornn3-sum"]
+SHIPPED.insert(1, ("converged_sum05", "hornn3-sum"))
+NOT_SHIPPED = [("converged", "hornn3-sum")]
+
+
+def state(folder: Path) -> dict:
+    """Return a run folder's trainer_state.json."""
+    return json.loads((folder / "trainer_state.json").read_text())
+
+
+def clip(folder: Path) -> str:
+    """Return the run's clip as "norm 1" from its config.toml (`auto` resolved to norm 1 for
+    every model at the commits of the runs that have it: commands.md)."""
+    optim = tomllib.loads((folder / "config.toml").read_text())["optim"]
+    if optim["clip_mode"] == "auto":
+        return "norm 1 (auto)"
+    return f"{optim['clip_mode']} {optim['clip']:g}"
+
+
+def converged_rows() -> list[str]:
+    """One row per converged run: epochs, stop, best valid, test on best and last, x RNN."""
+    rnn = state(HERE / "converged" / "runs" / "rnn")["test"]["ppl"]
+    rows = []
+    for group, name in SHIPPED + NOT_SHIPPED:
+        folder = HERE / group / "runs" / name
+        s = state(folder)
+        best = min(v["ppl"] for v in s["valid_history"])
+        shipped = "✓" if (group, name) in SHIPPED else ""
+        rows.append(
+            f"| {MODELS[name]} | {clip(folder)} | {shipped} | {s['epoch']} | {best:.2f} "
+            f"| {s['test']['ppl']:.2f} | {s['test_last']['ppl']:.2f} "
+            f"| {s['test']['ppl'] / rnn:.3f} |"
+        )
+    return rows
+
+
+def curve_rows(epochs: int = 7) -> list[str]:
+    """Validation ppl at epochs 1..7: the RNN and LSTM under the shipped recipe against the
+    recipe each trained best under before (the 2026-11-27 H100 screen: norm 0.25 / value 5)."""
+    pairs = [
+        ("RNN (order 1)", HERE / "converged" / "runs" / "rnn", SCREEN / "rnn-sn025"),
+        ("LSTM", HERE / "converged" / "runs" / "lstm", SCREEN / "lstm-v5"),
+    ]
+    rows = []
+    for label, ours, before in pairs:
+        for folder, recipe in ((ours, clip(ours) + " (shipped)"), (before, clip(before))):
+            ppl = [v["ppl"] for v in state(folder)["valid_history"]][:epochs]
+            rows.append(f"| {label} | {recipe} | " + " | ".join(f"{p:.2f}" for p in ppl) + " |")
+    return rows
+
+
+def screen_rows() -> list[str]:
+    """Two-epoch screens of sum-3 and the RNN: validation ppl per epoch and test ppl."""
+    rows = []
+    for group in ("sum_screen", "sum_screen2"):
+        for folder in sorted((HERE / group / "runs").iterdir()):
+            s = state(folder)
+            cfg = tomllib.loads((folder / "config.toml").read_text())
+            model = "RNN (order 1)" if cfg["model"]["order"] == 1 else "HORNN-3 `sum`"
+            change = [f"lr {cfg['optim']['lr']:g}"] if cfg["optim"]["lr"] != 0.5 else []
+            if cfg["model"]["activation"] != "tanh":
+                change.append(cfg["model"]["activation"])
+            if cfg["model"]["recurrent_init"] != "scaled":
+                change.append(f"init {cfg['model']['recurrent_init']}")
+            ppl = [f"{v['ppl']:.2f}" for v in s["valid_history"]]
+            rows.append(
+                f"| {model} | {clip(folder)} | {', '.join(change)} | "
+                + " | ".join(ppl)
+                + f" | {s['test']['ppl']:.2f} |"
+            )
+    return rows
+
+
+def h400_rows() -> list[str]:
+    """The 600-step H 400 checks of this record: validation ppl at step 600."""
+    rows = []
+    for folder in sorted((HERE / "h400" / "runs").iterdir()):
+        s = state(folder)
+        rows.append(f"| {folder.name} | {clip(folder)} | {s['valid_history'][-1]['ppl']:.2f} |")
+    return rows
+
+
+def main() -> None:
+    """Print every table."""
+    print(
+        "| model | clip | shipped | epochs | best valid ppl | test ppl (best) | test ppl (last) | × RNN |"
+    )
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(converged_rows()))
+    print("\n| model | clip | ep 1 | ep 2 | ep 3 | ep 4 | ep 5 | ep 6 | ep 7 |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(curve_rows()))
+    print("\n| model | clip | changed | valid ep 1 | valid ep 2 | test ppl |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    print("\n".join(screen_rows()))
+    print("\n| run | clip | valid ppl at step 600 |")
+    print("| --- | --- | ---: |")
+    print("\n".join(h400_rows()))
+
+
+if __name__ == "__main__":
+    main()
