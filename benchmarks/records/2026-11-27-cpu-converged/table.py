@@ -46,10 +46,12 @@ def converged_rows() -> list[str]:
         s = state(folder)
         best = min(v["ppl"] for v in s["valid_history"])
         shipped = "✓" if (group, name) in SHIPPED else ""
+        if s["test"] is None:  # not finished: the stopping rule had not ended it yet
+            tests = "not finished | – | – |"
+        else:
+            tests = f"{s['test']['ppl']:.2f} | {s['test_last']['ppl']:.2f} | {s['test']['ppl'] / rnn:.3f} |"
         rows.append(
-            f"| {MODELS[name]} | {clip(folder)} | {shipped} | {s['epoch']} | {best:.2f} "
-            f"| {s['test']['ppl']:.2f} | {s['test_last']['ppl']:.2f} "
-            f"| {s['test']['ppl'] / rnn:.3f} |"
+            f"| {MODELS[name]} | {clip(folder)} | {shipped} | {s['epoch']} | {best:.2f} | " + tests
         )
     return rows
 
