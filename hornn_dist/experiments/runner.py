@@ -201,15 +201,11 @@ def _report_end(
             record.epochs,
             record.stop_reason,
         )
-    elif code == 0 and stopping:
-        logger.info(
-            "%s: stopped after %s with a checkpoint; the next sweep resumes it", prefix, took
-        )
-    elif code == 0:  # its train process was stopped on its own (a signal): it checkpointed
-        outcome.failed += 1
-        logger.error(
-            "%s: stopped after %s, not finished (its train process was stopped); the next "
-            "sweep resumes it from its checkpoint",
+    elif code == 0:  # stopped with a checkpoint: by the sweep's stop, or on its own (a signal)
+        outcome.failed += 0 if stopping else 1  # not finished, where nothing asked it to stop
+        logger.log(
+            logging.INFO if stopping else logging.ERROR,
+            "%s: stopped after %s with a checkpoint, not finished; the next sweep resumes it",
             prefix,
             took,
         )
