@@ -19,6 +19,7 @@ import tokenize
 from pathlib import Path
 
 from hornn_dist.config import _SECTION_TYPES, SECTIONS, toml_value
+from hornn_dist.files import write_text
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {DOC} is stale; run: python -m hornn_dist.config_docs", file=sys.stderr)
             return 1
         return 0
-    DOC.write_text(text, encoding="utf-8")
+    write_text(DOC, text)  # atomic, never through a link, as every file the project writes
     print(f"wrote {DOC}")
     return 0
 
