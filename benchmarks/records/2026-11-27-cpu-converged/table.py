@@ -13,6 +13,9 @@ from pathlib import Path
 
 import tomllib
 
+from hornn_dist.config import load_config
+from hornn_dist.training.optim import resolve_clip
+
 HERE = Path(__file__).resolve().parent
 SCREEN = HERE.parent / "2026-11-27-cpu-recipe-search" / "h100_screen" / "runs"
 MODELS = {"rnn": "RNN (order 1)", "hornn3-sum": "HORNN-3 `sum`", "hornn3-max": "HORNN-3 `max`",
@@ -28,12 +31,16 @@ def state(folder: Path) -> dict:
     return json.loads((folder / "trainer_state.json").read_text())
 
 
-def clip(folder: Path) -> str:
-    """Return the run's clip as "norm 1" from its config.toml (`auto` resolved to norm 1 for
-    every model at the commits of the runs that have it: commands.md)."""
+def clip(folder: Path, resolved_now: bool = False) -> str:
+    """Return the run's clip as "norm 1" from its config.toml. `auto` is shown as what it
+    resolves to now (`resolved_now`: the runs since 893e777) or as norm 1, what it gave every
+    model at the commits of the earlier runs that have it (commands.md)."""
     optim = tomllib.loads((folder / "config.toml").read_text())["optim"]
     if optim["clip_mode"] == "auto":
-        return "norm 1 (auto)"
+        if not resolved_now:
+            return "norm 1 (auto)"
+        cfg = load_config(folder / "config.toml")
+        return f"norm {resolve_clip(cfg.model, cfg.optim).clip:g} (auto)"
     return f"{optim['clip_mode']} {optim['clip']:g}"
 
 
@@ -52,6 +59,26 @@ def converged_rows() -> list[str]:
             tests = f"{s['test']['ppl']:.2f} | {s['test_last']['ppl']:.2f} | {s['test']['ppl'] / rnn:.3f} |"
         rows.append(
             f"| {MODELS[name]} | {clip(folder)} | {shipped} | {s['epoch']} | {best:.2f} | " + tests
+        )
+    return rows
+
+
+def synthetic_rows() -> list[str]:
+    """One row per model of the generated-text sweep (H 64, shipped recipe, to the stopping
+    rule): epochs, best valid, test on best and last, x RNN; "not finished" where it is not."""
+    folder = HERE / "synthetic" / "runs"
+    rnn = state(folder / "rnn")["test"]["ppl"]
+    rows = []
+    for name, label in MODELS.items():
+        s = state(folder / name)
+        best = min(v["ppl"] for v in s["valid_history"])
+        if s["test"] is None:
+            tests = "not finished | – | – |"
+        else:
+            tests = f"{s['test']['ppl']:.2f} | {s['test_last']['ppl']:.2f} | {s['test']['ppl'] / rnn:.3f} |"
+        rows.append(
+            f"| {label} | {clip(folder / name, resolved_now=True)} | {s['epoch']} | {best:.2f} | "
+            + tests
         )
     return rows
 
@@ -109,6 +136,11 @@ def main() -> None:
     )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(converged_rows()))
+    print(
+        "\n| model | clip | epochs | best valid ppl | test ppl (best) | test ppl (last) | × RNN |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(synthetic_rows()))
     print("\n| model | clip | ep 1 | ep 2 | ep 3 | ep 4 | ep 5 | ep 6 | ep 7 |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(curve_rows()))
