@@ -74,9 +74,13 @@ class OptimConfig:
     schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
     halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
     min_lr: float = 1e-4  # the lr is never halved below this floor
-    # convergence: once the lr has been halved, stop when an epoch lowers the validation loss by
-    # less than this fraction, or when a halving is due at `min_lr` (0 = run all `train.epochs`)
+    # convergence: once the lr has been halved, stop when `stop_patience` epochs in a row each
+    # lower the validation loss by less than this fraction, or when a halving is due at `min_lr`
+    # (0 = run all `train.epochs`)
     stop_improvement: float = 0.003
+    # epochs in a row under `stop_improvement` that end a run (1: the first one, rnnlm's rule);
+    # 2 keeps one noisy epoch from ending a run still improving (docs/reproduction.md, "Recipes")
+    stop_patience: int = 2
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -100,6 +104,7 @@ class OptimConfig:
         check_at_least("optim.min_lr", self.min_lr, 0)
         check_at_most("optim.min_lr", self.min_lr, MAX_LR)
         check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
+        check_at_least("optim.stop_patience", self.stop_patience, 1)
 
 
 @dataclass

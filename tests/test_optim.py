@@ -18,7 +18,9 @@ from hornn_dist.training.optim import (
     clip_gradients,
     keep_fused,
     resolve_clip,
+    stop_stands,
 )
+from tests.train_helpers import REPO
 
 
 def schedule(**overrides: object) -> LrSchedule:
@@ -103,7 +105,7 @@ def test_fresh_state_dict_survives_json_with_an_infinite_previous_loss() -> None
 
 
 def test_convergence_waits_for_a_halving_then_stops_on_a_small_improvement() -> None:
-    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01)
+    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01, stop_patience=1)
     # 6.0 -> 5.99 improves by 0.17% but no halving yet: go on; 5.99 -> 6.1 halves the lr;
     # 6.1 -> 5.0 improves by 18%: go on; 5.0 -> 4.98 improves by 0.4% < 1%: converged.
     lrs = run_epochs(sched, [6.0, 5.99, 6.1, 5.0])
@@ -114,10 +116,57 @@ def test_convergence_waits_for_a_halving_then_stops_on_a_small_improvement() -> 
 
 
 def test_convergence_after_a_halving_includes_a_worse_epoch() -> None:
-    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.001)
+    sched = schedule(
+        lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.001, stop_patience=1
+    )
     run_epochs(sched, [5.0, 5.2])  # halved once
     assert not sched.stopped
-    assert sched.end_epoch(5.3) == 0.5 and "after 1 lr halving(s)" in sched.stopped
+    # the worse epoch stops the run and still halves (a resume under a longer patience goes on so)
+    assert sched.end_epoch(5.3) == 0.25 and "after 1 lr halving(s)" in sched.stopped
+
+
+def test_patience_needs_that_many_small_epochs_in_a_row() -> None:
+    sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01)
+    assert sched.stop_patience == OptimConfig.stop_patience == 2
+    # 5.0 -> 5.2 halves; 5.19 is small (1 in a row); 4.0 is not (0); 3.99 small (1); 3.98 (2)
+    for loss in [5.0, 5.2, 5.19, 4.0, 3.99]:
+        sched.end_epoch(loss)
+        assert not sched.stopped, loss
+    assert sched.small_epochs == 1
+    sched.end_epoch(3.98)
+    assert sched.stopped.startswith("converged: epoch 6 lowered the validation loss by 0.251%")
+    assert "(2 epochs in a row, optim.stop_patience = 2), after 1 lr halving(s)" in sched.stopped
+
+
+RECORD_RUNS = REPO / "benchmarks" / "records" / "2026-11-27-cpu-converged" / "converged" / "runs"
+
+
+@pytest.mark.parametrize("run", ["rnn", "hornn3-gated"])  # stopped on a small gain / on a rise
+def test_a_stop_from_before_patience_resumes_as_a_fresh_run_under_patience_2(run: str) -> None:
+    # a real checkpoint's schedule, written before stop_patience existed (patience 1)
+    state = json.loads((RECORD_RUNS / run / "trainer_state.json").read_text())
+    legacy = state["schedule"]
+    assert "stop_patience" not in legacy and legacy["stopped"]
+    cfg = OptimConfig(lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"])
+    resumed = LrSchedule.from_config(cfg)
+    resumed.load_state_dict(legacy)
+    fresh = LrSchedule.from_config(cfg)
+    run_epochs(fresh, [entry["loss"] for entry in state["valid_history"]])
+    assert not resumed.stopped and not fresh.stopped  # patience 2 trains on
+    assert resumed.state_dict() == fresh.state_dict()
+    assert stop_stands(legacy, cfg) is False
+    assert stop_stands(legacy, OptimConfig(**{**cfg.__dict__, "stop_patience": 1})) is True
+
+
+def test_a_min_lr_stop_stands_under_any_patience() -> None:
+    sched = schedule(
+        lr=0.5, schedule="fixed_then_halve", halve_after=0, min_lr=0.25, stop_patience=1
+    )
+    sched.stop_improvement = 1e-9
+    run_epochs(sched, [4.0, 3.0])
+    assert "already at optim.min_lr" in sched.stopped
+    cfg = OptimConfig(schedule="fixed_then_halve", halve_after=0, min_lr=0.25, stop_patience=5)
+    assert stop_stands(sched.state_dict(), cfg) is True
 
 
 def test_a_halving_due_at_min_lr_ends_the_run() -> None:

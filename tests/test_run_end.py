@@ -199,6 +199,7 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     settings = (
         "--set", "optim.schedule=fixed_then_halve", "--set", "optim.halve_after=1",
         "--set", "optim.stop_improvement=0.9", "--set", "train.epochs=6",
+        "--set", "optim.stop_patience=1",
     )  # fmt: skip
     proc = train(workdir, "converged", *settings)
     check_ok(proc)
@@ -206,7 +207,10 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     assert f"training ended at step {end}: converged: epoch 2 lowered the validation loss by" in (
         proc.stderr
     )
-    assert "under optim.stop_improvement = 0.9, after 1 lr halving(s)" in proc.stderr
+    assert (
+        "under optim.stop_improvement = 0.9 (1 epoch in a row, optim.stop_patience = 1), "
+        "after 1 lr halving(s)" in proc.stderr
+    )
     assert "epoch 2 of 6 done" in proc.stderr and "epoch 3 of 6 done" not in proc.stderr
     assert "lr for next epoch" not in proc.stderr.split("epoch 2 of 6 done")[1].splitlines()[0]
     [(step, reason)] = _stop_reasons(workdir / "converged")
@@ -222,11 +226,21 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     assert "is complete at step" in again.stderr and reason in again.stderr
     assert "set optim.stop_improvement = 0 (now 0.9)" in again.stderr
 
-    more = train(workdir, "converged", *settings[:-4], "--set", "optim.stop_improvement=0.0",
-                 "--set", "train.epochs=3")  # fmt: skip
+    patient = train(workdir, "converged", *settings[:-2], "--set", "optim.stop_patience=2")
+    check_ok(patient)  # a longer patience trains the stopped run on, to its second small epoch
+    assert "resuming from" in patient.stderr and "optim.stop_patience 1 -> 2" in patient.stderr
+    assert f"training ended at step {3 * STEPS_PER_EPOCH}: converged: epoch 3 lowered" in (
+        patient.stderr
+    )
+    assert "(2 epochs in a row, optim.stop_patience = 2), after 2 lr halving(s)" in patient.stderr
+
+    more = train(workdir, "converged", *settings[:-6], "--set", "optim.stop_improvement=0.0",
+                 "--set", "train.epochs=4")  # fmt: skip
     check_ok(more)  # without the rule the run trains on to train.epochs
-    assert "resuming from" in more.stderr and "epoch 3 of 3 done" in more.stderr
-    assert "training ended at step 42: trained train.epochs = 3 epochs" in more.stderr
+    assert "resuming from" in more.stderr and "epoch 4 of 4 done" in more.stderr
+    assert f"training ended at step {4 * STEPS_PER_EPOCH}: trained train.epochs = 4 epochs" in (
+        more.stderr
+    )
 
 
 def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Path) -> None:

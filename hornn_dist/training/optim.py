@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.wording import counted
 
 # clip_mode "auto": the recipe's clip, the gradient's global norm, chosen by validation on the
 # bundled corpus and checked at H 400 (docs/reproduction.md, "Recipes"). 1 leaves the usual step
@@ -81,9 +83,10 @@ class LrSchedule:
     previous epoch's (PTB).
     fixed_then_halve: keep the lr for `halve_after` epochs, then halve it after every epoch (text8).
     The lr never goes below `min_lr`.
-    Convergence (`stop_improvement` > 0): once the lr has been halved, an epoch that lowers the
-    validation loss by less than that fraction ends the run, as does a halving due at `min_lr`
-    (the stopping rule of Mikolov's rnnlm, which the paper's PTB and text8 recipes come from).
+    Convergence (`stop_improvement` > 0): once the lr has been halved, `stop_patience` epochs
+    in a row that each lower the validation loss by less than that fraction end the run, as
+    does a halving due at `min_lr` (the stopping rule of Mikolov's rnnlm, which the paper's PTB
+    and text8 recipes come from, is patience 1).
     """
 
     lr: float
@@ -91,9 +94,11 @@ class LrSchedule:
     halve_after: int
     min_lr: float
     stop_improvement: float = 0.0
+    stop_patience: int = 1
     previous_valid: float = float("inf")
     epochs_done: int = 0
     halvings: int = 0
+    small_epochs: int = 0  # epochs in a row, after a halving, under stop_improvement
     stopped: str = ""  # why the run converged; empty while it trains
 
     @classmethod
@@ -105,6 +110,7 @@ class LrSchedule:
             halve_after=cfg.halve_after,
             min_lr=cfg.min_lr,
             stop_improvement=cfg.stop_improvement,
+            stop_patience=cfg.stop_patience,
         )
 
     def end_epoch(self, valid_loss: float) -> float:
@@ -119,18 +125,25 @@ class LrSchedule:
         self.previous_valid = valid_loss
         if self.stop_improvement > 0:
             self.stopped = self._converged(improvement, halve)
-        if halve and not self.stopped:  # never below min_lr, nor raised to it from a lower lr
-            self.lr = max(self.lr / 2, min(self.min_lr, self.lr))
-            self.halvings += 1
+        if halve:  # also at a stop, so that a resume under a longer patience goes on as it would
+            self._halve()
         return self.lr
+
+    def _halve(self) -> None:
+        """Halve the lr: never below min_lr, nor raised to it from a lower lr."""
+        self.lr = max(self.lr / 2, min(self.min_lr, self.lr))
+        self.halvings += 1
 
     def _converged(self, improvement: float, halve: bool) -> str:
         """Return why the run has converged after this epoch, or "" when it goes on."""
-        if self.halvings and improvement < self.stop_improvement:
+        small = self.halvings > 0 and improvement < self.stop_improvement
+        self.small_epochs = self.small_epochs + 1 if small else 0
+        if small and self.small_epochs >= self.stop_patience:
             return (
                 f"converged: epoch {self.epochs_done} lowered the validation loss by "
-                f"{improvement:.3%}, under optim.stop_improvement = {self.stop_improvement:g}, "
-                f"after {self.halvings} lr halving(s)"
+                f"{improvement:.3%}, under optim.stop_improvement = {self.stop_improvement:g} "
+                f"({counted(self.small_epochs, 'epoch')} in a row, optim.stop_patience = "
+                f"{self.stop_patience}), after {self.halvings} lr halving(s)"
             )
         if halve and self.lr <= self.min_lr:
             return (
@@ -149,9 +162,42 @@ class LrSchedule:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the schedule's state (a checkpoint from before a field existed keeps its default)."""
+        """Restore the schedule's state (a checkpoint from before a field existed keeps its
+        default; one from before `stop_patience` was judged under patience 1), then clear a
+        convergence stop that this schedule's `stop_patience` has not reached."""
         for key, value in state.items():
             setattr(self, key, value)
+        if "stop_patience" not in state and self.stopped:
+            self.small_epochs = 1
+            if self._halving_was_due():  # that code skipped the halving of the epoch it stopped at
+                self._halve()
+        self.judge_stop_again()
+
+    def _halving_was_due(self) -> bool:
+        """Whether the epoch a checkpoint from before `stop_patience` stopped at called for a
+        halving: a fixed_then_halve epoch past `halve_after`, or a plateau epoch whose
+        validation loss did not decrease (its stop message gives the improvement)."""
+        if self.schedule != "plateau":
+            return self.epochs_done >= self.halve_after
+        found = re.search(r"lowered the validation loss by (-?[\d.]+)%", self.stopped)
+        return found is not None and float(found.group(1)) <= 0
+
+    def judge_stop_again(self) -> None:
+        """Clear `stopped` when it was a small-improvement stop that `stop_patience` no longer
+        reaches (a resume under a longer patience trains on); a min_lr stop stands."""
+        at_min_lr = self.lr <= self.min_lr
+        if self.stopped and not at_min_lr and self.small_epochs < self.stop_patience:
+            self.stopped = ""
+
+
+def stop_stands(state: dict, cfg: OptimConfig) -> bool:
+    """Return whether a checkpoint's schedule state (`state`) ended its run under the stopping
+    rule of `cfg` (a longer `stop_patience` than the run had trains it on)."""
+    schedule = LrSchedule.from_config(cfg)
+    schedule.load_state_dict(state)
+    schedule.stop_patience = cfg.stop_patience
+    schedule.judge_stop_again()
+    return bool(schedule.stopped)
 
 
 def relative_improvement(previous: float, current: float) -> float:
@@ -167,6 +213,7 @@ SCHEDULE_KEYS = (
     "schedule",
     "halve_after",
     "stop_improvement",
+    "stop_patience",
 )  # into the restored schedule
 OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
 STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step
@@ -199,6 +246,7 @@ def apply_changed_settings(
             setattr(schedule, key, new)
             if key == "stop_improvement":
                 schedule.stopped = ""  # judged afresh under the new threshold
+            schedule.judge_stop_again()
         elif key in OPTIMIZER_KEYS:
             for group in optimizer.param_groups:
                 group[key] = new

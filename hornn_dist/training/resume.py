@@ -16,6 +16,7 @@ from hornn_dist.config import RunConfig
 from hornn_dist.data.shards import Corpus
 from hornn_dist.errors import CheckpointError, ConfigError
 from hornn_dist.training.metrics import perplexity
+from hornn_dist.training.optim import stop_stands
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult
 from hornn_dist.wording import counted
@@ -81,7 +82,7 @@ def completion(state: dict[str, Any], cfg: RunConfig) -> dict[str, Any]:
     done: dict[str, Any] = {"train.epochs": train.epochs} if epoch >= train.epochs else {}
     if train.max_steps and step >= train.max_steps:
         done["train.max_steps"] = train.max_steps
-    converged = (state.get("schedule") or {}).get("stopped", "")
+    converged = stop_stands(state["schedule"], cfg.optim) if state.get("schedule") else False
     if converged and cfg.optim.stop_improvement > 0:
         done["optim.stop_improvement"] = cfg.optim.stop_improvement
     return done
