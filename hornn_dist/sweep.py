@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 
 from hornn_dist.config import KEYS_HELP, add_set_option
 from hornn_dist.errors import ConfigError
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--jobs must be 1 or more, got {jobs}")
     if args.dry_run:
         for run in plan.runs:
-            print(f"{run.name}: {' '.join(train_command(plan, run))}")
+            print(f"{run.name}: {shlex.join(train_command(plan, run))}")  # pastes into a shell
         print(dry_run_summary(plan, jobs))
         return 0
     check_writable_folder(plan.output_dir, f"output_dir of {plan.path}")  # before any run

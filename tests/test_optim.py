@@ -138,7 +138,9 @@ def test_patience_needs_that_many_small_epochs_in_a_row() -> None:
     assert "(2 epochs in a row, optim.stop_patience = 2), after 1 lr halving(s)" in sched.stopped
 
 
-RECORD_RUNS = REPO / "benchmarks" / "records" / "2026-11-27-cpu-converged" / "converged" / "runs"
+RECORD_RUNS = (
+    REPO / "benchmarks" / "records" / "2026-11-27-cpu-converged" / "patience1" / "converged_runs"
+)
 
 
 @pytest.mark.parametrize("run", ["rnn", "hornn3-gated"])  # stopped on a small gain / on a rise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from PIL import Image
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.experiments.results import read_runs
-from hornn_dist.experiments.runner import cpu_slots, gpu_slots
+from hornn_dist.experiments.runner import cpu_slots, gpu_slots, train_command
 from tests.train_helpers import REPO, env, markdown_table, run_module, write_tiny_config
 
 DEMO_ORDERS = REPO / "configs" / "sweeps" / "demo_orders.toml"
@@ -295,3 +296,20 @@ def _checkpoint_stamps(folder: Path) -> dict[str, int]:
         for p in (folder / "checkpoints").rglob("*")
         if p.is_file()
     }
+
+
+def test_dry_run_prints_each_command_as_a_shell_takes_it(tmp_path: Path) -> None:
+    # list values ("data.train" = [...]) carry quotes a plain join loses in a shell
+    sweep = REPO / "configs" / "sweeps" / "synthetic_converged.toml"
+    dry = subprocess.run(
+        [sys.executable, "-m", "hornn_dist.sweep", str(sweep), "--dry-run"],
+        cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    plan = read_sweep(sweep)
+    printed = dict(line.split(": ", 1) for line in dry.stdout.splitlines()[:-1])
+    assert list(printed) == [run.name for run in plan.runs]
+    for run in plan.runs:
+        argv = shlex.split(printed[run.name])
+        assert argv == train_command(plan, run)
+        assert 'data.train=["data/synthetic/train.txt"]' in argv

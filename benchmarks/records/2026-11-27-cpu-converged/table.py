@@ -63,6 +63,25 @@ def converged_rows() -> list[str]:
     return rows
 
 
+def patience_rows() -> list[str]:
+    """Each converged run under patience 1 (where it first stopped, `patience1/`) and under
+    patience 2 (the same run resumed): epochs, test ppl on the best checkpoint, x RNN."""
+    runs = {"converged": HERE / "patience1" / "converged_runs",
+            "converged_sum05": HERE / "patience1" / "converged_sum05_runs"}  # fmt: skip
+    rnn1 = state(runs["converged"] / "rnn")["test"]["ppl"]
+    rnn2 = state(HERE / "converged" / "runs" / "rnn")["test"]["ppl"]
+    rows = []
+    for group, name in SHIPPED + NOT_SHIPPED:
+        before, after = state(runs[group] / name), state(HERE / group / "runs" / name)
+        if before["test"] is None or after["test"] is None:
+            continue  # not finished under one of the two
+        cells = [MODELS[name], clip(HERE / group / "runs" / name)]
+        for s, rnn in ((before, rnn1), (after, rnn2)):
+            cells += [str(s["epoch"]), f"{s['test']['ppl']:.2f}", f"{s['test']['ppl'] / rnn:.3f}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def synthetic_rows() -> list[str]:
     """One row per model of the generated-text sweep (H 64, shipped recipe, to the stopping
     rule): epochs, best valid, test on best and last, x RNN; "not finished" where it is not."""
@@ -136,6 +155,11 @@ def main() -> None:
     )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(converged_rows()))
+    print(
+        "\n| model | clip | epochs (1) | test ppl (1) | × RNN (1) | epochs (2) | test ppl (2) | × RNN (2) |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(patience_rows()))
     print(
         "\n| model | clip | epochs | best valid ppl | test ppl (best) | test ppl (last) | × RNN |"
     )
