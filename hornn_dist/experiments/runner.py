@@ -202,7 +202,8 @@ def _report_end(
             record.stop_reason,
         )
     elif code == 0:  # stopped with a checkpoint: by the sweep's stop, or on its own (a signal)
-        outcome.failed += 0 if stopping else 1  # not finished, where nothing asked it to stop
+        if not stopping:  # not finished, and nothing asked it to stop
+            outcome.failed += 1
         logger.log(
             logging.INFO if stopping else logging.ERROR,
             "%s: stopped after %s with a checkpoint, not finished; the next sweep resumes it",
