@@ -7,6 +7,8 @@
 #   GRIDS="demo_alpha demo_dropout" GRIDS_SECONDS=480 OUT=... bash benchmarks/gpu_grids.sh
 #
 # GRIDS_SET="k=v ..." adds overrides to every run (a quick try: GRIDS_SET="train.max_steps=5").
+# GRIDS_MATCH="REGEX" trains only the runs whose name matches (the others' records come from
+# elsewhere, e.g. a grid widened after part of it trained).
 # GRIDS names sweep files under configs/sweeps/; GRIDS_REFERENCE=1 also trains the order-1 RNN
 # of configs/demo.toml (the reference a ratio needs) into runs/sweeps/gpu_reference/rnn.
 # At GRIDS_SECONDS every run still training gets SIGTERM: it checkpoints and stops, and its
@@ -48,6 +50,7 @@ mkdir -p "$OUT/logs"
 for sweep in $GRIDS; do
   while IFS= read -r line; do
     name=${line%%: *}
+    [[ $name =~ ${GRIDS_MATCH:-.} ]] || continue
     eval "launch $sweep-$name ${line#*: }"
   done < <($PY -m hornn_dist.sweep "configs/sweeps/$sweep.toml" --dry-run "${sets[@]}" | grep -- ' -m hornn_dist.train ')
   # What the sweep runner writes first, so that `report` and collect.py see a sweep.
