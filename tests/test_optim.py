@@ -53,6 +53,26 @@ def test_plateau_halves_only_when_the_validation_loss_does_not_decrease() -> Non
     assert lrs == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.25]
 
 
+def test_plateau_with_halve_below_also_halves_on_a_small_gain() -> None:
+    paper = schedule(lr=1.0, schedule="plateau", min_lr=0.0)
+    rnnlm = schedule(lr=1.0, schedule="plateau", min_lr=0.0, halve_below=0.01)
+    losses = [6.0, 5.0, 4.98, 4.5, 4.6]  # 5.0 -> 4.98 lowers the loss by 0.4%, under 1%
+    assert run_epochs(paper, losses) == [1.0, 1.0, 1.0, 1.0, 0.5]
+    assert run_epochs(rnnlm, losses) == [1.0, 1.0, 0.5, 0.5, 0.25]
+
+
+def test_halve_below_then_stop_needs_the_slow_epochs_after_the_halving() -> None:
+    sched = schedule(
+        lr=1.0, schedule="plateau", min_lr=0.0, halve_below=0.01, stop_improvement=0.01
+    )
+    # 5.0 -> 4.99 halves (no halving before it, so it does not count towards the stop);
+    # 4.99 -> 4.98 and 4.98 -> 4.97 are slow after a halving: each halves, the second stops.
+    run_epochs(sched, [5.0, 4.99, 4.98])
+    assert not sched.stopped and sched.lr == 0.25
+    sched.end_epoch(4.97)
+    assert sched.stopped.startswith("converged: epoch 4") and sched.lr == 0.125
+
+
 def test_plateau_compares_with_the_previous_epoch_not_the_best() -> None:
     sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0)
     # 5.5 is worse than the best (5.0) but better than the previous epoch (6.0): no halving.

@@ -80,7 +80,8 @@ class LrSchedule:
     and the rule that says when such a run has converged.
 
     plateau: halve the lr whenever the validation loss did not decrease from the
-    previous epoch's (PTB).
+    previous epoch's (PTB), or with `halve_below` > 0 whenever it decreased by less than that
+    fraction.
     fixed_then_halve: keep the lr for `halve_after` epochs, then halve it after every epoch (text8).
     The lr never goes below `min_lr`.
     Convergence (`stop_improvement` > 0): once the lr has been halved, `stop_patience` epochs
@@ -95,6 +96,7 @@ class LrSchedule:
     min_lr: float
     stop_improvement: float = 0.0
     stop_patience: int = 1
+    halve_below: float = 0.0
     previous_valid: float = float("inf")
     epochs_done: int = 0
     halvings: int = 0
@@ -111,17 +113,20 @@ class LrSchedule:
             min_lr=cfg.min_lr,
             stop_improvement=cfg.stop_improvement,
             stop_patience=cfg.stop_patience,
+            halve_below=cfg.halve_below,
         )
 
     def end_epoch(self, valid_loss: float) -> float:
         """Record one finished epoch and its validation loss; return the lr for the next epoch
         (`stopped` says why when the run has converged)."""
         self.epochs_done += 1
-        if self.schedule == "plateau":
+        improvement = relative_improvement(self.previous_valid, valid_loss)
+        if self.schedule == "plateau" and self.halve_below > 0:
+            halve = improvement < self.halve_below
+        elif self.schedule == "plateau":
             halve = valid_loss >= self.previous_valid
         else:
             halve = self.epochs_done >= self.halve_after
-        improvement = relative_improvement(self.previous_valid, valid_loss)
         self.previous_valid = valid_loss
         if self.stop_improvement > 0:
             self.stopped = self._converged(improvement, halve)
@@ -214,6 +219,7 @@ SCHEDULE_KEYS = (
     "halve_after",
     "stop_improvement",
     "stop_patience",
+    "halve_below",
 )  # into the restored schedule
 OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
 STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step
