@@ -249,6 +249,8 @@ def test_string_key_keeps_text_that_looks_like_another_type() -> None:
         (["train.seed=-1"], ["train.seed", "got -1"]),
         (["optim.lr=0"], ["optim.lr", "> 0"]),
         (["optim.momentum=1.0"], ["optim.momentum", "[0.0, 1.0)", "got 1.0"]),
+        (["optim.halve_below=1"], ["optim.halve_below", "[0.0, 1.0)", "got 1.0"]),
+        (["optim.halve_below=-0.1"], ["optim.halve_below", "[0.0, 1.0)", "got -0.1"]),
         (["optim.clip=-1"], ["optim.clip", ">= 0"]),
         (["log.every=0"], ["log.every", ">= 1"]),
         (["model.order=0"], ["model.order", ">= 1", "got 0"]),
