@@ -148,6 +148,23 @@ def h400_rows() -> list[str]:
     return rows
 
 
+def halve_below_rows() -> list[str]:
+    """The RNN and FOFE-3 (seed 1234) under §4's plateau rule (`converged/`) and under
+    `optim.halve_below` 0.003 (`halve_below/`): epochs, halvings, best valid, test, x RNN."""
+    rows = []
+    for group, rule in (("converged", "§4: halve on a rise"), ("halve_below", "halve_below 0.003")):
+        rnn = state(HERE / group / "runs" / "rnn")["test"]["ppl"]
+        for name in ("rnn", "hornn3-fofe"):
+            s = state(HERE / group / "runs" / name)
+            halvings = s["stop_reason"].split("after ")[-1].split(" lr")[0]
+            rows.append(
+                f"| {MODELS[name]} | {rule} | {s['epoch']} | {halvings} | "
+                f"{min(v['ppl'] for v in s['valid_history']):.2f} | {s['test']['ppl']:.2f} | "
+                f"{s['test']['ppl'] / rnn:.3f} |"
+            )
+    return rows
+
+
 def main() -> None:
     """Print every table."""
     print(
@@ -171,6 +188,9 @@ def main() -> None:
     print("\n| model | clip | changed | valid ep 1 | valid ep 2 | test ppl |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     print("\n".join(screen_rows()))
+    print("\n| model | plateau rule | epochs | halvings | best valid ppl | test ppl | × RNN |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(halve_below_rows()))
     print("\n| run | clip | valid ppl at step 600 |")
     print("| --- | --- | ---: |")
     print("\n".join(h400_rows()))
