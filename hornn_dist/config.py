@@ -106,8 +106,8 @@ class OptimConfig:
         check_choice("optim.schedule", self.schedule, SCHEDULES)
         check_at_least("optim.halve_after", self.halve_after, 0)
         check_at_least("optim.min_lr", self.min_lr, 0)
-        check_in_range("optim.halve_below", self.halve_below, 0.0, 1.0, hi_open=True)
         check_at_most("optim.min_lr", self.min_lr, MAX_LR)
+        check_in_range("optim.halve_below", self.halve_below, 0.0, 1.0, hi_open=True)
         check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
         check_at_least("optim.stop_patience", self.stop_patience, 1)
 
