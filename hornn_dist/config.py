@@ -85,6 +85,9 @@ class OptimConfig:
     # epochs in a row under `stop_improvement` that end a run (1: the first one, rnnlm's rule);
     # 2 keeps one noisy epoch from ending a run still improving (docs/reproduction.md, "Recipes")
     stop_patience: int = 2
+    # true: a streak of `stop_patience` small epochs all at one lr halves the lr instead of
+    # ending the run, which stops only once a lower lr no longer helps (docs/training.md)
+    halve_before_stop: bool = False
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""

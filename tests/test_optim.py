@@ -171,7 +171,7 @@ def test_a_stop_from_before_patience_resumes_as_a_fresh_run_under_patience_2(run
     assert "stop_patience" not in legacy and legacy["stopped"]
     cfg = OptimConfig(lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"])
     resumed = LrSchedule.from_config(cfg)
-    resumed.load_state_dict(legacy)
+    resumed.load_state_dict(legacy, state["valid_history"])
     fresh = LrSchedule.from_config(cfg)
     run_epochs(fresh, [entry["loss"] for entry in state["valid_history"]])
     assert not resumed.stopped and not fresh.stopped  # patience 2 trains on

@@ -87,7 +87,9 @@ class LrSchedule:
     Convergence (`stop_improvement` > 0): once the lr has been halved, `stop_patience` epochs
     in a row that each lower the validation loss by less than that fraction end the run, as
     does a halving due at `min_lr` (the stopping rule of Mikolov's rnnlm, which the paper's PTB
-    and text8 recipes come from, is patience 1).
+    and text8 recipes come from, is patience 1). With `halve_before_stop`, such a streak ends
+    the run only when the lr was halved during it: a streak all at one lr halves the lr instead
+    and goes on, so a run stops when a lower lr no longer helps.
     """
 
     lr: float
@@ -97,10 +99,13 @@ class LrSchedule:
     stop_improvement: float = 0.0
     stop_patience: int = 1
     halve_below: float = 0.0
+    halve_before_stop: bool = False
     previous_valid: float = float("inf")
     epochs_done: int = 0
     halvings: int = 0
     small_epochs: int = 0  # epochs in a row, after a halving, under stop_improvement
+    epoch_lr: float = 0.0  # the lr the last finished epoch trained at
+    streak_lr: float = 0.0  # the lr the first of those `small_epochs` trained at (0: none)
     stopped: str = ""  # why the run converged; empty while it trains
 
     @classmethod
@@ -114,12 +119,14 @@ class LrSchedule:
             stop_improvement=cfg.stop_improvement,
             stop_patience=cfg.stop_patience,
             halve_below=cfg.halve_below,
+            halve_before_stop=cfg.halve_before_stop,
         )
 
     def end_epoch(self, valid_loss: float) -> float:
         """Record one finished epoch and its validation loss; return the lr for the next epoch
         (`stopped` says why when the run has converged)."""
         self.epochs_done += 1
+        self.epoch_lr = self.lr
         improvement = relative_improvement(self.previous_valid, valid_loss)
         if self.schedule == "plateau" and self.halve_below > 0:
             halve = improvement < self.halve_below
@@ -129,7 +136,7 @@ class LrSchedule:
             halve = self.epochs_done >= self.halve_after
         self.previous_valid = valid_loss
         if self.stop_improvement > 0:
-            self.stopped = self._converged(improvement, halve)
+            halve = self._judge_convergence(improvement, halve)
         if halve:  # also at a stop, so that a resume under a longer patience goes on as it would
             self._halve()
         return self.lr
@@ -139,23 +146,38 @@ class LrSchedule:
         self.lr = max(self.lr / 2, min(self.min_lr, self.lr))
         self.halvings += 1
 
-    def _converged(self, improvement: float, halve: bool) -> str:
-        """Return why the run has converged after this epoch, or "" when it goes on."""
+    def _judge_convergence(self, improvement: float, halve: bool) -> bool:
+        """Set `stopped` to why the run has converged after this epoch ("" when it goes on);
+        return whether to halve the lr (`halve_before_stop` turns a stop into a halving)."""
         small = self.halvings > 0 and improvement < self.stop_improvement
         self.small_epochs = self.small_epochs + 1 if small else 0
+        if not small:
+            self.streak_lr = 0.0
+        elif self.small_epochs == 1:
+            self.streak_lr = self.epoch_lr
+        self.stopped = ""
         if small and self.small_epochs >= self.stop_patience:
-            return (
-                f"converged: epoch {self.epochs_done} lowered the validation loss by "
-                f"{improvement:.3%}, under optim.stop_improvement = {self.stop_improvement:g} "
-                f"({counted(self.small_epochs, 'epoch')} in a row, optim.stop_patience = "
-                f"{self.stop_patience}), after {self.halvings} lr halving(s)"
-            )
+            if not self.halve_before_stop or self._streak_was_halved():
+                self.stopped = (
+                    f"converged: epoch {self.epochs_done} lowered the validation loss by "
+                    f"{improvement:.3%}, under optim.stop_improvement = "
+                    f"{self.stop_improvement:g} ({counted(self.small_epochs, 'epoch')} in a row, "
+                    f"optim.stop_patience = {self.stop_patience}), after "
+                    f"{self.halvings} lr halving(s)"
+                )
+                return halve
+            halve = True  # halve_before_stop: a lower lr gets its try before the run ends
         if halve and self.lr <= self.min_lr:
-            return (
+            self.stopped = (
                 f"converged: epoch {self.epochs_done} called for halving an lr already at "
                 f"optim.min_lr = {self.min_lr:g}"
             )
-        return ""
+        return halve
+
+    def _streak_was_halved(self) -> bool:
+        """Whether an epoch of the current streak of small improvements trained at a lower lr
+        than its first one."""
+        return self.epoch_lr < self.streak_lr
 
     def apply(self, optimizer: torch.optim.Optimizer) -> None:
         """Set the current lr on every parameter group."""
@@ -166,41 +188,68 @@ class LrSchedule:
         """Return the schedule's state as plain values."""
         return asdict(self)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, history: list[dict] | None = None) -> None:
         """Restore the schedule's state (a checkpoint from before a field existed keeps its
-        default; one from before `stop_patience` was judged under patience 1), then clear a
-        convergence stop that this schedule's `stop_patience` has not reached."""
+        default; one from before `stop_patience` was judged under patience 1; one from before
+        `epoch_lr` takes the lrs from its run's `history`, the trainer state's
+        `valid_history`), then clear a convergence stop that this schedule's rule has not
+        reached."""
+        initial_lr = self.lr
         for key, value in state.items():
             setattr(self, key, value)
         if "stop_patience" not in state and self.stopped:
             self.small_epochs = 1
             if self._halving_was_due():  # that code skipped the halving of the epoch it stopped at
                 self._halve()
+        if "epoch_lr" not in state:
+            self._lrs_from_history(history or [], initial_lr)
         self.judge_stop_again()
 
+    def _lrs_from_history(self, history: list[dict], initial_lr: float) -> None:
+        """Set `epoch_lr` and `streak_lr` of a checkpoint from before they existed: from the lr
+        its history logged after each epoch, else from its lr (no halving in the streak)."""
+        after = [e["lr"] for e in history if float(e["epoch"]).is_integer()]
+        during = [initial_lr, *after[:-1]]  # the lr each epoch trained at
+        if self.epochs_done and len(during) >= self.epochs_done:
+            self.epoch_lr = during[self.epochs_done - 1]
+            start = self.epochs_done - self.small_epochs
+            self.streak_lr = during[start] if self.small_epochs else 0.0
+            return
+        halved_at_stop = bool(self.stopped) and self._halving_was_due()
+        self.epoch_lr = self.lr * 2 if halved_at_stop else self.lr
+        self.streak_lr = self.epoch_lr if self.small_epochs else 0.0
+
     def _halving_was_due(self) -> bool:
-        """Whether the epoch a checkpoint from before `stop_patience` stopped at called for a
-        halving: a fixed_then_halve epoch past `halve_after`, or a plateau epoch whose
-        validation loss did not decrease (its stop message gives the improvement)."""
+        """Whether the epoch a checkpoint stopped at called for a halving: a fixed_then_halve
+        epoch past `halve_after`, or a plateau epoch whose validation loss did not decrease
+        (its stop message gives the improvement)."""
         if self.schedule != "plateau":
             return self.epochs_done >= self.halve_after
         found = re.search(r"lowered the validation loss by (-?[\d.]+)%", self.stopped)
         return found is not None and float(found.group(1)) <= 0
 
     def judge_stop_again(self) -> None:
-        """Clear `stopped` when it was a small-improvement stop that `stop_patience` no longer
-        reaches (a resume under a longer patience trains on); a min_lr stop stands."""
-        at_min_lr = self.lr <= self.min_lr
-        if self.stopped and not at_min_lr and self.small_epochs < self.stop_patience:
+        """Clear `stopped` when it was a small-improvement stop that this rule no longer
+        reaches: `stop_patience` is longer, or `halve_before_stop` wants a lower lr tried first
+        (halved here, as the epoch would have); a min_lr stop stands."""
+        if not self.stopped or self.lr <= self.min_lr:
+            return
+        if self.small_epochs < self.stop_patience:
             self.stopped = ""
+        elif self.halve_before_stop and not self._streak_was_halved():
+            self.stopped = ""
+            if self.lr >= self.epoch_lr:  # the stop epoch did not halve on its own
+                self._halve()
 
 
-def stop_stands(state: dict, cfg: OptimConfig) -> bool:
-    """Return whether a checkpoint's schedule state (`state`) ended its run under the stopping
-    rule of `cfg` (a longer `stop_patience` than the run had trains it on)."""
+def stop_stands(state: dict, cfg: OptimConfig, history: list[dict] | None = None) -> bool:
+    """Return whether a checkpoint's schedule state (`state`, with its run's validation
+    `history`) ended its run under the stopping rule of `cfg` (a longer `stop_patience`, or
+    `halve_before_stop` where the run's last streak kept one lr, trains it on)."""
     schedule = LrSchedule.from_config(cfg)
-    schedule.load_state_dict(state)
+    schedule.load_state_dict(state, history)
     schedule.stop_patience = cfg.stop_patience
+    schedule.halve_before_stop = cfg.halve_before_stop
     schedule.judge_stop_again()
     return bool(schedule.stopped)
 
@@ -220,6 +269,7 @@ SCHEDULE_KEYS = (
     "stop_improvement",
     "stop_patience",
     "halve_below",
+    "halve_before_stop",
 )  # into the restored schedule
 OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
 STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step

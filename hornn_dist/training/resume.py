@@ -82,7 +82,8 @@ def completion(state: dict[str, Any], cfg: RunConfig) -> dict[str, Any]:
     done: dict[str, Any] = {"train.epochs": train.epochs} if epoch >= train.epochs else {}
     if train.max_steps and step >= train.max_steps:
         done["train.max_steps"] = train.max_steps
-    converged = stop_stands(state["schedule"], cfg.optim) if state.get("schedule") else False
+    schedule = state.get("schedule")
+    converged = stop_stands(schedule, cfg.optim, state.get("valid_history")) if schedule else False
     if converged and cfg.optim.stop_improvement > 0:
         done["optim.stop_improvement"] = cfg.optim.stop_improvement
     return done

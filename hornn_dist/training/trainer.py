@@ -269,7 +269,7 @@ class Trainer:
             paused_seconds=float(state.get("paused_seconds", 0.0)),
             valid_history=history,
         )
-        self.schedule.load_state_dict(state["schedule"])
+        self.schedule.load_state_dict(state["schedule"], history)
         rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
         self.train_stream.load_state_dict(rank_state["stream"])
         self.step.load_state(
