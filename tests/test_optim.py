@@ -180,6 +180,69 @@ def test_a_stop_from_before_patience_resumes_as_a_fresh_run_under_patience_2(run
     assert stop_stands(legacy, OptimConfig(**{**cfg.__dict__, "stop_patience": 1})) is True
 
 
+def test_halve_before_stop_halves_a_streak_at_one_lr_and_stops_when_that_does_not_help() -> None:
+    losses = [5.0, 5.2, 4.0, 3.995, 3.99]  # a rise halves; 4.0 -> 3.995 -> 3.99: two slow epochs
+    plain = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01)
+    patient = schedule(
+        lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01, halve_before_stop=True
+    )
+    assert run_epochs(plain, losses) == [1.0, 0.5, 0.5, 0.5, 0.5] and plain.stopped
+    # the streak trained at 0.5 throughout: 0.25 gets its try instead of the stop
+    assert run_epochs(patient, losses) == [1.0, 0.5, 0.5, 0.5, 0.25] and not patient.stopped
+    assert patient.end_epoch(3.989) == 0.25  # slow at 0.25 too: a lower lr did not help
+    assert "(3 epochs in a row, optim.stop_patience = 2), after 2 lr halving(s)" in patient.stopped
+    patient = schedule(
+        lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01, halve_before_stop=True
+    )
+    run_epochs(patient, [*losses, 3.5])  # the halving helped: the streak ends, training goes on
+    assert patient.small_epochs == 0 and not patient.stopped and patient.lr == 0.25
+
+
+def test_halve_before_stop_lets_a_streak_that_was_halved_during_it_stop() -> None:
+    sched = schedule(
+        lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01, halve_before_stop=True
+    )
+    # 4.0 -> 4.1 rises (slow, and halves 0.5 -> 0.25); 4.1 -> 4.099 is slow at 0.25: stop
+    run_epochs(sched, [5.0, 5.2, 4.0, 4.1, 4.099])
+    assert sched.stopped.startswith("converged: epoch 5") and sched.lr == 0.25
+
+
+def test_halve_before_stop_at_min_lr_ends_the_run_there() -> None:
+    sched = schedule(
+        lr=1.0, schedule="plateau", min_lr=0.5, stop_improvement=0.01, halve_before_stop=True
+    )
+    run_epochs(sched, [5.0, 5.2, 4.0, 3.999, 3.998])  # the second slow epoch at 0.5
+    assert "already at optim.min_lr = 0.5" in sched.stopped
+
+
+CONVERGED_RUNS = REPO / "benchmarks" / "records" / "2026-11-27-cpu-converged" / "converged" / "runs"
+
+
+@pytest.mark.parametrize(
+    ("run", "stands"), [("rnn", False), ("lstm", False), ("hornn3-gated", True)]
+)
+def test_a_stop_from_before_halve_before_stop_resumes_as_a_fresh_run_under_it(
+    run: str, stands: bool
+) -> None:
+    # a real checkpoint's schedule, written before epoch_lr and streak_lr existed
+    state = json.loads((CONVERGED_RUNS / run / "trainer_state.json").read_text())
+    legacy, history = state["schedule"], state["valid_history"]
+    assert "epoch_lr" not in legacy and legacy["stopped"]
+    cfg = OptimConfig(
+        lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"],
+        halve_before_stop=True,
+    )  # fmt: skip
+    resumed = LrSchedule.from_config(cfg)
+    resumed.load_state_dict(legacy, history)
+    fresh = LrSchedule.from_config(cfg)
+    run_epochs(fresh, [entry["loss"] for entry in history])
+    assert resumed.state_dict() == fresh.state_dict()
+    assert bool(fresh.stopped) is stands and stop_stands(legacy, cfg, history) is stands
+    assert fresh.lr == (history[-1]["lr"] if stands else min(history[-1]["lr"], fresh.epoch_lr / 2))
+    without = OptimConfig(**{**cfg.__dict__, "halve_before_stop": False})
+    assert stop_stands(legacy, without, history) is True
+
+
 def test_a_min_lr_stop_stands_under_any_patience() -> None:
     sched = schedule(
         lr=0.5, schedule="fixed_then_halve", halve_after=0, min_lr=0.25, stop_patience=1

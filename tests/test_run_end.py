@@ -243,6 +243,33 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     )
 
 
+def test_a_converged_run_resumed_under_halve_before_stop_is_that_rule_from_the_start(
+    workdir: Path,
+) -> None:
+    # fixed_then_halve halves after every epoch from the first, so with patience 1 the rule
+    # without halve_before_stop ends the run at epoch 2 (its one slow epoch kept one lr), and
+    # with it at epoch 3 (the slow epoch at the lr halved after epoch 2)
+    settings = (
+        "--set", "optim.schedule=fixed_then_halve", "--set", "optim.halve_after=1",
+        "--set", "optim.stop_improvement=0.9", "--set", "optim.stop_patience=1",
+        "--set", "train.epochs=6",
+    )  # fmt: skip
+    rule = ("--set", "optim.halve_before_stop=true")
+    check_ok(train(workdir, "halve_first", *settings, *rule))
+    check_ok(train(workdir, "stopped_first", *settings))
+    assert ckpt.read_trainer_state(newest(workdir, "stopped_first"))["epoch"] == 2
+    resumed = train(workdir, "stopped_first", *settings, *rule)
+    check_ok(resumed)  # the stop no longer stands: the run trains on to its third epoch
+    assert "optim.halve_before_stop False -> True; lr now" in resumed.stderr
+    assert f"training ended at step {3 * STEPS_PER_EPOCH}: converged: epoch 3" in resumed.stderr
+    fresh, again = (newest(workdir, name) for name in ("halve_first", "stopped_first"))
+    assert fresh.name == again.name
+    a, b = (load_file(str(p / "model.safetensors")) for p in (fresh, again))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    states = [ckpt.read_trainer_state(p) for p in (fresh, again)]
+    assert states[0]["schedule"] == states[1]["schedule"] and states[0]["test"] == states[1]["test"]
+
+
 def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Path) -> None:
     # huge initial weights and an lr too small to fix them: ppl far above the 41-word vocabulary
     proc = train(
