@@ -151,19 +151,36 @@ def h400_rows() -> list[str]:
 def halve_below_rows() -> list[str]:
     """Each model of the shipped recipe, seed 1234, under §4's plateau rule (`SHIPPED`) and
     under `optim.halve_below` 0.003 (`halve_below/`): epochs, best valid, test, x RNN."""
-    before_rnn = state(HERE / "converged" / "runs" / "rnn")["test"]["ppl"]
-    after_rnn = state(HERE / "halve_below" / "runs" / "rnn")["test"]["ppl"]
+    before = {name: HERE / group / "runs" / name for group, name in SHIPPED}
+    return rule_rows(before, HERE / "halve_below" / "runs")
+
+
+def halve_before_stop_rows() -> list[str]:
+    """The same comparison for `optim.halve_before_stop` (`halve_before_stop/`)."""
+    before = {name: HERE / group / "runs" / name for group, name in SHIPPED}
+    return rule_rows(before, HERE / "halve_before_stop" / "runs")
+
+
+def synthetic_halve_before_stop_rows() -> list[str]:
+    """The generated-text runs (`synthetic/`) and the same under `optim.halve_before_stop`
+    (`synthetic_halve_before_stop/`)."""
+    before = {name: HERE / "synthetic" / "runs" / name for name in MODELS}
+    return rule_rows(before, HERE / "synthetic_halve_before_stop" / "runs")
+
+
+def rule_rows(before: dict[str, Path], after_runs: Path) -> list[str]:
+    """One row per model of `before` (name -> run folder) that `after_runs` holds trained to
+    its stop: its clip, then epochs, best valid, test and x RNN under each rule."""
+    before_rnn = state(before["rnn"])["test"]["ppl"]
+    after_rnn = state(after_runs / "rnn")["test"]["ppl"]
     rows = []
-    for group, name in SHIPPED:
-        after = HERE / "halve_below" / "runs" / name
+    for name, folder in before.items():
+        after = after_runs / name
         if not after.is_dir() or state(after)["test"] is None:
             continue  # not trained to its stop under the new rule
-        cells = [
-            MODELS[name],
-            clip(HERE / group / "runs" / name, resolved_now=group != "converged"),
-        ]
-        for folder, rnn in ((HERE / group / "runs" / name, before_rnn), (after, after_rnn)):
-            s = state(folder)
+        cells = [MODELS[name], clip(folder, resolved_now=folder.parent.parent.name != "converged")]
+        for run, rnn in ((folder, before_rnn), (after, after_rnn)):
+            s = state(run)
             best = min(v["ppl"] for v in s["valid_history"])
             cells += [
                 str(s["epoch"]),
@@ -204,6 +221,15 @@ def main() -> None:
     )
     print("| --- | --- |" + " ---: |" * 8)
     print("\n".join(halve_below_rows()))
+    for rows in (halve_before_stop_rows, synthetic_halve_before_stop_rows):
+        if (HERE / rows.__name__.removesuffix("_rows") / "runs").is_dir():
+            print(
+                "\n| model | clip | epochs (before) | best valid (before) | test ppl (before) "
+                "| × RNN (before) | epochs (halve_before_stop) | best valid (halve_before_stop) "
+                "| test ppl (halve_before_stop) | × RNN (halve_before_stop) |"
+            )
+            print("| --- | --- |" + " ---: |" * 8)
+            print("\n".join(rows()))
     print("\n| run | clip | valid ppl at step 600 |")
     print("| --- | --- | ---: |")
     print("\n".join(h400_rows()))
