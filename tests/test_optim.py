@@ -24,8 +24,10 @@ from tests.train_helpers import REPO
 
 
 def schedule(**overrides: object) -> LrSchedule:
-    """Return a schedule built from an OptimConfig with `overrides` (no stopping rule unless given)."""
-    return LrSchedule.from_config(OptimConfig(**{"stop_improvement": 0.0, **overrides}))
+    """Return a schedule built from an OptimConfig with `overrides` (no stopping rule, and the
+    rule without halve_before_stop, unless given)."""
+    settings = {"stop_improvement": 0.0, "halve_before_stop": False, **overrides}
+    return LrSchedule.from_config(OptimConfig(**settings))
 
 
 def run_epochs(sched: LrSchedule, valid_losses: list[float]) -> list[float]:
@@ -169,7 +171,10 @@ def test_a_stop_from_before_patience_resumes_as_a_fresh_run_under_patience_2(run
     state = json.loads((RECORD_RUNS / run / "trainer_state.json").read_text())
     legacy = state["schedule"]
     assert "stop_patience" not in legacy and legacy["stopped"]
-    cfg = OptimConfig(lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"])
+    cfg = OptimConfig(
+        lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"],
+        halve_before_stop=False,
+    )  # fmt: skip
     resumed = LrSchedule.from_config(cfg)
     resumed.load_state_dict(legacy, state["valid_history"])
     fresh = LrSchedule.from_config(cfg)
@@ -181,6 +186,7 @@ def test_a_stop_from_before_patience_resumes_as_a_fresh_run_under_patience_2(run
 
 
 def test_halve_before_stop_halves_a_streak_at_one_lr_and_stops_when_that_does_not_help() -> None:
+    assert OptimConfig().halve_before_stop is True  # the default
     losses = [5.0, 5.2, 4.0, 3.995, 3.99]  # a rise halves; 4.0 -> 3.995 -> 3.99: two slow epochs
     plain = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01)
     patient = schedule(

@@ -199,7 +199,7 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     settings = (
         "--set", "optim.schedule=fixed_then_halve", "--set", "optim.halve_after=1",
         "--set", "optim.stop_improvement=0.9", "--set", "train.epochs=6",
-        "--set", "optim.stop_patience=1",
+        "--set", "optim.halve_before_stop=false", "--set", "optim.stop_patience=1",
     )  # fmt: skip
     proc = train(workdir, "converged", *settings)
     check_ok(proc)
@@ -234,7 +234,7 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     )
     assert "(2 epochs in a row, optim.stop_patience = 2), after 2 lr halving(s)" in patient.stderr
 
-    more = train(workdir, "converged", *settings[:-6], "--set", "optim.stop_improvement=0.0",
+    more = train(workdir, "converged", *settings[:4], "--set", "optim.stop_improvement=0.0",
                  "--set", "train.epochs=4")  # fmt: skip
     check_ok(more)  # without the rule the run trains on to train.epochs
     assert "resuming from" in more.stderr and "epoch 4 of 4 done" in more.stderr
@@ -255,12 +255,16 @@ def test_a_converged_run_resumed_under_halve_before_stop_is_that_rule_from_the_s
         "--set", "train.epochs=6",
     )  # fmt: skip
     rule = ("--set", "optim.halve_before_stop=true")
-    check_ok(train(workdir, "halve_first", *settings, *rule))
-    check_ok(train(workdir, "stopped_first", *settings))
+    check_ok(train(workdir, "halve_first", *settings))  # the default
+    check_ok(train(workdir, "stopped_first", *settings, "--set", "optim.halve_before_stop=false"))
     assert ckpt.read_trainer_state(newest(workdir, "stopped_first"))["epoch"] == 2
     resumed = train(workdir, "stopped_first", *settings, *rule)
     check_ok(resumed)  # the stop no longer stands: the run trains on to its third epoch
     assert "optim.halve_before_stop False -> True; lr now" in resumed.stderr
+    assert "the checkpoint's run had stopped (converged: epoch 2 lowered" in resumed.stderr
+    assert "(optim.stop_patience 1, optim.halve_before_stop true) it trains on at lr" in (
+        resumed.stderr
+    )
     assert f"training ended at step {3 * STEPS_PER_EPOCH}: converged: epoch 3" in resumed.stderr
     fresh, again = (newest(workdir, name) for name in ("halve_first", "stopped_first"))
     assert fresh.name == again.name

@@ -289,6 +289,15 @@ class Trainer:
             else "",
         )
         self._apply_changed_settings(ckpt.read_config(folder))
+        if state["schedule"].get("stopped") and not self.schedule.stopped:
+            logger.info(
+                "the checkpoint's run had stopped (%s); under this config's stopping rule "
+                "(optim.stop_patience %d, optim.halve_before_stop %s) it trains on at lr %.4g",
+                state["schedule"]["stopped"],
+                self.schedule.stop_patience,
+                str(self.schedule.halve_before_stop).lower(),
+                self.schedule.lr,
+            )
         self.schedule.apply(self.optimizer)
 
     def _apply_changed_settings(self, saved: RunConfig) -> None:
