@@ -1,4 +1,5 @@
-"""README "Results" and docs/reproduction.md state the H200 grids record's numbers exactly."""
+"""README "Results" and docs/reproduction.md state the H200 grids record's numbers exactly (and
+README's rows from the CPU record of the stopping rule, those of its table.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 REPRODUCTION = (REPO / "docs" / "reproduction.md").read_text(encoding="utf-8")
 
 
-def record_table():
-    """Return the record's table.py as a module."""
-    spec = importlib.util.spec_from_file_location("h200_table", RECORD / "table.py")
+CPU_RECORD = REPO / "benchmarks" / "records" / "2026-11-27-cpu-converged"
+
+
+def record_table(record=RECORD):
+    """Return a record's table.py (the H200 record's unless given) as a module."""
+    spec = importlib.util.spec_from_file_location(f"{record.name}_table", record / "table.py")
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
     return table
@@ -33,12 +37,14 @@ def test_every_row_of_the_record_is_in_the_docs() -> None:
 def test_readme_results_tables_are_the_records() -> None:
     section = README.split("## Results\n", 1)[1].split("\n## ", 1)[0]
     assert "`benchmarks/records/2026-11-27-h200-grids/`" in section
+    assert "`benchmarks/records/2026-11-27-cpu-converged/halve_before_stop/`" in section
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         record_table().main()
+        record_table(CPU_RECORD).main()
     lines = set(printed.getvalue().splitlines())
     rows = [line for line in section.splitlines() if line.startswith("| ")]
-    assert len(rows) >= 6 + 6 + 8 + 4  # the seeds, orders, alpha and dropout rows
+    assert len(rows) >= 6 + 6 + 8 + 4 + 6  # the seeds, orders, alpha, dropout and rule rows
     for row in rows:
         assert row in lines, row
 
