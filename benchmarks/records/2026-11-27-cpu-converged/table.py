@@ -168,6 +168,32 @@ def synthetic_halve_before_stop_rows() -> list[str]:
     return rule_rows(before, HERE / "synthetic_halve_before_stop" / "runs")
 
 
+def two_seed_rows() -> list[str]:
+    """Each model under `optim.halve_before_stop` with seed 1234 (`halve_before_stop/`) and
+    1235 (`seed1235/`, the models it holds trained to their stop): epochs, best valid, test
+    and x RNN per seed, and the mean ratio."""
+    seeds = {1234: HERE / "halve_before_stop" / "runs", 1235: HERE / "seed1235" / "runs"}
+    rnn = {seed: state(runs / "rnn")["test"]["ppl"] for seed, runs in seeds.items()}
+    rows = []
+    for name, label in MODELS.items():
+        cells, ratios = [label], []
+        for seed, runs in seeds.items():
+            if not (runs / name).is_dir() or state(runs / name)["test"] is None:
+                break
+            s = state(runs / name)
+            ratios.append(s["test"]["ppl"] / rnn[seed])
+            best = min(v["ppl"] for v in s["valid_history"])
+            cells += [
+                str(s["epoch"]),
+                f"{best:.2f}",
+                f"{s['test']['ppl']:.2f}",
+                f"{ratios[-1]:.3f}",
+            ]
+        else:
+            rows.append("| " + " | ".join([*cells, f"{sum(ratios) / len(ratios):.3f}"]) + " |")
+    return rows
+
+
 def rule_rows(before: dict[str, Path], after_runs: Path) -> list[str]:
     """One row per model of `before` (name -> run folder) that `after_runs` holds trained to
     its stop: its clip, then epochs, best valid, test and x RNN under each rule."""
@@ -230,6 +256,13 @@ def main() -> None:
             )
             print("| --- | --- |" + " ---: |" * 8)
             print("\n".join(rows()))
+    if (HERE / "seed1235" / "runs").is_dir():
+        print(
+            "\n| model | epochs (1234) | best valid (1234) | test ppl (1234) | × RNN (1234) "
+            "| epochs (1235) | best valid (1235) | test ppl (1235) | × RNN (1235) | × RNN (mean) |"
+        )
+        print("| --- |" + " ---: |" * 9)
+        print("\n".join(two_seed_rows()))
     print("\n| run | clip | valid ppl at step 600 |")
     print("| --- | --- | ---: |")
     print("\n".join(h400_rows()))
