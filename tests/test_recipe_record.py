@@ -58,6 +58,7 @@ def test_the_converged_tables_are_the_converged_records() -> None:
     rows = table.converged_rows() + table.curve_rows() + table.screen_rows() + table.h400_rows()
     rows += table.synthetic_rows() + table.patience_rows() + table.halve_below_rows()
     rows += table.halve_before_stop_rows() + table.synthetic_halve_before_stop_rows()
-    assert len(rows) == 7 + 4 + 9 + 3 + 6 + 7 + 6 + 6 + 6
+    rows += table.two_seed_rows()
+    assert len(rows) == 7 + 4 + 9 + 3 + 6 + 7 + 6 + 6 + 6 + 4
     for row in rows:
         assert row in REPRODUCTION, row
