@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -165,20 +166,30 @@ RECORD_RUNS = (
 )
 
 
+def resumed_and_replayed(
+    run_dir: Path, halve_before_stop: bool
+) -> tuple[dict, list[dict], OptimConfig, LrSchedule, LrSchedule]:
+    """Return a recorded run's schedule state and validation history, a config of its
+    settings, its schedule resumed from that state under the config, and a fresh schedule
+    replayed over the history under the same config."""
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    legacy, history = state["schedule"], state["valid_history"]
+    cfg = OptimConfig(
+        lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"],
+        halve_before_stop=halve_before_stop,
+    )  # fmt: skip
+    resumed = LrSchedule.from_config(cfg)
+    resumed.load_state_dict(legacy, history)
+    fresh = LrSchedule.from_config(cfg)
+    run_epochs(fresh, [entry["loss"] for entry in history])
+    return legacy, history, cfg, resumed, fresh
+
+
 @pytest.mark.parametrize("run", ["rnn", "hornn3-gated"])  # stopped on a small gain / on a rise
 def test_a_stop_from_before_patience_resumes_as_a_fresh_run_under_patience_2(run: str) -> None:
     # a real checkpoint's schedule, written before stop_patience existed (patience 1)
-    state = json.loads((RECORD_RUNS / run / "trainer_state.json").read_text())
-    legacy = state["schedule"]
+    legacy, _, cfg, resumed, fresh = resumed_and_replayed(RECORD_RUNS / run, False)
     assert "stop_patience" not in legacy and legacy["stopped"]
-    cfg = OptimConfig(
-        lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"],
-        halve_before_stop=False,
-    )  # fmt: skip
-    resumed = LrSchedule.from_config(cfg)
-    resumed.load_state_dict(legacy, state["valid_history"])
-    fresh = LrSchedule.from_config(cfg)
-    run_epochs(fresh, [entry["loss"] for entry in state["valid_history"]])
     assert not resumed.stopped and not fresh.stopped  # patience 2 trains on
     assert resumed.state_dict() == fresh.state_dict()
     assert stop_stands(legacy, cfg) is False
@@ -231,17 +242,8 @@ def test_a_stop_from_before_halve_before_stop_resumes_as_a_fresh_run_under_it(
     run: str, stands: bool
 ) -> None:
     # a real checkpoint's schedule, written before epoch_lr and streak_lr existed
-    state = json.loads((CONVERGED_RUNS / run / "trainer_state.json").read_text())
-    legacy, history = state["schedule"], state["valid_history"]
+    legacy, history, cfg, resumed, fresh = resumed_and_replayed(CONVERGED_RUNS / run, True)
     assert "epoch_lr" not in legacy and legacy["stopped"]
-    cfg = OptimConfig(
-        lr=0.5, min_lr=legacy["min_lr"], stop_improvement=legacy["stop_improvement"],
-        halve_before_stop=True,
-    )  # fmt: skip
-    resumed = LrSchedule.from_config(cfg)
-    resumed.load_state_dict(legacy, history)
-    fresh = LrSchedule.from_config(cfg)
-    run_epochs(fresh, [entry["loss"] for entry in history])
     assert resumed.state_dict() == fresh.state_dict()
     assert bool(fresh.stopped) is stands and stop_stands(legacy, cfg, history) is stands
     assert fresh.lr == (history[-1]["lr"] if stands else min(history[-1]["lr"], fresh.epoch_lr / 2))

@@ -151,14 +151,37 @@ def h400_rows() -> list[str]:
 def halve_below_rows() -> list[str]:
     """Each model of the shipped recipe, seed 1234, under §4's plateau rule (`SHIPPED`) and
     under `optim.halve_below` 0.003 (`halve_below/`): epochs, best valid, test, x RNN."""
-    before = {name: HERE / group / "runs" / name for group, name in SHIPPED}
-    return rule_rows(before, HERE / "halve_below" / "runs")
+    return rule_rows(shipped_runs(), HERE / "halve_below" / "runs")
 
 
 def halve_before_stop_rows() -> list[str]:
     """The same comparison for `optim.halve_before_stop` (`halve_before_stop/`)."""
-    before = {name: HERE / group / "runs" / name for group, name in SHIPPED}
-    return rule_rows(before, HERE / "halve_before_stop" / "runs")
+    return rule_rows(shipped_runs(), HERE / "halve_before_stop" / "runs")
+
+
+def shipped_runs() -> dict[str, Path]:
+    """Each model's run folder under the shipped recipe, seed 1234 (`SHIPPED`)."""
+    return {name: HERE / group / "runs" / name for group, name in SHIPPED}
+
+
+def finished_state(folder: Path) -> dict | None:
+    """Return a run's trainer state when the stopping rule ended it; None when it is absent or
+    not finished."""
+    if not folder.is_dir():
+        return None
+    s = state(folder)
+    return s if s["test"] is not None else None
+
+
+def run_cells(s: dict, rnn_test: float) -> list[str]:
+    """A finished run's epochs, best valid ppl, test ppl and test ppl over the RNN's."""
+    best = min(v["ppl"] for v in s["valid_history"])
+    return [
+        str(s["epoch"]),
+        f"{best:.2f}",
+        f"{s['test']['ppl']:.2f}",
+        f"{s['test']['ppl'] / rnn_test:.3f}",
+    ]
 
 
 def synthetic_halve_before_stop_rows() -> list[str]:
@@ -178,17 +201,11 @@ def two_seed_rows() -> list[str]:
     for name, label in MODELS.items():
         cells, ratios = [label], []
         for seed, runs in seeds.items():
-            if not (runs / name).is_dir() or state(runs / name)["test"] is None:
+            s = finished_state(runs / name)
+            if s is None:
                 break
-            s = state(runs / name)
             ratios.append(s["test"]["ppl"] / rnn[seed])
-            best = min(v["ppl"] for v in s["valid_history"])
-            cells += [
-                str(s["epoch"]),
-                f"{best:.2f}",
-                f"{s['test']['ppl']:.2f}",
-                f"{ratios[-1]:.3f}",
-            ]
+            cells += run_cells(s, rnn[seed])
         else:
             rows.append("| " + " | ".join([*cells, f"{sum(ratios) / len(ratios):.3f}"]) + " |")
     return rows
@@ -201,19 +218,11 @@ def rule_rows(before: dict[str, Path], after_runs: Path) -> list[str]:
     after_rnn = state(after_runs / "rnn")["test"]["ppl"]
     rows = []
     for name, folder in before.items():
-        after = after_runs / name
-        if not after.is_dir() or state(after)["test"] is None:
+        after = finished_state(after_runs / name)
+        if after is None:
             continue  # not trained to its stop under the new rule
         cells = [MODELS[name], clip(folder, resolved_now=folder.parent.parent.name != "converged")]
-        for run, rnn in ((folder, before_rnn), (after, after_rnn)):
-            s = state(run)
-            best = min(v["ppl"] for v in s["valid_history"])
-            cells += [
-                str(s["epoch"]),
-                f"{best:.2f}",
-                f"{s['test']['ppl']:.2f}",
-                f"{s['test']['ppl'] / rnn:.3f}",
-            ]
+        cells += run_cells(state(folder), before_rnn) + run_cells(after, after_rnn)
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
