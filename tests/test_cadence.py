@@ -122,7 +122,7 @@ def test_two_ranks_stop_within_the_bound_whatever_log_every(tmp_path: Path) -> N
     out = tmp_path / "run"
     args = [str(config), "--set", f"train.output_dir={out}", "--set", "train.checkpoint_every=0"]
     args += ["--set", "log.every=1000000", "--set", "log.tensorboard=false"]
-    proc = start(two_rank_command("hornn_dist.train", *args, port=29671))
+    proc = start(two_rank_command("hornn_dist.train", *args))
     try:
         lines = read_until(proc, "agree on a stop signal every")
         timed = re.search(r"every (\d+) steps \(about", lines[-1])

@@ -417,7 +417,7 @@ def test_two_ranks_stop_on_a_damaged_shard_with_the_same_line(tmp_path: Path) ->
     _set_ids(shard, 0, [(int(np.fromfile(shard, dtype=np.uint16, offset=64)[0]) + 1) % vocab_size])
     run = tmp_path / "run"
     proc = launch_two_ranks("hornn_dist.train", str(config), "--set", f"train.output_dir={run}",
-                            port=29681, timeout=240)  # fmt: skip
+                            timeout=240)  # fmt: skip
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode != 0 and errors, proc.stderr[-3000:]
     assert all(e.startswith(f"error: {shard}: sha256 checksum mismatch") for e in errors), errors

@@ -166,7 +166,7 @@ def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Pat
     "To enable traceback" pointer."""
 
     proc = launch_two_ranks(
-        "hornn_dist.train", "configs/demo.toml", "--set", "train.bptt=0", port=29731, timeout=240
+        "hornn_dist.train", "configs/demo.toml", "--set", "train.bptt=0", timeout=240
     )
     log = proc.stdout + proc.stderr
     errors = [line for line in log.splitlines() if line.startswith("error:")]
@@ -177,16 +177,16 @@ def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Pat
     assert "To enable traceback" not in log and "hornn_dist/" not in log  # no rank traceback
 
 
-def _wrapped(*args: str, port: int) -> list[str]:
+def _wrapped(*args: str) -> list[str]:
     """Return `python -m hornn_dist.launch` of 2 CPU ranks: accelerate launch's arguments."""
 
-    launch = two_rank_command("hornn_dist.train", *args, port=port)
+    launch = two_rank_command("hornn_dist.train", *args)
     return [sys.executable, "-m", "hornn_dist.launch", *launch[3:]]  # less "python -m accelerate.."
 
 
 def test_a_config_error_under_the_quiet_launcher_is_two_lines() -> None:
     proc = subprocess.run(
-        _wrapped("configs/demo.toml", "--set", "train.bptt=0", port=29732),
+        _wrapped("configs/demo.toml", "--set", "train.bptt=0"),
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -204,7 +204,7 @@ def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_pat
     import signal
 
     config = write_tiny_config(tmp_path, train_words=20_000)
-    command = _wrapped(str(config), "--set", "train.epochs=50", port=29733)
+    command = _wrapped(str(config), "--set", "train.epochs=50")
     proc = subprocess.Popen(
         command, cwd=REPO, env=env(), stderr=subprocess.PIPE, text=True, start_new_session=True
     )

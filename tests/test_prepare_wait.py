@@ -33,9 +33,9 @@ def _generate(path: Path, size: int) -> None:
     load_benchmark("prepare_speed").generate(path, size)
 
 
-def _launch(args: list[str], port: int, timeout: int) -> subprocess.CompletedProcess:
+def _launch(args: list[str], timeout: int) -> subprocess.CompletedProcess:
     # one core for both ranks: the preparing process gets one worker and takes long enough
-    cmd = ["taskset", "-c", "0", *two_rank_command("hornn_dist.train", *args, port=port)]
+    cmd = ["taskset", "-c", "0", *two_rank_command("hornn_dist.train", *args)]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env(), timeout=timeout)
 
 
@@ -53,7 +53,7 @@ def test_ranks_wait_for_a_preparation_longer_than_the_collective_timeout(tmp_pat
     _generate(big, SLOW_BYTES)
     args = [str(config), "--set", f"data.train=['{big}']", "--set", "data.max_vocab=500"]
     args += ["--set", "train.collective_timeout=10", "--set", "train.max_steps=3"]
-    proc = _launch(args, port=29691, timeout=360)
+    proc = _launch(args, timeout=360)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "rank 1: waiting for rank 0 to prepare" in log, log[-4000:]
@@ -70,7 +70,7 @@ def test_a_failed_preparation_ends_every_rank_with_the_same_line(tmp_path: Path)
     bad = tmp_path / "train.txt"
     bad.write_bytes(bad.read_bytes() + b"w1 \xff\xfe w2\n")
     args = [str(config), "--set", "data.errors='strict'", "--set", "train.collective_timeout=10"]
-    proc = _launch(args, port=29692, timeout=240)
+    proc = _launch(args, timeout=240)
     log = proc.stdout + proc.stderr
     errors = [line for line in log.splitlines() if line.startswith("error:")]
     assert proc.returncode != 0, log[-4000:]
@@ -102,7 +102,7 @@ def test_a_stalled_preparing_rank_ends_the_waiting_one_with_one_line(tmp_path: P
     script = tmp_path / "stall.py"
     script.write_text(_STALL)
     args = [str(config), "--set", "data.prepare_timeout=5", "--set", "train.max_steps=3"]
-    command = two_rank_command("hornn_dist.train", *args, port=29693)
+    command = two_rank_command("hornn_dist.train", *args)
     at = command.index("-m", command.index("--main_process_port"))
     proc = start([*command[:at], str(script), *command[at + 2 :]])
     try:

@@ -178,7 +178,7 @@ def test_more_processes_than_streams_is_one_line() -> None:
 def test_a_stalled_rank_ends_the_run_with_one_line(workdir: Path) -> None:
     args = [str(workdir / "config.toml"), "--set", f"train.output_dir={workdir / 'stalled'}"]
     args += ["--set", "train.epochs=1000", "--set", "train.collective_timeout=10"]
-    cmd = two_rank_command("hornn_dist.train", *args, port=29681)
+    cmd = two_rank_command("hornn_dist.train", *args)
     proc = start(cmd, TORCH_ELASTIC_SHUTDOWN_TIMEOUT="2")
     lines = read_until(proc, "step 10: loss")
     pids = children(proc)

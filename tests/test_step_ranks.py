@@ -14,9 +14,9 @@ import torch
 from tests.train_helpers import check_ok, launch_two_ranks
 
 
-def _launch(out: Path, device: str, port: int) -> dict[str, list[dict]]:
+def _launch(out: Path, device: str) -> dict[str, list[dict]]:
     out.mkdir()
-    check_ok(launch_two_ranks("tests.step_ranks", str(out), "--device", device, port=port))
+    check_ok(launch_two_ranks("tests.step_ranks", str(out), "--device", device))
     runs: dict[str, list[dict]] = {}
     for path in sorted(out.glob("*.rank*.pt")):
         name, rank = path.stem.split(".rank")
@@ -32,7 +32,7 @@ def _assert_close_params(got: list[torch.Tensor], want: list[torch.Tensor], **to
 
 @pytest.fixture(scope="module")
 def cpu_runs(tmp_path_factory) -> dict[str, list[dict]]:
-    return _launch(tmp_path_factory.mktemp("ranks") / "cpu", "cpu", port=29631)
+    return _launch(tmp_path_factory.mktemp("ranks") / "cpu", "cpu")
 
 
 def test_flat_all_reduce_steps_exactly_as_ddp(cpu_runs):
@@ -57,7 +57,7 @@ def test_two_ranks_hold_the_same_weights_and_step_like_one_process(cpu_runs):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_two_processes_on_one_gpu_replaying_graphs_step_as_eager_and_as_one(tmp_path):
-    runs = _launch(tmp_path / "cuda", "cuda", port=29633)
+    runs = _launch(tmp_path / "cuda", "cuda")
     assert sorted(runs) == ["ddp", "flat", "graphed", "one"]
     for rank in (0, 1):
         flat, graphed = runs["flat"][rank], runs["graphed"][rank]

@@ -48,11 +48,11 @@ def _out(workdir: Path, name: str) -> Path:
     return workdir / name
 
 
-def _train(workdir: Path, name: str, *extra: str, ranks: int = 1, port: int = 29600):
+def _train(workdir: Path, name: str, *extra: str, ranks: int = 1):
     args = [_config(workdir), "--set", f"train.output_dir={_out(workdir, name)}", *extra]
     if ranks == 1:
         return run_module("hornn_dist.train", *args)
-    return launch_two_ranks("hornn_dist.train", *args, port=port)
+    return launch_two_ranks("hornn_dist.train", *args)
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +63,7 @@ def straight_1(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def straight_2(workdir: Path) -> Path:
-    check_ok(
-        _train(workdir, "straight2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29611)
-    )
+    check_ok(_train(workdir, "straight2", "--set", f"train.max_steps={K_STEPS}", ranks=2))
     return _out(workdir, "straight2")
 
 
@@ -89,10 +87,8 @@ def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) ->
 
 
 def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> None:
-    check_ok(
-        _train(workdir, "resumed2", "--set", f"train.max_steps={K_FIRST}", ranks=2, port=29612)
-    )
-    second = _train(workdir, "resumed2", "--set", f"train.max_steps={K_STEPS}", ranks=2, port=29613)
+    check_ok(_train(workdir, "resumed2", "--set", f"train.max_steps={K_FIRST}", ranks=2))
+    second = _train(workdir, "resumed2", "--set", f"train.max_steps={K_STEPS}", ranks=2)
     check_ok(second)
     assert "resuming from" in second.stderr
     # The multi-process path that CUDA graphs replay, here eager: no DDP, one all-reduce.
@@ -285,7 +281,7 @@ def test_resume_with_another_engine(workdir: Path, straight_1: Path) -> None:
 
 def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
     one = run_module("hornn_dist.evaluate", str(straight_1), "--split", "valid")
-    two = launch_two_ranks("hornn_dist.evaluate", str(straight_1), "--split", "valid", port=29614)
+    two = launch_two_ranks("hornn_dist.evaluate", str(straight_1), "--split", "valid")
     check_ok(one)
     check_ok(two)
     line_1 = one.stdout.strip().splitlines()[-1].split()
@@ -333,9 +329,8 @@ def test_resume_on_another_number_of_processes(
     workdir: Path, straight_1: Path, first: int, then: int
 ) -> None:
     name = f"elastic{first}{then}"
-    port = 29620 + 2 * first
-    check_ok(_train(workdir, name, "--set", f"train.max_steps={K_FIRST}", ranks=first, port=port))
-    second = _train(workdir, name, "--set", f"train.max_steps={K_STEPS}", ranks=then, port=port + 1)
+    check_ok(_train(workdir, name, "--set", f"train.max_steps={K_FIRST}", ranks=first))
+    second = _train(workdir, name, "--set", f"train.max_steps={K_STEPS}", ranks=then)
     check_ok(second)
     assert f"written by {first} processes, now {then}" in second.stderr
     resumed, straight = final_weights(_out(workdir, name)), final_weights(straight_1)

@@ -19,6 +19,7 @@ from tests.train_helpers import (
     check_ok,
     children,
     final_weights,
+    free_port,
     read_until,
     run_module,
     start,
@@ -75,7 +76,7 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     )  # fmt: skip
 
     straight = tmp_path / "straight"
-    main_log, _ = _finish(_both(config, straight, port=29741))
+    main_log, _ = _finish(_both(config, straight, port=free_port()))
     assert main_log.count("data: prepared") == 1  # machine 0's; machine 1 logs warnings only
     assert len(list((tmp_path / "cache1").glob("tiny-*/manifest.json"))) == 1  # its own copy
     state = read_trainer_state(list_checkpoints(straight)[-1])
@@ -83,7 +84,7 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     _close(final_weights(straight), final_weights(one))
 
     killed = tmp_path / "killed"
-    machines = _both(config, killed, port=29743)
+    machines = _both(config, killed, port=free_port())
     lines = read_until(machines[0], "step 6: loss", timeout=300)
     assert "step 6: loss" in lines[-1], "".join(lines)[-3000:]
     [worker] = children(machines[1])
@@ -103,7 +104,7 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     last = list_checkpoints(killed)[-1]
     assert read_trainer_state(last)["step"] < STEPS
 
-    main_log, _ = _finish(_both(config, killed, port=29745))
+    main_log, _ = _finish(_both(config, killed, port=free_port()))
     assert f"resuming from {last}" in main_log
     resumed, uninterrupted = final_weights(killed), final_weights(straight)
     for key in uninterrupted:

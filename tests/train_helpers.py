@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -116,8 +117,17 @@ def train_into(folder: Path, out: Path, *extra: str) -> subprocess.CompletedProc
     return run_module("hornn_dist.train", *args)
 
 
-def two_rank_command(module: str, *args: str, port: int) -> list[str]:
-    """Return the command of a real 2-process `accelerate launch` of `module` on CPU (gloo)."""
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that the OS reports free, so that suites never collide."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def two_rank_command(module: str, *args: str, port: int | None = None) -> list[str]:
+    """Return the command of a real 2-process `accelerate launch` of `module` on CPU (gloo), on
+    `port` or a free one."""
+    port = free_port() if port is None else port
     return [
         sys.executable, "-m", "accelerate.commands.launch",
         "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
@@ -127,11 +137,9 @@ def two_rank_command(module: str, *args: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def launch_two_ranks(
-    module: str, *args: str, port: int, timeout: int = 300
-) -> subprocess.CompletedProcess:
+def launch_two_ranks(module: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run `module` under a real 2-process `accelerate launch` on CPU (gloo)."""
-    cmd = two_rank_command(module, *args, port=port)
+    cmd = two_rank_command(module, *args)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env(), timeout=timeout)
 
 
