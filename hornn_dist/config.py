@@ -76,7 +76,8 @@ class OptimConfig:
     min_lr: float = 1e-4  # the lr is never halved below this floor
     # plateau: halve the lr when an epoch lowers the validation loss by less than this fraction
     # (0: only when it does not decrease, §4's rule; 0.003 with stop_improvement 0.003 is
-    # rnnlm's, where the slow epochs that would end a run halve its lr first)
+    # rnnlm's, where the slow epochs that would end a run halve its lr first); refused under
+    # fixed_then_halve, which never reads it
     halve_below: float = 0.0
     # convergence: once the lr has been halved, stop when `stop_patience` epochs in a row each
     # lower the validation loss by less than this fraction, or when a halving is due at `min_lr`
@@ -112,6 +113,12 @@ class OptimConfig:
         check_at_least("optim.min_lr", self.min_lr, 0)
         check_at_most("optim.min_lr", self.min_lr, MAX_LR)
         check_in_range("optim.halve_below", self.halve_below, 0.0, 1.0, hi_open=True)
+        if self.halve_below and self.schedule != "plateau":  # else ignored: refused instead
+            raise ConfigError(
+                f'optim.halve_below = {self.halve_below:g} applies to optim.schedule = "plateau" '
+                f'only; "{self.schedule}" halves the lr every epoch after optim.halve_after: set '
+                'optim.halve_below = 0 or optim.schedule = "plateau"'
+            )
         check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
         check_at_least("optim.stop_patience", self.stop_patience, 1)
 
@@ -277,14 +284,31 @@ PATH_KEYS = {
 
 
 def _expand_home(section: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """Return the fields with `~` expanded in the section's path keys."""
+    """Return the fields with `~` expanded in the section's path keys, each checked for a NUL
+    byte (the OS refuses it, with a traceback, at the first use)."""
     out = dict(fields)
     for key in PATH_KEYS.get(section, ()):
         if isinstance(out.get(key), str):
-            out[key] = os.path.expanduser(out[key])
+            out[key] = os.path.expanduser(_no_nul(f"{section}.{key}", out[key]))
         elif isinstance(out.get(key), list):
-            out[key] = [os.path.expanduser(item) for item in out[key]]
+            out[key] = [
+                os.path.expanduser(_no_nul(f"{section}.{key}", item))
+                if isinstance(item, str)
+                else item
+                for item in out[key]
+            ]
     return out
+
+
+def _no_nul(key: str, path: str) -> str:
+    """Return `path`; raise ConfigError naming `key` when it holds a NUL byte."""
+    where = path.find("\x00")
+    if where >= 0:
+        raise ConfigError(
+            f"{key} holds a NUL byte (\\x00) at character {where}, which no path may hold; "
+            "remove it"
+        )
+    return path
 
 
 def _user_keys(table: dict[str, Any]) -> frozenset[str] | None:
@@ -305,6 +329,12 @@ def add_set_option(
 
 def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
     """Return the tables of a TOML file; raise ConfigError (one line) naming `what` it is."""
+    if path.is_dir():
+        inside = path / "config.toml"  # a run folder (checkpoint.CONFIG_FILE)
+        hint = f" (a run's own config is {inside})" if inside.is_file() else ""
+        raise ConfigError(
+            f"{what} {path} is a folder, not a file; pass a TOML file such as {example}{hint}"
+        )
     if not path.is_file():
         raise ConfigError(f"{what} {path} not found; pass a TOML file such as {example}")
     try:
