@@ -16,7 +16,7 @@ from tests.train_helpers import (
     check_ok,
     env,
     launch_two_ranks,
-    run_module,
+    run_here,
     write_tiny_config,
 )
 
@@ -30,14 +30,17 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(module: str, *args: str, extra_env: dict[str, str] | None = None):
-    child_env = env()
-    child_env.update(extra_env or {})
+    """Run a command in this process (`run_here`: the same exit code and lines, seconds sooner);
+    with `extra_env`, in a process of its own, the exit code and stderr exactly as a user sees
+    them (test_world_size_mismatch_is_one_line keeps that contract on a real process)."""
+    if not extra_env:
+        return run_here(module, *args)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env=child_env,
+        env=env() | extra_env,
         timeout=300,
     )
 
@@ -139,7 +142,7 @@ def test_unwritable_paths_stop_before_training_in_one_line(
 def trained(tiny: Path) -> Path:
     """A finished two-step run of the tiny config."""
     run = tiny / "trained"
-    check_ok(run_module("hornn_dist.train", str(tiny / "config.toml"), "--set",
+    check_ok(run_here("hornn_dist.train", str(tiny / "config.toml"), "--set",
                         f"train.output_dir={run}", "--set", "train.max_steps=2"))  # fmt: skip
     return run
 
@@ -269,22 +272,22 @@ def test_a_run_whose_corpus_is_gone_says_how_to_prepare_it(
 
 def test_evaluate_and_generate_from_a_trained_run(tiny: Path) -> None:
     run = tiny / "run_ok"
-    check_ok(run_module("hornn_dist.train", str(tiny / "config.toml"), "--set",
+    check_ok(run_here("hornn_dist.train", str(tiny / "config.toml"), "--set",
                         f"train.output_dir={run}", "--set", "train.max_steps=6"))  # fmt: skip
-    proc = run_module("hornn_dist.evaluate", str(run), "--split", "test")
+    proc = run_here("hornn_dist.evaluate", str(run), "--split", "test")
     check_ok(proc)
     line = proc.stdout.strip().splitlines()[-1].split()
     assert line[:3] == ["split", "test:", "tokens"] and int(line[3]) == 216
     assert float(line[7]) > 1.0  # ppl
     bad = _run("hornn_dist.evaluate", str(run), "--split", "nope")
     _assert_one_line_error(bad, "split 'nope' not in the corpus")
-    sample = run_module("hornn_dist.generate", str(run / "checkpoints" / "latest"), "--prompt", "w1 w2",
+    sample = run_here("hornn_dist.generate", str(run / "checkpoints" / "latest"), "--prompt", "w1 w2",
                         "--tokens", "12", "--seed", "3")  # fmt: skip
     check_ok(sample)
     words = sample.stdout.split()
     assert words[:2] == ["w1", "w2"] and len(words) > 2  # sampled <eos> print as line breaks
     assert all(w.startswith("w") or w == "<unk>" for w in words)
-    again = run_module("hornn_dist.generate", str(run), "--prompt", "w1 w2", "--tokens", "12",
+    again = run_here("hornn_dist.generate", str(run), "--prompt", "w1 w2", "--tokens", "12",
                        "--seed", "3")  # fmt: skip
     assert again.stdout == sample.stdout  # the seed makes it repeatable
 
@@ -394,14 +397,14 @@ def test_train_refuses_damaged_shards_in_one_line(tmp_path: Path) -> None:
 def test_evaluate_and_generate_refuse_damaged_data_in_one_line(tmp_path: Path) -> None:
     config, folder = _prepare(tmp_path)
     run = tmp_path / "run"
-    check_ok(run_module("hornn_dist.train", str(config), "--set", f"train.output_dir={run}",
+    check_ok(run_here("hornn_dist.train", str(config), "--set", f"train.output_dir={run}",
                         "--set", "train.max_steps=2"))  # fmt: skip
     test_shard = folder / "test_000000.bin"
     _set_ids(test_shard, 3, [5, 5, 5])
     proc = _run("hornn_dist.evaluate", str(run), "--split", "test")
     _assert_one_line_error(proc, f"{test_shard}: sha256 checksum mismatch")
     assert proc.returncode == 2 and "ppl" not in proc.stdout
-    check_ok(run_module("hornn_dist.evaluate", str(run), "--split", "valid"))  # only test is hit
+    check_ok(run_here("hornn_dist.evaluate", str(run), "--split", "valid"))  # only test is hit
     (folder / "tokenizer.json").write_text("{not json")
     proc = _run("hornn_dist.generate", str(run), "--prompt", "w1")
     _assert_one_line_error(proc, f"{folder / 'tokenizer.json'}: cannot read the vocabulary (")
@@ -426,6 +429,6 @@ def test_two_ranks_stop_on_a_damaged_shard_with_the_same_line(tmp_path: Path) ->
 
 
 def test_prepare_workers_below_one_names_the_flag(tiny: Path) -> None:
-    proc = run_module("hornn_dist.prepare", str(tiny / "config.toml"), "--workers", "0")
+    proc = run_here("hornn_dist.prepare", str(tiny / "config.toml"), "--workers", "0")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: --workers must be >= 1 (default: the cores here), got 0"
