@@ -487,10 +487,14 @@ def check_compatible(
             )
         else:
             logger.warning(
-                "resuming on another prepared corpus than the checkpoint's (checkpoint %s, "
-                "data %s), as train.allow_corpus_change = true allows",
+                "the training text changed since %s (prepared corpus %s then, %s now): "
+                "training resumes from its step %s at the same place in an epoch of the new "
+                "text (which must have as many tokens), as train.allow_corpus_change = true "
+                "allows",
+                folder,
                 state["corpus_hash"][:16],
                 corpus_hash[:16],
+                state.get("step"),
             )
     for key in ("batch_size", "bptt"):
         if getattr(saved_cfg.train, key) != getattr(cfg.train, key):

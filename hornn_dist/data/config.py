@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +57,8 @@ class DataConfig:
     min_count: int = 1  # words seen fewer times in train become <unk>
     max_vocab: int = 0  # 0 = unlimited; counts <unk> and <eos>
     lowercase: bool = False  # lowercase the text before splitting on whitespace
-    # a word, as a regex both Python and tokenizers (Oniguruma) read alike; text between words
-    # is dropped, so a prompt reads as the corpus was cut ("" = words are split on whitespace)
+    # a word, as a regex of the tokenizer's engine (Oniguruma), which cuts the words of the
+    # corpus and of every prompt alike; text between words is dropped ("" = split on whitespace)
     word_pattern: str = ""
     add_eos: bool = True  # <eos> at the end of every line
     errors: str = "strict"  # strict | replace (invalid UTF-8)
@@ -162,19 +163,39 @@ class DataConfig:
 DEMO_WORDS = r"[a-z]+|'s\b"
 
 
+# Text with letters, digits, punctuation, spaces and non-ASCII (NFD too) for the check below
+_PROBE = "The cat's 42 dogs, cab b_x-y. (naïve) cafe\u0301 ΣΑΣ 日本 x\u00b2 $\n\t<eos> <unk> a1"
+
+
+@functools.lru_cache(maxsize=8)
 def check_word_pattern(pattern: str) -> None:
-    """Raise ConfigError unless `pattern` is a regex that cannot match an empty word."""
+    """Raise ConfigError unless `pattern` is a regex of the tokenizer's engine (Oniguruma, which
+    cuts the words in preparation and later) that matches no empty word in a probe text."""
+    from tokenizers import Regex, normalizers, pre_tokenizers  # lazy
+
     try:
-        compiled = re.compile(pattern)
-    except re.error as err:
+        regex = Regex(pattern)
+    except Exception as err:  # tokenizers raises a bare Exception for a bad pattern
         raise ConfigError(
             f'data.word_pattern {pattern!r} is not a regex ({err}); e.g. "[a-z]+" for runs '
             'of letters, or "" to split on whitespace'
         ) from None
-    if compiled.match(""):
+    # every match, empty ones too, becomes a mark; the pre-tokenizer keeps non-empty ones only
+    try:
+        marks = normalizers.Replace(regex, "\x00").normalize_str(_PROBE).count("\x00")
+        split = pre_tokenizers.Split(regex, behavior="removed", invert=True)
+        words = split.pre_tokenize_str(_PROBE)
+    except BaseException as err:  # pyo3's PanicException (the engine's retry limit)
+        if type(err).__name__ != "PanicException":
+            raise
         raise ConfigError(
-            f"data.word_pattern {pattern!r} matches an empty word; use + rather than * "
-            '(e.g. "[a-z]+")'
+            f"data.word_pattern {pattern!r} backtracks past the regex engine's retry limit on "
+            "a short text; write it without a repeat inside a repeat (e.g. a+ for (?:a+)+)"
+        ) from None
+    if marks > len(words):
+        raise ConfigError(
+            f"data.word_pattern {pattern!r} matches empty words (a word needs at least one "
+            'character: no lookaround or \\b on its own, + rather than *, e.g. "[a-z]+")'
         )
 
 

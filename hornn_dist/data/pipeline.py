@@ -6,6 +6,10 @@ with the corpus (only the word counts do, with its number of distinct words). Wi
 the pieces go to a pool of processes; the encoded pieces are concatenated in order, so the
 shards are byte-identical for any number of workers.
 
+The work runs in a child process of its own (with its pool): the calling process stays free to
+beat its heartbeat (the GIL is never held by a long regex call there) and ends the child and its
+workers at once on SIGTERM or SIGINT.
+
 The result is one folder `cache_dir/<name>-<hash>` where the hash covers every setting that
 changes the folder's contents; it is built under a temporary name and renamed when complete,
 with manifest.json written last, so a folder that exists under its final name is complete.
@@ -22,8 +26,12 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import socket
+import sys
+import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,12 +49,14 @@ from hornn_dist.data.shards import (
     ShardWriter,
     open_corpus,
 )
-from hornn_dist.errors import ConfigError, DataError
+from hornn_dist.errors import ConfigError, DataError, HornnError, described
 from hornn_dist.files import open_for_writing, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")
 MAX_PIECE_BYTES = 64 << 20
+SAMPLE_CHARS = 1 << 16  # the saved tokenizer must read this much of the train text as we did
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass(frozen=True)
@@ -232,22 +242,40 @@ def _file_stats(files: dict[str, list[str]]) -> list[dict[str, Any]]:
     out = []
     for path in dict.fromkeys(f for fs in files.values() for f in fs):
         st = os.stat(path)
-        out.append({"path": os.path.abspath(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+        out.append(
+            {
+                "path": os.path.abspath(path),
+                "bytes": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "sha256": sha256_file(Path(path)),
+            }
+        )
     return out
 
 
-def _warn_if_inputs_changed(manifest: dict[str, Any], folder: Path) -> None:
+def check_inputs_unchanged(manifest: dict[str, Any], folder: Path) -> None:
+    """Raise DataError when a text file that `folder` was prepared from now holds other bytes
+    (its size differs, or its sha256 where its size or time changed); a file that is gone is
+    fine (the shards may have been copied without it)."""
     for item in manifest.get("input_files", []):
         try:
             st = os.stat(item["path"])
         except OSError:
-            continue  # inputs need not exist where only the shards were copied
-        if (st.st_size, st.st_mtime_ns) != (item["bytes"], item["mtime_ns"]):
-            log.warning(
-                "data: %s changed since %s was prepared; HINT: delete that folder to prepare it again",
-                item["path"],
-                folder,
-            )
+            continue
+        if (st.st_size, st.st_mtime_ns) == (item["bytes"], item["mtime_ns"]):
+            continue
+        if st.st_size != item["bytes"]:
+            what = f"{item['bytes']:,} bytes then, {st.st_size:,} now"
+        elif "sha256" not in item:  # prepared before the manifest recorded it
+            what = "modified since, and the manifest has no sha256 to compare"
+        elif sha256_file(Path(item["path"])) != item["sha256"]:
+            what = "same size, other bytes"
+        else:
+            continue  # rewritten or touched with the same bytes
+        raise DataError(
+            f"{item['path']} changed since {folder} was prepared from it ({what}); delete "
+            f"{folder} to prepare it again from the new text, or restore the file"
+        )
 
 
 class _Runner:
@@ -264,11 +292,7 @@ class _Runner:
     def map(self, fn: Callable[[Any], Any], tasks: list[Any]) -> Iterator[Any]:
         """Return fn over tasks, in order, computed by the pool."""
         if self.pool is None:
-            # fork where there is one: the workers only read files and use numpy, and fork
-            # needs no `if __name__ == "__main__"` guard in the caller's script
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self.pool = context.Pool(self.workers)
+            self.pool = _context().Pool(self.workers, _obedient, (os.getpid(),))
         return self.pool.imap(fn, tasks)
 
     def close(self) -> None:
@@ -347,9 +371,10 @@ def _build(
             "count": round(time.time() - counted_from, 2),
         }
         train_words = sum(counts.values())
+        pattern = f" and data.word_pattern = {cfg.word_pattern!r}" if cfg.word_pattern else ""
         if not train_words:
             raise DataError(
-                f"split 'train' of {name} has no words (files: {', '.join(files.get('train', []))}); HINT: check data.train"
+                f"split 'train' of {name} has no words (files: {', '.join(files.get('train', []))}); HINT: check data.train{pattern}"
             )
         itos = vocab.build_vocab(counts, cfg.min_count, cfg.max_vocab)
         words = len(itos) - len(vocab.SPECIALS)
@@ -357,12 +382,25 @@ def _build(
             raise DataError(
                 f"the vocabulary of {name} has {words} word(s) besides <unk> and <eos> (min_count = {cfg.min_count}, "
                 f"{len(counts)} distinct train words); HINT: lower data.min_count or use more training text"
+                + (
+                    f", or check data.word_pattern = {cfg.word_pattern!r}"
+                    if cfg.word_pattern
+                    else ""
+                )
             )
         kept = sum(counts[w] for w in itos[len(vocab.SPECIALS) :])
         del counts
         vhash = vocab.vocab_hash(itos)
         dtype = vocab.token_dtype(len(itos))
         vocab.save_tokenizer(itos, work / TOKENIZER, cfg.lowercase, cfg.add_eos, cfg.word_pattern)
+        vocab.check_tokenizer_reads(
+            work / TOKENIZER,
+            _sample(pieces["train"][0], opts),
+            itos,
+            cfg.lowercase,
+            cfg.add_eos,
+            cfg.word_pattern,
+        )
         splits: dict[str, Any] = {}
         encode_from = time.time()
         timings["vocab"] = round(encode_from - counted_from - timings["count"], 2)
@@ -409,6 +447,15 @@ def _build(
     return manifest
 
 
+def _sample(piece: sources.Piece, opts: TextOptions) -> str:
+    """Return the first SAMPLE_CHARS characters of a piece's text."""
+    blocks = sources.iter_blocks(piece, min(opts.chunk_bytes, 4 * SAMPLE_CHARS), opts.errors)
+    try:
+        return next(iter(blocks), "")[:SAMPLE_CHARS]
+    finally:
+        getattr(blocks, "close", lambda: None)()  # the file, closed now
+
+
 def _remove_stale(folder: Path) -> None:
     """Delete temporary folders of earlier runs of this host whose process is gone."""
     host = socket.gethostname()
@@ -444,7 +491,7 @@ def prepare_corpus(
     folder = Path(resolved.cache_dir) / f"{corpus_name(resolved)}-{settings_hash(settings)}"
     if (folder / MANIFEST).exists():
         corpus = open_corpus(folder, verify=verify)
-        _warn_if_inputs_changed(corpus.manifest, folder)
+        check_inputs_unchanged(corpus.manifest, folder)
         log.info(
             "data: %s is already prepared (%s); nothing to do", folder, _summary(corpus.manifest)
         )
@@ -455,7 +502,7 @@ def prepare_corpus(
     shutil.rmtree(work, ignore_errors=True)
     try:
         work.mkdir()
-        manifest = _build(resolved, settings, work, workers, progress)
+        manifest = _run_apart(_build, (resolved, settings, work, workers, progress), folder)
         if folder.exists() and not (folder / MANIFEST).exists():
             shutil.rmtree(folder)  # an incomplete folder under the final name: not ours to keep
         try:
@@ -469,3 +516,121 @@ def prepare_corpus(
         shutil.rmtree(work, ignore_errors=True)
     log.info("data: prepared %s in %.1f s: %s", folder, manifest["seconds"], _summary(manifest))
     return folder
+
+
+# ---------------------------------------------------------------- the preparing child process
+
+
+def _context() -> Any:
+    """Return the multiprocessing context: fork where there is one (no `if __name__ ==
+    "__main__"` guard needed in the caller's script), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def _run_apart(fn: Callable[..., Any], args: tuple[Any, ...], folder: Path) -> Any:
+    """Return fn(*args) computed in a child process (its own process group, with its workers).
+
+    Here the main thread only waits, so the GIL stays free for a heartbeat thread whatever the
+    child runs; SIGTERM or SIGINT (while this is the main thread) end the child and its workers
+    at once and raise DataError. The child's errors are raised here as they were raised there.
+    """
+    context = _context()
+    receive, send = context.Pipe(duplex=False)
+    caught: list[int] = []
+    previous = _catch_stop_signals(caught)
+    child = context.Process(target=_child, args=(send, os.getpid(), fn, args), name="prepare")
+    finished = False
+    try:
+        child.start()
+        send.close()
+        while not receive.poll(0.1):
+            if caught:
+                raise DataError(
+                    f"stopped by {signal.Signals(caught[0]).name} while preparing {folder}; "
+                    "nothing was kept: run the command again to prepare it"
+                )
+            if not child.is_alive():
+                break
+        try:
+            kind, value = receive.recv()
+        except EOFError:
+            child.join()
+            raise DataError(_ended_without_result(child.exitcode, folder)) from None
+        child.join(30)
+        finished = True
+    finally:
+        if child.pid is not None and (not finished or child.is_alive()):
+            _end_group(child)
+        receive.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if kind == "error":
+        raise value
+    return value
+
+
+def _catch_stop_signals(caught: list[int]) -> dict[int, Any]:
+    """Record SIGTERM and SIGINT in `caught` (main thread only); return the handlers replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda received, frame: caught.append(received))
+    return {s: h for s, h in previous.items() if h is not None}  # None: set outside Python
+
+
+def _end_group(child: Any) -> None:
+    """Kill the child and its workers (its process group) and reap the child."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:  # not yet its own group (or gone): the child alone
+        pass
+    child.kill()
+    child.join()
+
+
+def _ended_without_result(code: int | None, folder: Path) -> str:
+    how = (
+        f"killed by {signal.Signals(-code).name}"
+        if code is not None and code < 0
+        else f"exit {code}"
+    )
+    return (
+        f"preparing {folder} ended without a result ({how}: out of memory, or stopped from "
+        "outside); nothing was kept: run the command again to prepare it"
+    )
+
+
+def _child(send: Any, parent: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """Child process: send ("done", fn(*args)) or ("error", the exception) to the parent."""
+    os.setpgid(0, 0)  # the parent ends it and its workers with one killpg
+    _obedient(parent)
+    try:
+        message: tuple[str, Any] = ("done", fn(*args))
+    except (HornnError, OSError) as err:
+        message = ("error", err)
+    except BaseException as err:  # a bug: its traceback here, one line in the parent
+        traceback.print_exc()
+        message = ("error", RuntimeError(described(err)))
+    try:
+        send.send(message)
+    except Exception as err:  # an exception that does not pickle
+        send.send(("error", RuntimeError(described(err))))
+    send.close()
+
+
+def _obedient(parent: int) -> None:
+    """Make a preparing process leave SIGINT to its parent, end at once on SIGTERM (it may be in
+    a long regex call) and, on Linux, end when its parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)

@@ -3,9 +3,11 @@
 The words of a text are what the saved `tokenizers` WordLevel tokenizer produces: the specials
 `<unk>` and `<eos>` are matched first, then (optionally) lowercase, then every newline becomes
 `<eos>` (when add_eos), then the text splits on whitespace, or (with a word pattern, as the
-demo corpus has) the words are what the pattern matches and the text between them is dropped. `split_words` does the same in plain
-Python (a dict lookup over `str.split()` is several times faster than `encode_batch` on long
-strings); a test checks that the two agree.
+demo corpus has) the words are what the pattern matches and the text between them is dropped.
+With a word pattern `split_words` runs the tokenizer's own normalizer and pre-tokenizer (one
+regex engine, Oniguruma, for preparation and every later reading); without one it splits in
+plain Python (a dict lookup over `str.split()` is several times faster than `encode_batch` on
+long strings), and `check_tokenizer_reads` compares the two on a sample of every corpus.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import array
 import functools
 import hashlib
 import json
-import re
+import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +45,84 @@ def split_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str = "
     on whitespace, or (with `word_pattern`) the words it matches, the text between dropped."""
     if "<" in text:
         text = text.replace(UNK, f" {UNK} ").replace(EOS, f" {EOS} ")
+    if word_pattern:
+        return _pattern_words(text, lowercase, add_eos, word_pattern)
     if lowercase:
         text = text.replace(
             "\u03a3", "\u03c3"
         ).lower()  # Rust lowercases capital sigma without context
     if add_eos:
         text = text.replace("\n", f" {EOS} ")
-    if word_pattern:
-        return _compiled(word_pattern).findall(text)
     return text.split()
 
 
+def _pattern_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str) -> list[str]:
+    """Return the words of `word_pattern` in text, cut by the saved tokenizer's own normalizer
+    and pre-tokenizer, so that preparation and every later reading agree by construction.
+
+    Oniguruma backtracks, but gives up on a search past its retry limit (a fraction of a
+    second: benchmarks/records/2026-11-27-cpu-word-pattern), so no pattern hangs."""
+    normalizer, pre_tokenizer = _reader(lowercase, add_eos, word_pattern)
+    try:
+        with _stderr_silenced():  # a panic prints lines of its own; ours is the one line below
+            pieces = pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    except BaseException as err:  # pyo3's PanicException derives from BaseException only
+        if type(err).__name__ != "PanicException":
+            raise
+        raise DataError(
+            f"data.word_pattern {word_pattern!r} backtracks past the regex engine's retry limit "
+            "on this text; write it without a repeat "
+            "inside a repeat or alternatives that match the same text (e.g. a+ for (?:a+)+ "
+            "or (?:a|aa)+)"
+        ) from None
+    return [word for word, _ in pieces]
+
+
 @functools.lru_cache(maxsize=8)
-def _compiled(word_pattern: str) -> re.Pattern[str]:
-    return re.compile(word_regex(word_pattern))
+def _reader(lowercase: bool, add_eos: bool, word_pattern: str) -> tuple[Any, Any]:
+    tokenizer = make_tokenizer(list(SPECIALS), lowercase, add_eos, word_pattern)
+    return tokenizer.normalizer, tokenizer.pre_tokenizer
+
+
+@contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """Send file descriptor 2 to the null device while the block runs."""
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def check_tokenizer_reads(
+    path: Path, sample: str, itos: list[str], lowercase: bool, add_eos: bool, word_pattern: str = ""
+) -> None:
+    """Raise DataError unless the tokenizer saved at `path` encodes `sample` to the ids that
+    preparation (`split_words`, the id table `itos`) gives it."""
+    from tokenizers import Tokenizer  # lazy
+
+    encoding = Tokenizer.from_file(str(path)).encode(sample)
+    words = split_words(sample, lowercase, add_eos, word_pattern)
+    stoi = {w: i for i, w in enumerate(itos)}
+    ours = encode_words(words, stoi, token_dtype(len(itos))).tolist()
+    if ours == encoding.ids:
+        return
+    at = next(
+        (i for i, (a, b) in enumerate(zip(ours, encoding.ids, strict=False)) if a != b),
+        min(len(ours), len(encoding.ids)),
+    )
+    here = repr(words[at]) if at < len(words) else "the end"
+    there = repr(encoding.tokens[at]) if at < len(encoding.tokens) else "the end"
+    raise DataError(
+        f"{path} reads the text otherwise than preparation: word {at + 1} of a sample of the "
+        f"train text is {here} for preparation but {there} for the tokenizer; set "
+        "data.word_pattern (then the tokenizer's own regex engine cuts the words for both), "
+        'e.g. "\\S+" for words between whitespace'
+    )
 
 
 def count_words(
