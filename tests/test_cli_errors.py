@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -136,6 +138,17 @@ def test_unwritable_paths_stop_before_training_in_one_line(
     proc = _run("hornn_dist.train", str(tiny / "config.toml"), *args)
     _assert_one_line_error(proc, expected.format(**places))
     assert "step 2: loss" not in proc.stderr  # nothing trained
+    held = [path for path in _open_files() if any(path.startswith(str(p)) for p in places.values())]
+    assert not held, f"the failed run left files open: {held}"  # the run lock on a full disk did
+
+
+def _open_files() -> list[str]:
+    """Return the paths this process holds open."""
+    paths = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            paths.append(os.readlink(fd))
+    return paths
 
 
 @pytest.fixture(scope="module")

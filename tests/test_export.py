@@ -18,7 +18,7 @@ from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.pretrained import PretrainedLM
 from hornn_dist.runtime import build_accelerator
 from tests.test_demo import _layout_modules
-from tests.train_helpers import check_ok, run_module, write_tiny_config
+from tests.train_helpers import check_ok, run_here, write_tiny_config
 
 HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "README.md", "checksums.json"}
 CHECKED = ["config.json", "model.safetensors", "tokenizer.json"]  # all but the card
@@ -30,7 +30,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("export")
     write_tiny_config(folder, model={"num_layers": 2})
     run = folder / "run"
-    check_ok(run_module("hornn_dist.train", str(folder / "config.toml"), "--set",
+    check_ok(run_here("hornn_dist.train", str(folder / "config.toml"), "--set",
                         f"train.output_dir={run}", "--set", "train.max_steps=6"))  # fmt: skip
     return run
 
@@ -38,7 +38,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def exported(trained: Path) -> Path:
     out = trained.parent / "hub_model"
-    proc = run_module("hornn_dist.export", str(trained), str(out))
+    proc = run_here("hornn_dist.export", str(trained), str(out))
     check_ok(proc)
     assert f"to {out} (test ppl " in proc.stdout
     return out
@@ -79,7 +79,7 @@ def test_exported_folder_loads_back_with_one_call_and_the_same_logits(
 def test_model_card_gives_the_test_ppl_of_the_checkpoint_and_the_config(
     trained: Path, exported: Path
 ) -> None:
-    scored = run_module("hornn_dist.evaluate", str(trained), "--split", "test")
+    scored = run_here("hornn_dist.evaluate", str(trained), "--split", "test")
     check_ok(scored)
     ppl = scored.stdout.split("ppl ")[-1].strip()
     card = (exported / "README.md").read_text()
@@ -87,14 +87,14 @@ def test_model_card_gives_the_test_ppl_of_the_checkpoint_and_the_config(
     assert f"| test perplexity | **{ppl}** (" in card
     assert "HORNN-3 with gated pooling, 2 layers of 12 tanh units" in card
     assert read_config(list_checkpoints(trained)[-1]).to_toml() in card
-    again = run_module("hornn_dist.evaluate", str(exported), "--split", "test")  # the folder too
+    again = run_here("hornn_dist.evaluate", str(exported), "--split", "test")  # the folder too
     check_ok(again)
     assert again.stdout.splitlines()[-1] == scored.stdout.splitlines()[-1]
 
 
 def test_generate_from_the_exported_folder_alone(trained: Path, exported: Path) -> None:
     args = ("--prompt", "w1 w2", "--tokens", "12", "--seed", "3")
-    from_checkpoint = run_module("hornn_dist.generate", str(trained), *args)
+    from_checkpoint = run_here("hornn_dist.generate", str(trained), *args)
     check_ok(from_checkpoint)
     # a copy whose run config names a corpus this machine does not have
     alone = trained.parent / "elsewhere" / "hub_model"
@@ -103,12 +103,12 @@ def test_generate_from_the_exported_folder_alone(trained: Path, exported: Path) 
     meta["training"]["data"]["cache_dir"] = str(trained.parent / "no_such_cache")
     (alone / "config.json").write_text(json.dumps(meta))
     write_checksums(alone, CHECKED)  # an edit made on purpose, listed again
-    sample = run_module("hornn_dist.generate", str(alone), *args)
+    sample = run_here("hornn_dist.generate", str(alone), *args)
     check_ok(sample)
     assert sample.stdout == from_checkpoint.stdout and sample.stdout.split()[:2] == ["w1", "w2"]
     # scores need the corpus: evaluate says where it looked
     _one_line_error(
-        run_module("hornn_dist.evaluate", str(alone)), "the run's prepared corpus is not at"
+        run_here("hornn_dist.evaluate", str(alone)), "the run's prepared corpus is not at"
     )
 
 
@@ -116,24 +116,24 @@ def test_export_refuses_a_folder_in_use_and_evaluate_a_broken_export(
     trained: Path, exported: Path
 ) -> None:
     _one_line_error(
-        run_module("hornn_dist.export", str(trained), str(exported)),
+        run_here("hornn_dist.export", str(trained), str(exported)),
         f"{exported} exists and is not an empty folder",
     )
     broken = trained.parent / "broken_model"
     shutil.copytree(exported, broken)
     (broken / "model.safetensors").write_bytes(b"not safetensors")
     _one_line_error(
-        run_module("hornn_dist.generate", str(broken)),
+        run_here("hornn_dist.generate", str(broken)),
         f"model folder {broken} is damaged: model.safetensors has 15 bytes",
     )
     write_checksums(broken, CHECKED)  # listed as it is: loading it must still fail in one line
     _one_line_error(
-        run_module("hornn_dist.generate", str(broken)), f"cannot load the model in {broken}"
+        run_here("hornn_dist.generate", str(broken)), f"cannot load the model in {broken}"
     )
     (broken / "config.json").write_text("{}")
     write_checksums(broken, CHECKED)
     _one_line_error(
-        run_module("hornn_dist.generate", str(broken)), "has no model, vocab_size, vocab_hash"
+        run_here("hornn_dist.generate", str(broken)), "has no model, vocab_size, vocab_hash"
     )
 
 
@@ -152,9 +152,9 @@ def test_a_bit_flip_in_an_export_is_refused_in_one_line(
     shutil.copytree(exported, damaged)
     flip_one_bit(damaged / name)
     said = f"model folder {damaged} is damaged: {name} does not match its sha256"
-    _one_line_error(run_module("hornn_dist.generate", str(damaged), "--tokens", "3"), said)
+    _one_line_error(run_here("hornn_dist.generate", str(damaged), "--tokens", "3"), said)
     if name == "model.safetensors":
-        _one_line_error(run_module("hornn_dist.evaluate", str(damaged)), said)
+        _one_line_error(run_here("hornn_dist.evaluate", str(damaged)), said)
         with pytest.raises(CheckpointError, match=said):
             PretrainedLM.from_pretrained(damaged)
 
@@ -164,7 +164,7 @@ def test_an_export_without_its_checksums_is_refused(trained: Path, exported: Pat
     shutil.copytree(exported, bare)
     (bare / "checksums.json").unlink()
     said = f"model folder {bare} is damaged: checksums.json, the list of its files, is missing"
-    _one_line_error(run_module("hornn_dist.generate", str(bare)), said)
+    _one_line_error(run_here("hornn_dist.generate", str(bare)), said)
     with pytest.raises(CheckpointError, match=said):
         PretrainedLM.from_pretrained(bare)
 
@@ -190,7 +190,7 @@ def test_export_refuses_a_damaged_corpus_tokenizer(trained: Path, damage: str) -
             path.write_bytes(saved + b" ")
             said = "does not match the sha256 recorded for it"
         out = trained.parent / f"export_{damage.replace(' ', '_')}"
-        proc = run_module("hornn_dist.export", str(trained), str(out))
+        proc = run_here("hornn_dist.export", str(trained), str(out))
         _one_line_error(proc, f"{path} does not match")
         assert said in proc.stderr and not out.exists()
     finally:
@@ -205,7 +205,7 @@ def test_export_onto_a_link_is_refused(trained: Path, tmp_path: Path, dangling: 
     link = tmp_path / "model_link"
     link.symlink_to(target)
     _one_line_error(
-        run_module("hornn_dist.export", str(trained), str(link)),
+        run_here("hornn_dist.export", str(trained), str(link)),
         f"{link} is a symbolic link (to {target}); export into a new folder",
     )
     assert link.is_symlink() and (dangling or not any(target.iterdir()))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.generate import unknown_words_warning
-from tests.train_helpers import check_ok, run_module, write_tiny_config
+from tests.train_helpers import check_ok, run_here, write_tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -15,12 +15,12 @@ def lowercase_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("lowercase")
     # trained (and evaluated) under bf16 where there is CUDA; generate samples in fp32
     config = write_tiny_config(folder, data={"lowercase": True}, train={"mixed_precision": "bf16"})
-    check_ok(run_module("hornn_dist.train", str(config), "--set", "train.max_steps=4"))
+    check_ok(run_here("hornn_dist.train", str(config), "--set", "train.max_steps=4"))
     return folder / "run"
 
 
 def _generate(run: Path, prompt: str):
-    return run_module("hornn_dist.generate", str(run), "--prompt", prompt, "--tokens", "8",
+    return run_here("hornn_dist.generate", str(run), "--prompt", prompt, "--tokens", "8",
                       "--seed", "5")  # fmt: skip
 
 
@@ -74,7 +74,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"train.output_dir={folder / 'run'}",
     ]
     args = [arg for item in sets for arg in ("--set", item)]
-    check_ok(run_module("hornn_dist.train", "configs/demo.toml", *args))
+    check_ok(run_here("hornn_dist.train", "configs/demo.toml", *args))
     return folder / "run"
 
 
@@ -88,7 +88,7 @@ def test_a_capitalised_punctuated_prompt_reads_as_its_lowercase_words(demo_run: 
     typed = "And God said unto Moses, Behold!"
     as_read = "and god said unto moses behold"
     runs = {
-        prompt: run_module(
+        prompt: run_here(
             "hornn_dist.generate",
             str(demo_run),
             "--prompt",
@@ -112,7 +112,7 @@ def test_a_capitalised_punctuated_prompt_reads_as_its_lowercase_words(demo_run: 
     assert encoded.tokens == ["god", "'s", "word", "behold", "times"]
     assert 0 not in encoded.ids  # every one of them is a corpus word
 
-    unknown = run_module("hornn_dist.generate", str(demo_run), "--prompt", "Behold, Zzyzx!",
+    unknown = run_here("hornn_dist.generate", str(demo_run), "--prompt", "Behold, Zzyzx!",
                          "--tokens", "2", "--seed", "3")  # fmt: skip
     check_ok(unknown)
     warnings = [line for line in unknown.stderr.splitlines() if line.startswith("warning:")]
@@ -121,7 +121,7 @@ def test_a_capitalised_punctuated_prompt_reads_as_its_lowercase_words(demo_run: 
 
 def test_temperature_zero_is_greedy_and_a_seed_repeats_the_text(demo_run: Path) -> None:
     def generate(*args: str):
-        proc = run_module("hornn_dist.generate", str(demo_run), "--prompt", "and god",
+        proc = run_here("hornn_dist.generate", str(demo_run), "--prompt", "and god",
                           "--tokens", "10", *args)  # fmt: skip
         check_ok(proc)
         return proc
@@ -141,7 +141,7 @@ def test_an_export_reads_prompts_the_same_through_transformers(
     from hornn_dist.data.shards import TOKENIZER
 
     out = tmp_path / "export"
-    check_ok(run_module("hornn_dist.export", str(demo_run), str(out)))
+    check_ok(run_here("hornn_dist.export", str(demo_run), str(out)))
     from tokenizers import Tokenizer
 
     prompt = "And God said unto Moses, Behold!"

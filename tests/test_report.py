@@ -19,7 +19,7 @@ from hornn_dist.config import load_config
 from hornn_dist.experiments.paper import paper_model, paper_ppl
 from hornn_dist.experiments.results import RunRecord, read_run, read_runs
 from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
-from tests.train_helpers import REPO, check_ok, env, markdown_table, run_module, write_tiny_config
+from tests.train_helpers import REPO, check_ok, env, markdown_table, run_here, write_tiny_config
 
 SWEEP = """
 base = "config.toml"
@@ -108,7 +108,7 @@ def test_report_writes_tables_with_the_papers_numbers_and_real_pngs(
     from PIL import Image
 
     out = tmp_path / "out"
-    proc = run_module("hornn_dist.report", str(runs), "--out", str(out))
+    proc = run_here("hornn_dist.report", str(runs), "--out", str(out))
     check_ok(proc)
     markdown = (out / "report.md").read_text()
     assert proc.stdout == markdown
@@ -151,7 +151,7 @@ def test_report_writes_tables_with_the_papers_numbers_and_real_pngs(
 
 def test_flags_override_the_sweeps_layout_and_paper(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "alpha"
-    proc = run_module(
+    proc = run_here(
         "hornn_dist.report", str(runs), "--out", str(out), "--layout", "alpha", "--paper", "text8"
     )
     check_ok(proc)
@@ -230,7 +230,7 @@ def test_stop_reasons_are_shortened() -> None:
 
 
 def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:
-    line = _one_line_error(run_module("hornn_dist.report", str(tmp_path / "nope")))
+    line = _one_line_error(run_here("hornn_dist.report", str(tmp_path / "nope")))
     assert f"runs folder {tmp_path / 'nope'} not found" in line
     assert "pass the output_dir of a sweep, e.g. runs/sweeps/demo_orders" in line
 
@@ -238,7 +238,7 @@ def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:
 def test_a_folder_without_a_finished_run_is_one_line(runs: Path, tmp_path: Path) -> None:
     only = tmp_path / "only_unfinished"
     shutil.copytree(runs / "lstm", only / "lstm")
-    line = _one_line_error(run_module("hornn_dist.report", str(only)))
+    line = _one_line_error(run_here("hornn_dist.report", str(only)))
     assert f"no finished run under {only} (1 run with checkpoints, none finished)" in line
     assert "python -m hornn_dist.sweep" in line
     assert not (only / "report").exists()

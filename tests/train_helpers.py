@@ -132,6 +132,8 @@ def run_here(
     stdout, stderr = io.StringIO(), io.StringIO()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     hook, saved_env, cwd = threading.excepthook, dict(os.environ), os.getcwd()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as OMP_NUM_THREADS=1 gives a child: the same sums, bit for bit
     root = logging.getLogger()
     root_handlers, root_level = list(root.handlers), root.level
     os.environ.clear()
@@ -148,6 +150,7 @@ def run_here(
         from accelerate.state import AcceleratorState
 
         AcceleratorState._reset_state(True)  # a trained run leaves Accelerate's singleton set
+        torch.set_num_threads(threads)
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(saved_env)

@@ -50,10 +50,14 @@ class RunLock:
                 "or set another train.output_dir"
             ) from None
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        os.ftruncate(fd, 0)
-        os.pwrite(
-            fd, f"host {socket.gethostname()}, PID {os.getpid()}, since {started}\n".encode(), 0
-        )
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(
+                fd, f"host {socket.gethostname()}, PID {os.getpid()}, since {started}\n".encode(), 0
+            )
+        except OSError:  # a full disk: the caller names it; the lock and its file go with it
+            os.close(fd)
+            raise
         self._fd = fd
 
     def release(self) -> None:
