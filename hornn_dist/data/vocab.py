@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -63,9 +64,12 @@ def _pattern_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str)
     Oniguruma backtracks, but gives up on a search past its retry limit (a fraction of a
     second: benchmarks/records/2026-11-27-cpu-word-pattern), so no pattern hangs."""
     normalizer, pre_tokenizer = _reader(lowercase, add_eos, word_pattern)
+    words: list[str] = []
     try:
         with _stderr_silenced():  # a panic prints lines of its own; ours is the one line below
-            pieces = pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+            for piece in _pieces(text, PATTERN_PIECE_CHARS):
+                split = pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(piece))
+                words += [word for word, _ in split]
     except BaseException as err:  # pyo3's PanicException derives from BaseException only
         if type(err).__name__ != "PanicException":
             raise
@@ -75,7 +79,29 @@ def _pattern_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str)
             "inside a repeat or alternatives that match the same text (e.g. a+ for (?:a+)+ "
             "or (?:a|aa)+)"
         ) from None
-    return [word for word, _ in pieces]
+    return words
+
+
+# The pre-tokenizer's time per word grows with the length of its input: pieces of 4K
+# characters split 3x faster than 1 MB (benchmarks/records/2026-11-27-cpu-word-pattern)
+PATTERN_PIECE_CHARS = 1 << 12
+_SPACE = re.compile(r"\s")
+
+
+def _pieces(text: str, size: int) -> Iterator[str]:
+    """Yield text in pieces of about `size` characters that end on whitespace, as a file's
+    blocks end (`sources.iter_blocks`)."""
+    start, end_of_text = 0, len(text)
+    while start < end_of_text:
+        end = start + size
+        if end < end_of_text:
+            cut = max(text.rfind(space, start, end) for space in " \n\t\r")
+            if cut < start:  # no whitespace in the window: up to the next one
+                found = _SPACE.search(text, end)
+                cut = found.start() if found else end_of_text - 1
+            end = cut + 1
+        yield text[start:end]
+        start = end
 
 
 @functools.lru_cache(maxsize=8)
