@@ -14,14 +14,16 @@ import argparse
 import dataclasses
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP, RunConfig, tomllib
 from hornn_dist.data.shards import TOKENIZER, Corpus
+from hornn_dist.data.vocab import EOS, UNK
 from hornn_dist.errors import ConfigError, naming_path
-from hornn_dist.files import new_folder_beside, write_bytes
+from hornn_dist.files import new_folder_beside, remove_stale_beside, write_bytes, write_json
 from hornn_dist.loading import load_model_for, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
@@ -72,7 +74,7 @@ def write_model_folder(
 ) -> None:
     """Write `model` as a Hub model folder at `out`, whole or not at all (built beside it, then
     renamed)."""
-    from hornn_dist.models.pretrained import PretrainedLM  # imports huggingface_hub
+    from hornn_dist.models.pretrained import TOKENIZER_CONFIG, PretrainedLM  # huggingface_hub
 
     hub = PretrainedLM(cfg.model, corpus.vocab_size)
     hub.load_state_dict(model.state_dict())
@@ -100,13 +102,26 @@ def write_model_folder(
     }
     tokenizer = corpus.vocab.read_checked()  # the bytes copied are the bytes checked
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in remove_stale_beside(out):
+        print(f"note: removed a stale temporary export folder {stale} (its export was killed)",
+              file=sys.stderr)  # fmt: skip
     tmp = new_folder_beside(out)
     try:
         write_bytes(tmp / TOKENIZER, tokenizer)
+        write_json(tmp / TOKENIZER_CONFIG, tokenizer_settings(corpus))
         hub.save_pretrained(tmp, config=config, model_card_kwargs=card)  # and checksums.json
         os.replace(tmp, out)  # onto a missing or empty folder
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tokenizer_settings(corpus: Corpus) -> dict[str, str]:
+    """Return tokenizer_config.json: the special words that `transformers`'
+    `PreTrainedTokenizerFast.from_pretrained(OUT_DIR)` sets (tokenizer.json alone sets none)."""
+    settings = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": UNK}
+    if EOS in corpus.tokenizer().get_vocab():
+        settings["eos_token"] = EOS
+    return settings
 
 
 def describe(m: ModelConfig) -> str:

@@ -8,6 +8,9 @@ cannot make a run overwrite a file outside it.
   file in the same folder (created exclusively, never through a link), is fsynced, and is renamed
   over the name: a reader sees the old file or the new one, never half of one, and a link at the
   name is replaced by the file while its target stays as it was.
+- Temporary names are hidden, beside the name, and say which process of which host made them
+  (`.NAME.HOST-PID-RANDOM.tmp`, NAME cut to keep it within 255 bytes): `remove_stale_beside`
+  deletes those whose process is gone (a kill -9 leaves them).
 - `open_for_writing`: a file written in place (shards, a log appended to), opened with O_NOFOLLOW;
   a link at its name is refused with one line.
 - `write_checksums` / `checksums_problem`: `checksums.json`, the size and sha256 of the files of a
@@ -20,7 +23,10 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
+import shutil
+import socket
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,9 +48,42 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+NAME_MAX = 255  # bytes in one name, on the file systems we write to
+
+
 def _temporary_name(path: Path) -> Path:
-    """Return a fresh hidden name beside `path` for a temporary file or folder."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    """Return a fresh hidden name beside `path` for a temporary file or folder, naming this
+    host and process; `path`'s name is cut to keep it within NAME_MAX bytes."""
+    owner = f".{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    room = NAME_MAX - 1 - len(os.fsencode(owner))
+    return path.with_name(f".{os.fsdecode(os.fsencode(path.name)[:room])}{owner}")
+
+
+def remove_stale_beside(path: Path) -> list[Path]:
+    """Delete the temporary files and folders of `path` (`_temporary_name`) that a process of
+    this host left and that is gone (killed before it renamed or removed them); return them."""
+    owner = re.compile(rf"\.{re.escape(socket.gethostname())}-(\d+)-[0-9a-f]{{8}}\.tmp")
+    name = os.fsencode(path.name)
+    removed = []
+    for item in path.parent.glob(".*.tmp"):
+        found = owner.search(item.name)
+        stem = os.fsencode(item.name[1 : found.start()]) if found else b""
+        cut = len(os.fsencode(item.name)) == NAME_MAX and name.startswith(stem)  # a long name
+        if not found or found.end() != len(item.name) or not stem or not (stem == name or cut):
+            continue
+        try:
+            os.kill(int(found.group(1)), 0)
+            continue  # still running
+        except PermissionError:  # another user's process, running
+            continue
+        except ProcessLookupError:
+            pass
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
+        removed.append(item)
+    return removed
 
 
 def _new_temporary(path: Path) -> tuple[int, Path]:

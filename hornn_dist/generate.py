@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 import torch
 
@@ -17,6 +18,7 @@ from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 STREAMS = 1  # one sampled sequence
 # the logits divided by the temperature stay finite in float32 (1e-45 made them inf); 0 means greedy
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
+MAX_TOKENS = 100_000  # words a call samples: a long book chapter, minutes on a CPU
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -32,7 +34,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "words outside the vocabulary become <unk>, with a warning naming them",
     )
     parser.add_argument(
-        "--tokens", type=int, default=50, help="number of words to sample (default: 50)"
+        "--tokens",
+        type=int,
+        default=50,
+        help=f"number of words to sample, printed as they come (default: 50, at most {MAX_TOKENS:,})",
     )
     parser.add_argument(
         "--temperature",
@@ -56,7 +61,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@torch.no_grad()
 def sample(
     model: torch.nn.Module,
     prompt_ids: list[int],
@@ -65,14 +69,14 @@ def sample(
     top_k: int,
     generator: torch.Generator,
     device: torch.device,
-) -> list[int]:
-    """Return `tokens` word ids sampled after feeding the prompt through the model
-    (temperature 0: the most likely word each time, as top_k 1)."""
-    state = model.init_state(STREAMS, device)
-    context = torch.tensor(prompt_ids, dtype=torch.long, device=device).view(-1, STREAMS)  # (T, 1)
-    logits, state = model(context, state)
-    out: list[int] = []
-    for _ in range(tokens):
+) -> Iterator[int]:
+    """Yield `tokens` word ids, each as soon as it is sampled, after feeding the prompt through
+    the model (temperature 0: the most likely word each time, as top_k 1)."""
+    with torch.no_grad():
+        state = model.init_state(STREAMS, device)
+        context = torch.tensor(prompt_ids, dtype=torch.long, device=device).view(-1, STREAMS)
+        logits, state = model(context, state)  # context: (T, 1)
+    for n in range(tokens):
         scores = logits[-1, 0].float()  # (V,)
         if temperature == 0:  # greedy, as Hugging Face's generate(do_sample=False)
             top_k = 1
@@ -83,9 +87,34 @@ def sample(
             scores = scores.masked_fill(scores < kth, float("-inf"))
         probs = torch.softmax(scores, dim=-1).cpu()
         next_id = int(torch.multinomial(probs, 1, generator=generator))
-        out.append(next_id)
-        logits, state = model(torch.tensor([[next_id]], device=device), state)
-    return out
+        yield next_id
+        if n + 1 == tokens:  # the last word: no pass for a word after it
+            return
+        with torch.no_grad():
+            logits, state = model(torch.tensor([[next_id]], device=device), state)
+
+
+def is_greedy(temperature: float, top_k: int) -> bool:
+    """Return whether sampling picks the likeliest word every time (no seed changes the text)."""
+    return temperature == 0 or top_k == 1
+
+
+def print_words(words: Iterator[str], start: str, out: TextIO) -> None:
+    """Write `start`, then each word as it comes (flushed): words joined by spaces, a decoded
+    <eos> ("\\n") as a line end, no line end at the very start or end; then one line end."""
+    out.write(start)
+    written, line_ends = bool(start), 0
+    for word in words:
+        if word == "\n":
+            line_ends += 1  # held: trailing line ends are not printed
+            continue
+        if written:
+            out.write("\n" * line_ends if line_ends else " ")
+        out.write(word)
+        out.flush()
+        written, line_ends = True, 0
+    out.write("\n")
+    out.flush()
 
 
 def encode_prompt(corpus: Any, prompt: str) -> tuple[list[int], list[str]]:
@@ -111,8 +140,8 @@ def unknown_words_warning(unknown: list[str], vocab: dict[str, int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Print text sampled from a checkpoint; return the exit code."""
     args = parse_args(argv)
-    if args.tokens < 1:
-        raise ConfigError(f"--tokens must be >= 1, got {args.tokens}")
+    if not 1 <= args.tokens <= MAX_TOKENS:
+        raise ConfigError(f"--tokens must be between 1 and {MAX_TOKENS:,}, got {args.tokens}")
     if args.temperature != 0 and not MIN_TEMPERATURE <= args.temperature <= MAX_TEMPERATURE:
         raise ConfigError(
             f"--temperature must be 0 (greedy) or between {MIN_TEMPERATURE:g} (nearly always "
@@ -128,21 +157,43 @@ def main(argv: list[str] | None = None) -> int:
     corpus = open_vocabulary(folder, cfg, accelerator)  # no shard read
     model = load_model_for(folder, cfg, corpus, accelerator, STREAMS)
     prompt_ids, unknown = encode_prompt(corpus, args.prompt)
+    vocab = corpus.tokenizer().get_vocab()
     if unknown:
-        print(unknown_words_warning(unknown, corpus.tokenizer().get_vocab()), file=sys.stderr)
-    if not prompt_ids:
-        prompt_ids = (
-            [corpus.encode("<eos>")[0]] if "<eos>" in corpus.tokenizer().get_vocab() else [0]
+        print(unknown_words_warning(unknown, vocab), file=sys.stderr)
+    if prompt_ids and not any(prompt_ids):  # every word read as <unk> (id 0)
+        print(
+            "warning: no word of --prompt is in the vocabulary: the text follows <unk> only, "
+            "not the prompt",
+            file=sys.stderr,
         )
+    if not prompt_ids:
+        has_eos = "<eos>" in vocab
+        if args.prompt:
+            start = "as after a line end" if has_eos else "from <unk>"
+            print(
+                f"warning: --prompt {args.prompt!r} holds no word as the corpus reads text: the "
+                f"text starts {start}",
+                file=sys.stderr,
+            )
+        prompt_ids = [vocab["<eos>"]] if has_eos else [0]
     seed = args.seed
-    if seed is None:  # a fresh draw, said so that the text can be sampled again
+    if is_greedy(args.temperature, args.top_k):
+        if seed is not None:
+            print(
+                "note: --seed does nothing here: "
+                + ("--temperature 0" if args.temperature == 0 else "--top-k 1")
+                + " picks the likeliest word each time",
+                file=sys.stderr,
+            )
+        seed = 0  # nothing is drawn
+    elif seed is None:  # a fresh draw, said so that the text can be sampled again
         seed = int.from_bytes(os.urandom(4), "little") >> 1
         print(f"seed {seed} (--seed {seed} samples this text again)", file=sys.stderr)
     generator = torch.Generator().manual_seed(seed)
     ids = sample(
         model, prompt_ids, args.tokens, args.temperature, args.top_k, generator, accelerator.device
     )
-    print((args.prompt.strip() + " " + corpus.decode(ids)).strip())
+    print_words((corpus.decode([i]) for i in ids), args.prompt.strip(), sys.stdout)
     return 0
 
 

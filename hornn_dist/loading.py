@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.checkpoint import WEIGHTS, read_trainer_state, verify
+from hornn_dist.checkpoint import WEIGHTS, read_trainer_state
 from hornn_dist.config import RunConfig, config_from_dict
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_corpus
@@ -333,15 +333,45 @@ def load_model(
             raise CheckpointError(
                 f"cannot load the model in {folder} ({described(err)}); " + REEXPORT
             ) from None
+        _check_finite(model.state_dict(), f"model folder {folder}")
         return model.to(device).eval()
-    verify(folder, only=(WEIGHTS,))  # the optimizer's state is not read here
-    weights = folder / WEIGHTS
+    problem = ckpt.problem_with(folder, deep=True, only=(WEIGHTS,))  # no optimizer state read
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {folder} is damaged: {problem}; {_others(folder)}")
+    path = folder / WEIGHTS
     try:
-        return evaluation_model(cfg, corpus.vocab_size, device, load_file(str(weights)), plan)
+        weights = load_file(str(path))
+        model = evaluation_model(cfg, corpus.vocab_size, device, weights, plan)
     except Exception as err:  # a checkpoint of an older version has no checksums to verify
         raise CheckpointError(
-            f"{weights} is not a valid weights file ({type(err).__name__}); use another checkpoint"
+            f"{path} is not a valid weights file ({type(err).__name__}); {_others(folder)}"
         ) from None
+    _check_finite(weights, f"checkpoint {folder}")
+    return model
+
+
+def _others(folder: Path) -> str:
+    """Return what to do instead of reading a checkpoint that cannot be read: its run's other
+    checkpoints (the newest three), or train again."""
+    run = ckpt.list_checkpoints(folder.parent.parent, warn=False)
+    others = [c.name for c in run if c.name != folder.name][-3:]
+    if not others:
+        return "its run has no other checkpoint: train again"
+    names = ", ".join(reversed(others))
+    return f"pass another checkpoint of its run ({names} in {folder.parent}), or train again"
+
+
+def _check_finite(weights: dict[str, torch.Tensor], what: str) -> None:
+    """Raise CheckpointError naming `what` when a weight is NaN or infinite (sampling from it
+    fails in torch.multinomial; scoring it gives ppl nan)."""
+    bad = [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise CheckpointError(
+            f"{what} holds NaN or infinite weights ({len(bad)} of {len(weights)} tensors, e.g. "
+            f"{bad[0]}): its run diverged before this save; use an earlier checkpoint"
+        )
+
+
 
 
 def load_model_for(

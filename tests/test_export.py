@@ -20,8 +20,9 @@ from hornn_dist.runtime import build_accelerator
 from tests.test_demo import _layout_modules
 from tests.train_helpers import check_ok, run_here, write_tiny_config
 
-HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "README.md", "checksums.json"}
-CHECKED = ["config.json", "model.safetensors", "tokenizer.json"]  # all but the card
+HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+             "README.md", "checksums.json"}  # fmt: skip
+CHECKED = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@
     config.json          {"model": the [model] section, "vocab_size": V, ...}
     model.safetensors    the weights
     README.md            the model card (`CARD`)
-    checksums.json       size and sha256 of the files above but the card (and of tokenizer.json)
+    checksums.json       size and sha256 of the files above but the card (and of tokenizer.json
+                         and tokenizer_config.json, which hornn_dist.export puts beside them)
 
 `from_pretrained` checks config.json and model.safetensors against checksums.json before it
 reads the weights (a folder without it, or a damaged file, is one CheckpointError).
@@ -21,6 +22,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,9 @@ from hornn_dist.models.plan import LayerPlan, plan_for
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"  # put beside them by hornn_dist.export
-CHECKED = (CONFIG, WEIGHTS, TOKENIZER)  # the card (README.md) is prose, edited before upload
+TOKENIZER_CONFIG = "tokenizer_config.json"  # its special words, for transformers (export)
+# the card (README.md) is prose, edited before upload
+CHECKED = (CONFIG, WEIGHTS, TOKENIZER, TOKENIZER_CONFIG)
 REEXPORT = "export the model again (python -m hornn_dist.export RUN_OR_CHECKPOINT OUT_DIR)"
 
 CARD = """---
@@ -105,6 +109,8 @@ class PretrainedLM(
         """Save as the mixin does, then write checksums.json of the folder's checked files."""
         result = super().save_pretrained(save_directory, **kwargs)
         folder = Path(save_directory)
+        # safetensors writes its file 0600; give it the mode config.json got (the umask's)
+        os.chmod(folder / WEIGHTS, stat.S_IMODE((folder / CONFIG).stat().st_mode))
         write_checksums(folder, [name for name in CHECKED if (folder / name).is_file()])
         return result
 
