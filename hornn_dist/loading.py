@@ -109,7 +109,9 @@ def prepare_or_wait(
     cache_dir) or each machine's first (false: a cache_dir of its own); it uses every core it
     may use. The others wait, with no collective (preparing may take longer than any
     collective timeout), for the folder's manifest.json (written last, the folder renamed
-    into place when complete) or for the failure marker, logging what they wait for every
+    into place when complete) with the heartbeat file gone (written before the others look,
+    removed when the preparing process is done: an existing folder may still be refused,
+    e.g. for a changed source text) or for the failure marker, logging what they wait for every
     30 s. Meanwhile a thread of the preparing process rewrites a heartbeat file beside the
     folder; a waiter that sees it still for data.prepare_timeout seconds (the process was
     stopped, died or its machine hangs) ends with one line. A failed preparation ends every
@@ -128,15 +130,19 @@ def prepare_or_wait(
     beat = heartbeat_file(folder)
     if prepares:
         marker.unlink(missing_ok=True)
-        beat.unlink(missing_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        _write_line(beat, "0")  # there before the others look: they wait while it is
     accelerator.wait_for_everyone()
     if prepares:
         try:
-            with _beating(beat):
-                return prepare_corpus(cfg, workers=default_workers(), progress=bars)
-        except Exception as err:
-            line = str(err) if isinstance(err, HornnError) else _unexpected(err, folder)
-            _write_line(marker, line)
+            with _beating(beat):  # removed last, after a failure's marker is written
+                try:
+                    return prepare_corpus(cfg, workers=default_workers(), progress=bars)
+                except Exception as err:
+                    line = str(err) if isinstance(err, HornnError) else _unexpected(err, folder)
+                    _write_line(marker, line)
+                    raise
+        except Exception:
             _barrier_quietly(accelerator)
             raise
     return _wait_for(folder, marker, accelerator, cfg, poll_s)
@@ -207,11 +213,16 @@ def _wait_for(folder: Path, marker: Path, accelerator: Any, cfg: DataConfig, pol
     started = time.monotonic()
     next_log = started + LONG_WAIT_S  # a short wait (the usual start) says nothing
     last_beat, moved = _read_beat(beat), started  # by this clock: another machine's may differ
-    while not (folder / MANIFEST).is_file():
+    while True:
+        # a complete folder is not enough (an earlier run's may be refused): the heartbeat must
+        # be gone too, and is looked at before the marker, which is written before it goes
+        settled = not beat.exists()
         if marker.is_file():
             line = marker.read_text(encoding="utf-8").strip()
             _barrier_quietly(accelerator)
             raise DataError(line)
+        if settled and (folder / MANIFEST).is_file():
+            break
         now = time.monotonic()
         current = _read_beat(beat)
         if current != last_beat:

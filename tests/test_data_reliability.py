@@ -240,3 +240,20 @@ def test_the_heartbeat_moves_while_preparation_holds_the_gil(
     inside = {value for when, value in seen if start < when < end}
     assert end - start > 0.3
     assert len(inside) >= 3, (end - start, seen[:5])
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_every_rank_stops_with_the_same_line_when_the_source_changed(tmp_path: Path) -> None:
+    from tests.train_helpers import launch_two_ranks, prepared_tiny
+
+    folder = prepared_tiny(tmp_path)
+    train = folder / "train.txt"
+    train.write_text(train.read_text() + "one more line\n")
+    args = [str(folder / "config.toml"), "--set", "train.max_steps=2"]
+    proc = launch_two_ranks("hornn_dist.train", *args, "--set", "train.collective_timeout=20")
+    log = proc.stdout + proc.stderr
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0, log[-4000:]
+    assert len(errors) == 1 and "changed since" in errors[0], log[-4000:]
+    assert log.count(f"traceback : {errors[0]}") == 2, log[-4000:]  # each rank raised it
