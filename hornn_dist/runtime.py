@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import json
 import logging
 import os
@@ -10,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,6 +23,20 @@ from hornn_dist.errors import ConfigError, HornnError, first_line, os_error_line
 
 logger = logging.getLogger("hornn_dist")
 PEER_ERROR_WAIT_S = 5.0  # a rank other than the main one waits this long before printing
+JOIN_NOTE_S = 30.0  # a process still waiting for the others to join after this says so
+# the launch that starts N processes on CPUs (`--cpu` starts one: launch/README.md)
+CPU_LAUNCH = (
+    "`accelerate launch --multi_gpu --num_processes N --num_machines 1 --mixed_precision no "
+    "--dynamo_backend no"
+)
+_skip_exit_handlers = False  # set by skip_exit_handlers
+
+
+def skip_exit_handlers() -> None:
+    """End this CLI without the interpreter's exit handlers: a library left waiting on a
+    server that does not answer (a tracker given up on) would wait there again at exit."""
+    global _skip_exit_handlers
+    _skip_exit_handlers = True
 
 
 def build_accelerator(
@@ -48,6 +64,19 @@ def build_accelerator(
         kwargs["project_config"] = ProjectConfiguration(project_dir=str(project_dir))
     if trackers:
         kwargs["log_with"] = trackers
+    expected = int(os.environ.get("WORLD_SIZE", "1"))
+    note = threading.Timer(  # the group forms when every process has joined: say what we wait for
+        min(JOIN_NOTE_S, collective_timeout / 2),
+        print,
+        [
+            f"rank {os.environ.get('RANK', '0')}: waiting for all {expected} processes to join "
+            f"the process group (up to train.collective_timeout = {collective_timeout} s)"
+        ],
+        {"file": sys.stderr, "flush": True},
+    )
+    note.daemon = True
+    if expected > 1:
+        note.start()
     try:
         accelerator = Accelerator(
             cpu=not on_cuda,
@@ -56,18 +85,85 @@ def build_accelerator(
             **kwargs,
         )
     except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set without MASTER_ADDR
-        raise ConfigError(
-            f"cannot start the distributed run: {first_line(err)}; start multi-process runs with "
-            "`accelerate launch` (see launch/README.md)"
-        ) from None
-    expected = int(os.environ.get("WORLD_SIZE", "1"))
+        raise ConfigError(group_start_failure(err, os.environ, collective_timeout)) from None
+    finally:
+        note.cancel()
     if accelerator.num_processes != expected:
         raise ConfigError(
             f"WORLD_SIZE={expected} but Accelerate runs {accelerator.num_processes} process(es); "
-            "on CPU launch with `accelerate launch --multi_gpu --num_processes N --num_machines 1 "
-            "--mixed_precision no --dynamo_backend no -m hornn_dist.train ...`"
+            f"on CPU launch with {CPU_LAUNCH} -m hornn_dist.train ...`"
+        )
+    asked = launch_asked_processes(_parent_command()) if expected == 1 else None
+    if asked is not None and asked > accelerator.num_processes:
+        print(
+            f"warning: the launch asked for {asked} processes but Accelerate started "
+            f"{accelerator.num_processes} (it does so under --cpu or distributed_type NO); for N "
+            f"processes on CPUs launch with {CPU_LAUNCH}` (launch/README.md)",
+            file=sys.stderr,
         )
     return accelerator
+
+
+def group_start_failure(err: BaseException, environ: Mapping[str, str], timeout: int) -> str:
+    """Return the one line for an Accelerator that could not start its process group: under a
+    launcher's settings, which processes did not join in time; without them, how to launch."""
+    world, address = environ.get("WORLD_SIZE", "1"), environ.get("MASTER_ADDR")
+    if not (world.isdigit() and int(world) > 1 and address):
+        return (
+            f"cannot start the distributed run: {first_line(err)}; start multi-process runs "
+            "with `accelerate launch` (see launch/README.md)"
+        )
+    where = f"{address}:{environ.get('MASTER_PORT', '?')}"
+    rank = environ.get("RANK", "0")
+    if "timed out" not in str(err).lower():
+        return (
+            f"rank {rank}: the process group at {where} did not start ({first_line(err)[:200]}); "
+            "check the launch's MASTER_ADDR, MASTER_PORT and WORLD_SIZE"
+        )
+    return (
+        f"rank {rank}: the {world} processes did not all join the process group at {where} "
+        f"within train.collective_timeout = {timeout} s ({first_line(err)[:200]}); a process "
+        "stopped or failed before it joined (see its log), or started later than that"
+    )
+
+
+def launch_asked_processes(command: list[str]) -> int | None:
+    """Return the process count an `accelerate launch` command line asks for (its
+    --num_processes, else its config file's), or None when `command` is no such launch."""
+    for i, word in enumerate(command):
+        if Path(word).name == "accelerate" and command[i + 1 : i + 2] == ["launch"]:
+            rest = command[i + 2 :]
+            break
+        if word == "accelerate.commands.launch" and i and command[i - 1] == "-m":
+            rest = command[i + 1 :]
+            break
+    else:
+        return None
+    from accelerate.commands.config import default_config_file
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage lines
+            args = launch_command_parser().parse_args(rest)
+        if args.num_processes is not None:
+            return int(args.num_processes)
+        path = args.config_file or default_config_file
+        if not os.path.isfile(path):
+            return None
+        asked = load_config_from_file(path).num_processes
+        return int(asked) if asked is not None else None
+    except (SystemExit, Exception):  # a command this reading does not understand: no warning
+        return None
+
+
+def _parent_command() -> list[str]:
+    """Return the command line of this process's parent (a launcher), [] where unknown."""
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [os.fsdecode(part) for part in raw.split(b"\0") if part]
 
 
 def setup_logging(is_main: bool) -> None:
@@ -100,7 +196,7 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     # Accelerate's end_training may have torn torch.distributed down already: WORLD_SIZE (set
     # by the launcher) still says whether the process had a process group and its threads.
     had_group = _shutdown_process_group() or int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if had_group:
+    if had_group or _skip_exit_handlers:
         _exit_now(code)
     sys.exit(code)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,11 +86,13 @@ class Trainer:
         self.stop = stop or StopFlag()
         self.out = Path(cfg.train.output_dir)
         self.trackers = cfg.log.tracker_names()
+        built = trackers.build_trackers(self.trackers, self.out)  # one not installed: one line
+        # the run's first line says where it is (rank 0 by the launcher's RANK: the
+        # Accelerator, which says it again, may wait for the other processes first)
+        setup_logging(os.environ.get("RANK", "0") == "0")
+        logger.info("run folder %s: checkpoints/, config.toml, log %s", self.out, LOG_FILE)
         self.accelerator = build_accelerator(
-            cfg.train.mixed_precision,
-            self.out,
-            trackers.build_trackers(self.trackers, self.out),
-            cfg.train.collective_timeout,
+            cfg.train.mixed_precision, self.out, built, cfg.train.collective_timeout
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
@@ -177,12 +180,7 @@ class Trainer:
             write_text(self.out / ckpt.CONFIG_FILE, self.cfg.to_toml())  # atomic, never a link
         started = f"resumed from {resumed}" if resumed is not None else "fresh run"
         self.run_log.open(self.out, started)
-        logger.info(
-            "run folder %s (%s): checkpoints/, config.toml, log %s",
-            self.out,
-            started,
-            LOG_FILE,
-        )
+        logger.info("run folder %s (%s)", self.out, started)
         self._start_trackers(resumed is not None)
         self._log_start()
         self.phase = "training"

@@ -1,0 +1,124 @@
+"""How a run starts: its first line names the run folder; a launch that asked for more processes
+than it got says so; a process group that never formed names what happened."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hornn_dist import runtime
+from hornn_dist.config import load_config
+from hornn_dist.errors import DataError
+from hornn_dist.training.trainer import Trainer
+from tests.train_helpers import REPO, env, free_port, write_tiny_config
+
+
+def test_the_first_line_of_a_run_is_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_tiny_config(tmp_path)
+    (tmp_path / "valid.txt").unlink()  # the corpus fails after the first line: no training
+    cfg = load_config(config, [f"train.output_dir={tmp_path / 'run'}"])
+    with pytest.raises(DataError):
+        Trainer(cfg)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.endswith(
+        f" INFO run folder {tmp_path / 'run'}: checkpoints/, config.toml, log train.log"
+    )
+
+
+# ---------------------------------------------------------------- the launch's process count
+
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "asked"),
+    [
+        ([*LAUNCH, "--num_processes", "2", "--cpu", "-m", "hornn_dist.train", "c.toml"], 2),
+        (["/usr/bin/accelerate", "launch", "--num_processes=4", "--cpu", "train.py"], 4),
+        (["/usr/bin/accelerate", "launch", "-m", "hornn_dist.train", "--num_processes", "8"], None),
+        ([sys.executable, "-m", "hornn_dist.train", "c.toml"], None),
+        (["/bin/bash", "run.sh"], None),
+    ],
+)
+def test_the_process_count_a_launch_asked_for_is_read_from_its_command(
+    argv: list[str], asked: int | None
+) -> None:
+    assert runtime.launch_asked_processes(argv) == asked
+
+
+def test_a_launch_config_file_says_how_many_processes_it_asks_for(tmp_path: Path) -> None:
+    yaml = tmp_path / "cpu.yaml"
+    yaml.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nnum_processes: 3\nuse_cpu: true\n"
+    )
+    argv = ["/usr/bin/accelerate", "launch", "--config_file", str(yaml), "-m", "hornn_dist.train"]
+    assert runtime.launch_asked_processes(argv) == 3
+    assert runtime.launch_asked_processes([*argv[:2], "--num_processes", "2", *argv[2:]]) == 2
+
+
+@pytest.mark.integration
+def test_accelerate_launch_cpu_with_two_processes_warns_that_one_runs(tmp_path: Path) -> None:
+    config = write_tiny_config(tmp_path)
+    (tmp_path / "valid.txt").unlink()  # ends after the start: no training needed
+    cmd = [*LAUNCH, "--num_processes", "2", "--cpu", "--num_machines", "1", "--mixed_precision",
+           "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+           "-m", "hornn_dist.train", str(config)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env(), timeout=300)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: the launch")]
+    assert warnings == [
+        "warning: the launch asked for 2 processes but Accelerate started 1 (it does so under "
+        "--cpu or distributed_type NO); for N processes on CPUs launch with `accelerate launch "
+        "--multi_gpu --num_processes N --num_machines 1 --mixed_precision no --dynamo_backend "
+        "no` (launch/README.md)"
+    ], proc.stderr
+
+
+# ---------------------------------------------------------------- a group that never formed
+
+
+def test_a_group_that_did_not_form_names_what_happened() -> None:
+    err = RuntimeError("Timed out after 11 seconds waiting for clients. 1/2 clients joined.")
+    line = runtime.group_start_failure(
+        err, {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, 10
+    )
+    assert line == (
+        "rank 0: the 2 processes did not all join the process group at 10.0.0.1:29500 within "
+        "train.collective_timeout = 10 s (Timed out after 11 seconds waiting for clients. 1/2 "
+        "clients joined.); a process stopped or failed before it joined (see its log), or "
+        "started later than that"
+    )
+    plain = runtime.group_start_failure(ValueError("MASTER_ADDR expected"), {"WORLD_SIZE": "2"}, 10)
+    assert plain.endswith(
+        "start multi-process runs with `accelerate launch` (see launch/README.md)"
+    )
+
+
+@pytest.mark.integration
+def test_a_rank_alone_at_the_start_ends_with_that_line(tmp_path: Path) -> None:
+    """Rank 0 of 2 whose peer never starts: it says it is waiting, then names what happened."""
+    config = write_tiny_config(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rank0 = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+    cmd = [sys.executable, "-m", "hornn_dist.train", str(config), "--set",
+           "train.collective_timeout=10"]  # fmt: skip
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=REPO, env=env() | rank0, timeout=120
+    )
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "error: rank 0: the 2 processes did not all join the process group at 127.0.0.1:"
+    ), proc.stderr
+    assert "accelerate launch" not in errors[0]
+    assert "rank 0: waiting for all 2 processes to join the process group" in proc.stderr
+    assert os.environ.get("WORLD_SIZE") is None  # the test's own environment untouched
