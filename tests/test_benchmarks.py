@@ -100,6 +100,7 @@ def test_the_timed_step_carries_the_new_state_of_the_forward_pass():
         torch.testing.assert_close(got, ref)
 
 
+@pytest.mark.integration
 def test_compiled_mode_compiles_the_trainers_step_body():
     """The compiled row takes the same steps as the eager one (Dynamo breaks its graph)."""
     eager, compiled = runner("hornn-fofe"), runner("hornn-fofe", mode="compiled")

@@ -114,6 +114,7 @@ def _rank_of(pid: int) -> str:
     return next(v.decode()[5:] for v in environ if v.startswith(b"RANK="))
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_two_ranks_stop_within_the_bound_whatever_log_every(tmp_path: Path) -> None:
     # 12,500 steps per epoch and no log step: only the timed stop checks can end this run soon

@@ -19,7 +19,7 @@ from tests.train_helpers import (
     final_weights,
     prepared_tiny,
     read_until,
-    run_module,
+    run_here,
     start,
     train_into,
 )
@@ -173,7 +173,7 @@ def test_a_second_run_into_the_same_folder_is_refused(workdir: Path) -> None:
     )
     try:
         read_until(first, "step 4: loss")
-        second = run_module("hornn_dist.train", *args)
+        second = run_here("hornn_dist.train", *args)
         assert second.returncode == 2
         (line,) = error_lines(second)
         assert f"PID {first.pid}" in line and "in use by another run" in line
@@ -242,7 +242,7 @@ def test_evaluate_prepares_nothing_from_a_checkpoints_paths(
     text = text.replace(str(workdir / "cache"), str(elsewhere))
     (newest / ckpt.CONFIG_FILE).write_text(text)
     ckpt.write_checksums(newest)
-    proc = run_module("hornn_dist.evaluate", str(run), "--split", "valid")
+    proc = run_here("hornn_dist.evaluate", str(run), "--split", "valid")
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = error_lines(proc)
     assert "prepared corpus is not at" in line and "hornn_dist.prepare" in line
@@ -253,7 +253,7 @@ def test_evaluate_refuses_damaged_weights_in_one_line(stopped: dict[int, Path]) 
     run = copy_run(stopped, "eval_damaged")
     weights = step_dir(run, 10) / ckpt.WEIGHTS
     xor_bytes(weights, weights.stat().st_size // 2)
-    proc = run_module("hornn_dist.evaluate", str(run), "--split", "valid")
+    proc = run_here("hornn_dist.evaluate", str(run), "--split", "valid")
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     assert "model.safetensors" in line and "damaged" in line

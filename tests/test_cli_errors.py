@@ -424,6 +424,7 @@ def test_evaluate_and_generate_refuse_damaged_data_in_one_line(tmp_path: Path) -
     assert proc.returncode == 2 and proc.stdout == ""
 
 
+@pytest.mark.integration
 def test_two_ranks_stop_on_a_damaged_shard_with_the_same_line(tmp_path: Path) -> None:
     """The first rank of the machine checks first; its error is raised past the barrier, so
     the other rank finds the damage itself instead of losing its peer inside the barrier."""

@@ -4,9 +4,13 @@ Real runs of the CLI on the tiny corpus."""
 
 from __future__ import annotations
 
+import importlib
 import re
+import runpy
 import subprocess
 import sys
+import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -115,21 +119,30 @@ def test_print_config_round_trips_to_the_same_run_config(tmp_path: Path) -> None
     assert not (REPO / "runs" / "demo" / "printed").exists()
 
 
-def test_every_console_script_is_its_module_and_runs_help() -> None:
+def test_every_console_script_is_its_module_and_runs_help(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each console script is its module's `cli`, and its --help is `python -m MODULE --help`'s
+    (both run in this process: the entry point, then the module as __main__)."""
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert sorted(scripts) == sorted(f"hornn-{name}" for name in COMMANDS)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # run_cli sets its own
     for name in COMMANDS:
         target = scripts[f"hornn-{name}"]
         assert target == f"hornn_dist.{name}:cli"
         module, _, function = target.partition(":")
-        code = f"import sys; sys.argv = ['hornn-{name}', '--help']; from {module} import {function}; {function}()"
-        proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env()
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert "docs/config.md (one table per [section])" in proc.stdout.replace("\n", " ")
-        same = run_module(module, "--help")
-        assert same.stdout == proc.stdout
+        monkeypatch.setattr(sys, "argv", [f"hornn-{name}", "--help"])
+        with pytest.raises(SystemExit) as ended:
+            getattr(importlib.import_module(module), function)()
+        assert ended.value.code == 0
+        console = capsys.readouterr().out
+        assert "docs/config.md (one table per [section])" in console.replace("\n", " ")
+        monkeypatch.setattr(sys, "argv", [module, "--help"])
+        with pytest.raises(SystemExit) as ended, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module is imported already
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        assert ended.value.code == 0
+        assert capsys.readouterr().out == console
 
 
 def test_report_of_a_single_finished_run(workdir: Path) -> None:
@@ -142,15 +155,17 @@ def test_report_of_a_single_finished_run(workdir: Path) -> None:
 
 
 def test_tokens_per_sec_leaves_out_the_paused_time() -> None:
-    import time
-
     from hornn_dist.training.metrics import Throughput
 
-    speed = Throughput()
+    now = [100.0]
+    speed = Throughput(clock=lambda: now[0])
     speed.add(1000)
-    time.sleep(0.2)  # a validation: not training time
+    now[0] += 0.3  # 0.1 s of training, then a validation of 0.2 s: not training time
     speed.exclude(0.2)
-    assert speed.rate() > 1000 / 0.1  # without the exclusion: under 1000 / 0.2
+    assert speed.rate() == pytest.approx(1000 / 0.1)  # without the exclusion: 1000 / 0.3
+    speed.add(500)
+    now[0] += 0.5
+    assert speed.rate() == pytest.approx(500 / 0.5)  # a new interval from the last rate()
 
 
 def test_epoch_wording() -> None:
@@ -160,6 +175,7 @@ def test_epoch_wording() -> None:
     assert short_stop("trained train.epochs = 3 epochs") == "3 epochs"
 
 
+@pytest.mark.integration
 def test_a_config_error_under_a_two_process_launch_is_printed_once(tmp_path: Path) -> None:
     """Real `accelerate launch` of 2 ranks: the main process prints the error; rank 1's goes
     to its torchrun error file, which torchrun's failure summary shows in place of its
@@ -184,6 +200,7 @@ def _wrapped(*args: str) -> list[str]:
     return [sys.executable, "-m", "hornn_dist.launch", *launch[3:]]  # less "python -m accelerate.."
 
 
+@pytest.mark.integration
 def test_a_config_error_under_the_quiet_launcher_is_two_lines() -> None:
     proc = subprocess.run(
         _wrapped("configs/demo.toml", "--set", "train.bptt=0"),
@@ -199,6 +216,7 @@ def test_a_config_error_under_the_quiet_launcher_is_two_lines() -> None:
     assert len(lines) == 2 and lines[1].startswith("launch: failed (rank 0 exit 2"), lines
 
 
+@pytest.mark.integration
 def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_path: Path) -> None:
     import os
     import signal
@@ -208,7 +226,6 @@ def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_pat
     proc = subprocess.Popen(
         command, cwd=REPO, env=env(), stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    assert proc.stderr is not None
     lines = []
     for line in proc.stderr:  # Ctrl-C as a terminal sends it: to the whole process group
         lines.append(line)

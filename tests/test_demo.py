@@ -6,6 +6,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from hornn_dist.checkpoint import list_checkpoints, read_trainer_state
 from tests.train_helpers import REPO, check_ok, run_module
 
@@ -26,6 +28,7 @@ def test_readme_has_two_setup_commands_and_ci_runs_the_test_one() -> None:
         assert part.replace("pip install", "python -m pip install -q") in ci or part in ci, part
 
 
+@pytest.mark.integration
 def test_readme_demo_command_trains_end_to_end(tmp_path: Path) -> None:
     demo = _setup_commands()[0].split(" && ")[-1]
     argv = shlex.split(demo)

@@ -17,7 +17,7 @@ from hornn_dist.config import load_config
 from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.data.shards import TOKENIZER, open_corpus
 from hornn_dist.errors import DataError
-from tests.train_helpers import check_ok, prepared_tiny, run_module, train_into, write_tiny_config
+from tests.train_helpers import check_ok, prepared_tiny, run_here, train_into, write_tiny_config
 
 PRECIOUS = "a user's file, not the run's\n"
 
@@ -86,7 +86,7 @@ def test_a_linked_report_md_is_replaced_and_its_target_kept(stopped: Path, tmp_p
     out = tmp_path / "report"
     out.mkdir()
     (out / "report.md").symlink_to(precious)
-    proc = run_module("hornn_dist.report", str(runs), "--out", str(out), "--no-plots")
+    proc = run_here("hornn_dist.report", str(runs), "--out", str(out), "--no-plots")
     check_ok(proc)
     assert precious.read_text() == PRECIOUS
     report = out / "report.md"
@@ -121,7 +121,7 @@ def test_a_checkpoint_without_its_file_list_is_damaged(
     line = one_error_line(train_into(workdir, run, "--resume", str(newest)))
     assert str(newest) in line and ckpt.CHECKSUMS in line
     # evaluate never reads its weights: it takes the newest checkpoint that is complete
-    scored = run_module("hornn_dist.evaluate", str(run), "--split", "valid")
+    scored = run_here("hornn_dist.evaluate", str(run), "--split", "valid")
     check_ok(scored)
     assert "checkpoint " + str(newest.with_name(ckpt.step_dir_name(5))) in scored.stdout
     # found: skipped with a warning, the run goes on from the checkpoint before
@@ -223,5 +223,5 @@ def test_a_resume_on_a_rebuilt_changed_corpus_is_refused_unless_allowed(tmp_path
     assert newest["step"] == 8 and newest["corpus_hash"] == after.content_hash
     # the same corpus rebuilt from the same text is the same corpus
     shutil.rmtree(folder)
-    check_ok(run_module("hornn_dist.prepare", str(config)))
+    check_ok(run_here("hornn_dist.prepare", str(config)))
     assert open_corpus(folder).content_hash == after.content_hash

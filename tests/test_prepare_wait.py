@@ -26,6 +26,9 @@ from tests.train_helpers import (
     write_tiny_config,
 )
 
+# real 2-process launches that wait for one preparation
+pytestmark = pytest.mark.integration
+
 SLOW_BYTES = 120_000_000  # about 15 s of preparation on one core here (8 s for 60 MB)
 
 

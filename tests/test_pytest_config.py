@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
-import subprocess
+import importlib
 import sys
+import warnings
 
-from tests.train_helpers import REPO, env
+import pytest
+from _pytest.warnings import apply_warning_filters
+
+from tests.train_helpers import REPO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
-def test_the_step_gemm_tests_raise_no_deprecation_warning() -> None:
-    """torch.compile's import of torch.utils.mkldnn warned 14 times (torch.jit.script_method)."""
-    child = env()
-    child.pop("PYTHONWARNINGS")  # pytest shows warnings only where nothing else filters them
-    test = "tests/test_step_gemm.py::test_step_gemm_under_torch_compile_uses_mm"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=child,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "1 passed" in proc.stdout and "warning" not in proc.stdout, proc.stdout[-3000:]
+def _import_mkldnn(filters: list[str]) -> list[warnings.WarningMessage]:
+    """Return the warnings of importing torch.utils.mkldnn afresh under pytest's `filters`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_warning_filters(filters, [])
+        sys.modules.pop("torch.utils.mkldnn", None)
+        importlib.import_module("torch.utils.mkldnn")
+    return caught
+
+
+def test_the_warning_filters_silence_torch_compiles_import_of_mkldnn() -> None:
+    """torch.compile's inductor (test_step_gemm) imports torch.utils.mkldnn, whose 14 methods
+    carry @torch.jit.script_method, deprecated in torch 2.13: pyproject's filter silences those
+    (with pytest's own parser and order of filters), which do warn without it."""
+    import torch  # noqa: F401  (torch.utils.mkldnn needs torch imported)
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    filters = config["tool"]["pytest"]["ini_options"]["filterwarnings"]
+    unfiltered = _import_mkldnn([])
+    if not unfiltered:
+        pytest.skip("this torch does not deprecate script_method: the filter has nothing to do")
+    assert all("script_method` is deprecated" in str(w.message) for w in unfiltered)
+    assert _import_mkldnn(filters) == []

@@ -26,7 +26,7 @@ from tests.train_helpers import (
     check_ok,
     env,
     prepared_tiny,
-    run_module,
+    run_here,
     scalars,
 )
 
@@ -42,7 +42,7 @@ def train(workdir: Path, name: str, *extra: str, config: Path | None = None):
     """Run the trainer on the tiny config (or `config`) into workdir/name."""
     config = config or workdir / "config.toml"
     out = f"train.output_dir={workdir / name}"
-    return run_module("hornn_dist.train", str(config), "--set", out, *extra)
+    return run_here("hornn_dist.train", str(config), "--set", out, *extra)
 
 
 def newest(workdir: Path, name: str) -> Path:
@@ -180,7 +180,7 @@ def test_a_max_steps_run_validates_at_its_end_and_best_names_its_step(
     assert best.name == "step_00000007"
     note = f"is step_00000007 (valid loss {state['best_valid']:.4f}, ppl"
     assert note in caplog.text
-    evaluated = run_module("hornn_dist.evaluate", str(workdir / "short" / "checkpoints" / "best"))
+    evaluated = run_here("hornn_dist.evaluate", str(workdir / "short" / "checkpoints" / "best"))
     check_ok(evaluated)
     assert note in evaluated.stderr
 
@@ -342,6 +342,7 @@ run_cli(train.main, sys.argv[1:])
 """
 
 
+@pytest.mark.integration
 def test_a_kill_before_the_test_score_does_not_validate_again(
     workdir: Path, two_epochs: dict
 ) -> None:
@@ -358,7 +359,7 @@ def test_a_kill_before_the_test_score_does_not_validate_again(
     last = newest(workdir, "killed_at_test")
     assert ckpt.read_trainer_state(last)["test"] is None
     assert last.name == f"step_{2 * STEPS_PER_EPOCH:08d}"
-    rerun = run_module("hornn_dist.train", *args)
+    rerun = run_here("hornn_dist.train", *args)
     check_ok(rerun)
     assert f"resuming from {last}" in rerun.stderr
     assert "valid loss" not in rerun.stderr and "test: 216 predicted tokens" in rerun.stderr

@@ -174,6 +174,7 @@ def test_more_processes_than_streams_is_one_line() -> None:
         TBPTTStream(tokens, 1, 5, rank=0, world_size=2)
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_a_stalled_rank_ends_the_run_with_one_line(workdir: Path) -> None:
     args = [str(workdir / "config.toml"), "--set", f"train.output_dir={workdir / 'stalled'}"]

@@ -13,6 +13,9 @@ import torch
 
 from tests.train_helpers import check_ok, launch_two_ranks
 
+# a real 2-process launch of the step
+pytestmark = pytest.mark.integration
+
 
 def _launch(out: Path, device: str) -> dict[str, list[dict]]:
     out.mkdir()

@@ -169,6 +169,7 @@ def test_jobs_below_one_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --jobs must be 1 or more, got 0"
 
 
+@pytest.mark.integration
 def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     # "b" asks for a corpus split that does not exist: training fails before its first step
     path = write_sweep(
@@ -206,6 +207,7 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert {r.name: r.step for r in read_runs(tmp_path / "runs")} == {"a": 3, "c": 3}
 
 
+@pytest.mark.integration
 def test_a_run_whose_train_process_is_stopped_is_reported_as_stopped(tmp_path: Path) -> None:
     path = write_sweep(
         tmp_path,
@@ -231,6 +233,7 @@ def test_a_run_whose_train_process_is_stopped_is_reported_as_stopped(tmp_path: P
     assert "sweep done: 0 trained, 0 already finished, 1 failed" in stderr
 
 
+@pytest.mark.integration
 def test_demo_orders_interrupted_and_started_again_runs_only_the_missing_runs(
     tmp_path: Path,
 ) -> None:
@@ -240,7 +243,6 @@ def test_demo_orders_interrupted_and_started_again_runs_only_the_missing_runs(
     out = tmp_path / "runs" / "sweeps" / "demo_orders"
     first = subprocess.Popen(command, cwd=tmp_path, env=env(), stderr=subprocess.PIPE, text=True)
     lines = []
-    assert first.stderr is not None
     for line in first.stderr:
         lines.append(line)
         if "[3/14] hornn2-max: done in" in line:

@@ -28,6 +28,9 @@ from tests.train_helpers import (
     write_tiny_config,
 )
 
+# real training runs: 1 and 2 processes, kills, resumes, elastic resume
+pytestmark = pytest.mark.integration
+
 K_STEPS = 30  # spans two epoch boundaries, 14 and 28 (14 steps per epoch at these sizes)
 K_FIRST = 7  # stop mid-epoch 0, resume to K_STEPS
 

@@ -17,7 +17,7 @@ from hornn_dist.loading import load_model, open_prepared_corpus, resolve_trained
 from hornn_dist.models.pretrained import PretrainedLM
 from hornn_dist.runtime import build_accelerator
 from hornn_dist.training.scoring import EvalResult, score_split
-from tests.train_helpers import check_ok, final_weights, run_module, scalars, write_tiny_config
+from tests.train_helpers import check_ok, final_weights, run_here, scalars, write_tiny_config
 
 TIED = {"embedding_size": 0, "tie_weights": True, "dropout": 0.3}
 K_STEPS, K_FIRST = (
@@ -30,13 +30,13 @@ K_STEPS, K_FIRST = (
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("tied")
     config = write_tiny_config(folder, model=TIED)
-    check_ok(run_module("hornn_dist.prepare", str(config)))
+    check_ok(run_here("hornn_dist.prepare", str(config)))
     return folder
 
 
 def train(workdir: Path, name: str, *extra: str):
     out = f"train.output_dir={workdir / name}"
-    return run_module("hornn_dist.train", str(workdir / "config.toml"), "--set", out, *extra)
+    return run_here("hornn_dist.train", str(workdir / "config.toml"), "--set", out, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +83,11 @@ def test_the_runs_test_score_is_its_best_checkpoints_and_the_last_is_beside_it(
     assert folder.name == "step_00000032" and at_newest.loss_sum == last.loss_sum
     assert last.ppl > test.ppl  # the lr kick made the last weights worse
 
-    cli = run_module("hornn_dist.evaluate", str(run / "checkpoints" / "best"), "--split", "test")
+    cli = run_here("hornn_dist.evaluate", str(run / "checkpoints" / "best"), "--split", "test")
     check_ok(cli)
     assert "(step 28: the best by validation, whose test score the run reports)" in cli.stdout
     assert f"loss {test.loss:.4f} ppl {test.ppl:.2f}" in cli.stdout
-    cli = run_module("hornn_dist.evaluate", str(run), "--split", "test")
+    cli = run_here("hornn_dist.evaluate", str(run), "--split", "test")
     check_ok(cli)
     assert "(step 32: the newest, the last weights; the best by validation is step_00000028" in (
         cli.stdout
@@ -128,7 +128,7 @@ def test_tied_weights_are_saved_once_and_resume_bit_exact(workdir: Path, straigh
 
 def test_tied_export_round_trip(straight: Path) -> None:
     out = straight.parent / "tied_hub"
-    check_ok(run_module("hornn_dist.export", str(straight), str(out)))
+    check_ok(run_here("hornn_dist.export", str(straight), str(out)))
     assert set(load_file(str(out / "model.safetensors"))) == set(final_weights(straight))
     model = PretrainedLM.from_pretrained(out)
     assert model.decoder.weight is model.embedding.weight and model.cfg.dropout == 0.3

@@ -26,6 +26,9 @@ from tests.train_helpers import (
     write_tiny_config,
 )
 
+# two machines on one host: real launches, a kill and a resume
+pytestmark = pytest.mark.integration
+
 STEPS = 18  # crosses the epoch end at 14; checkpoints at 5, 10, 14, 15 and the end
 TIMEOUT = 20  # train.collective_timeout of the two-machine runs
 

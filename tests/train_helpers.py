@@ -80,7 +80,7 @@ def prepared_tiny(folder: Path, **sections: dict) -> Path:
     """Write the tiny corpus and config into `folder` (`write_tiny_config`), prepare it; return
     `folder`."""
     config = write_tiny_config(folder, **sections)
-    check_ok(run_module("hornn_dist.prepare", str(config)))
+    check_ok(run_here("hornn_dist.prepare", str(config)))
     return folder
 
 
@@ -125,6 +125,7 @@ def run_here(
     import logging
     import signal
     import threading
+    import warnings
 
     from hornn_dist.runtime import run_cli
 
@@ -140,7 +141,12 @@ def run_here(
     os.environ.update(env() | (extra_env or {}))  # what a child of run_module would see
     os.chdir(REPO)
     try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with (
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore")  # as PYTHONWARNINGS=ignore does for a child
             try:
                 run_cli(main, list(args))
                 code = 0
@@ -163,9 +169,10 @@ def run_here(
 
 
 def train_into(folder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """Run the trainer on `folder`'s config.toml (as `write_tiny_config` wrote it) into `out`."""
+    """Run the trainer on `folder`'s config.toml (as `write_tiny_config` wrote it) into `out`,
+    in this process (`run_here`)."""
     args = [str(folder / "config.toml"), "--set", f"train.output_dir={out}", *extra]
-    return run_module("hornn_dist.train", *args)
+    return run_here("hornn_dist.train", *args)
 
 
 def free_port() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -32,8 +32,10 @@ def total_grad_norm(parameters: Iterable[torch.nn.Parameter]) -> torch.Tensor:
 class Throughput:
     """Tokens per second over the interval since the last `rate()` call, in training time only."""
 
-    def __init__(self) -> None:
-        self._start = time.perf_counter()
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        """clock: seconds from a monotonic clock (a test passes its own)."""
+        self._clock = clock
+        self._start = clock()
         self._tokens = 0
 
     def add(self, tokens: int) -> None:
@@ -46,7 +48,7 @@ class Throughput:
 
     def rate(self) -> float:
         """Return tokens/s since the last call and start a new interval."""
-        now = time.perf_counter()
+        now = self._clock()
         value = self._tokens / max(now - self._start, 1e-9)
         self._start, self._tokens = now, 0
         return value
