@@ -52,7 +52,6 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "demo_dropout": 4,
         "ptb_orders": 14,
         "ptb_alpha": 8,
-        "ptb_summary": 12,
         "text8_summary": 6,
         "synthetic_recipes": 8,
         "recipe_converged": 6,
