@@ -584,7 +584,7 @@ def _end_group(child: Any) -> None:
     """Kill the child and its workers (its process group) and reap the child."""
     try:
         os.killpg(child.pid, signal.SIGKILL)
-    except OSError:  # not yet its own group (or gone): the child alone
+    except (OSError, AttributeError):  # not yet its own group, gone, or no killpg (Windows)
         pass
     child.kill()
     child.join()
@@ -604,7 +604,8 @@ def _ended_without_result(code: int | None, folder: Path) -> str:
 
 def _child(send: Any, parent: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """Child process: send ("done", fn(*args)) or ("error", the exception) to the parent."""
-    os.setpgid(0, 0)  # the parent ends it and its workers with one killpg
+    if hasattr(os, "setpgid"):  # the parent ends it and its workers with one killpg
+        os.setpgid(0, 0)
     _obedient(parent)
     try:
         message: tuple[str, Any] = ("done", fn(*args))
