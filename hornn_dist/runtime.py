@@ -174,8 +174,10 @@ def setup_logging(is_main: bool) -> None:
         datefmt="%H:%M:%S",
         force=True,
     )
-    for noisy in ("accelerate", "torch", "datasets", "filelock", "fsspec", "urllib3", "matplotlib"):
+    for noisy in ("accelerate", "torch", "datasets", "filelock", "fsspec", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # its retries' warnings: the caller that gives up says so in one line (trackers.py)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:

@@ -4,6 +4,7 @@ answer costs a bounded wait and never blocks a stop. Only 127.0.0.1 is ever cont
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,6 +82,22 @@ def test_mlflow_without_settings_stores_its_run_inside_the_run_folder(
         (m.step, m.value) for m in client.get_metric_history(stored.info.run_id, "train/ppl")
     ] == [(2, 40.5)]
     assert _warnings(capsys.readouterr().err) == []
+
+
+def test_a_tracker_that_fails_to_log_is_one_warning_and_the_run_goes_on(
+    mlflow_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup_logging(True)
+    [tracker] = trackers.build_trackers(["mlflow"], tmp_path)
+    tracker.start()
+    tracker.log({"train/ppl": 2.0}, step=1)
+    shutil.rmtree(tmp_path / "mlruns")  # the store is gone: mlflow cannot find the run
+    tracker.log({"train/ppl": 1.0}, step=2)
+    tracker.log({"train/ppl": 0.5}, step=3)
+    tracker.finish()
+    [line] = _warnings(capsys.readouterr().err)
+    assert "log.trackers: mlflow failed to log (" in line, line
+    assert line.endswith("; the run goes on without it")
 
 
 def _mlflow_at(monkeypatch: pytest.MonkeyPatch, port: int, out: Path):

@@ -136,7 +136,6 @@ class Guarded(GeneralTracker):
     def _wait(self, done: threading.Event, doing: str) -> None:
         if not done.wait(WAIT_S) and not self._dropped:
             self._drop(f"did not answer within {WAIT_S:g} s ({doing})")
-            skip_exit_handlers()  # the package's own at-exit calls would wait on it again
 
     def _work(self) -> None:
         while True:
@@ -153,6 +152,7 @@ class Guarded(GeneralTracker):
         if not self._dropped:
             self._dropped = True
             logger.warning("log.trackers: %s %s; the run goes on without it", self.name, why)
+            skip_exit_handlers()  # the package's own at-exit calls would wait on it again
 
 
 def describe_run(trackers: list[Any], hparams: dict[str, Any]) -> None:
