@@ -57,6 +57,8 @@ def split_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str = "
     return text.split()
 
 
+# Chosen over Python's re with a timeout or a linear-time engine (google-re2: ASCII \w): one
+# engine agrees with the tokenizer by construction, and its retry limit bounds backtracking
 def _pattern_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str) -> list[str]:
     """Return the words of `word_pattern` in text, cut by the saved tokenizer's own normalizer
     and pre-tokenizer, so that preparation and every later reading agree by construction.
@@ -75,9 +77,8 @@ def _pattern_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str)
             raise
         raise DataError(
             f"data.word_pattern {word_pattern!r} backtracks past the regex engine's retry limit "
-            "on this text; write it without a repeat "
-            "inside a repeat or alternatives that match the same text (e.g. a+ for (?:a+)+ "
-            "or (?:a|aa)+)"
+            "on this text; write it without a repeat inside a repeat or alternatives that "
+            "match the same text (e.g. a+ for (?:a+)+ or (?:a|aa)+)"
         ) from None
     return words
 
