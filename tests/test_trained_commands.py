@@ -25,8 +25,10 @@ from tests.train_helpers import write_tiny_config
 
 
 def _save(cfg: RunConfig, step: int, fill: float | None = None) -> Path:
-    """Write a real checkpoint of an untrained model of `cfg` at `step` (its weights all
-    `fill` when given) through the trainer's own save; return its folder."""
+    """Write a checkpoint of an untrained model of `cfg` at `step` (its weights all `fill`
+    when given) through the trainer's own save, without optimizer state (which evaluate,
+    generate and export never read; building an optimizer first imports torch._dynamo, ~9 s);
+    return its folder."""
     setup_logging(True)  # to this test's stderr: an earlier test's is closed
     acc = build_accelerator()
     corpus = open_prepared_corpus(cfg.data, acc)
@@ -36,8 +38,6 @@ def _save(cfg: RunConfig, step: int, fill: float | None = None) -> Path:
         with torch.no_grad():
             for p in model.parameters():
                 p.fill_(fill)
-    optimizer = acc.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
-    del optimizer  # saved through the accelerator's state
     state = {
         "step": step,
         "best_valid": 3.7,
