@@ -198,6 +198,28 @@ def test_a_stop_signal_ends_preparation_within_seconds(tmp_path: Path, signum: i
     assert not set(_children()) - before
 
 
+def test_a_preparing_process_killed_from_outside_is_one_line(tmp_path: Path) -> None:
+    cfg = _cfg(
+        tmp_path, ("a" * 24 + " ") * 600 + "\nhello world\n", word_pattern="(?:a|aa)+b|[a-z]+"
+    )
+    before = set(_children())
+
+    def kill_the_child() -> None:  # as the kernel's OOM killer would
+        for pid in set(_children()) - before:
+            os.kill(pid, signal.SIGKILL)
+
+    timer = threading.Timer(1.0, kill_the_child)
+    timer.start()
+    try:
+        with pytest.raises(DataError) as err:
+            prepare_corpus(cfg, workers=1, progress=False)
+    finally:
+        timer.cancel()
+    line = str(err.value)
+    assert "ended without a result (killed by SIGKILL" in line and "\n" not in line
+    assert not list((tmp_path / "cache").glob("*.tmp-*"))
+
+
 # ---------------------------------------------------------------- heartbeat (item 6)
 
 

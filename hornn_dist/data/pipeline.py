@@ -544,14 +544,13 @@ def _run_apart(fn: Callable[..., Any], args: tuple[Any, ...], folder: Path) -> A
     try:
         child.start()
         send.close()
-        while not receive.poll(0.1):
-            if caught:
-                raise DataError(
-                    f"stopped by {signal.Signals(caught[0]).name} while preparing {folder}; "
-                    "nothing was kept: run the command again to prepare it"
-                )
-            if not child.is_alive():
-                break
+        while not receive.poll(0.1) and child.is_alive() and not caught:
+            pass
+        if caught:  # the child may have died of the same signal (sent to every process)
+            raise DataError(
+                f"stopped by {signal.Signals(caught[0]).name} while preparing {folder}; "
+                "nothing was kept: run the command again to prepare it"
+            )
         try:
             kind, value = receive.recv()
         except EOFError:
@@ -591,14 +590,15 @@ def _end_group(child: Any) -> None:
 
 
 def _ended_without_result(code: int | None, folder: Path) -> str:
-    how = (
-        f"killed by {signal.Signals(-code).name}"
-        if code is not None and code < 0
-        else f"exit {code}"
-    )
+    if code == -signal.SIGKILL:
+        how = "killed by SIGKILL: out of memory, or killed from outside"
+    elif code is not None and code < 0:
+        how = f"stopped by {signal.Signals(-code).name} from outside"
+    else:
+        how = f"exit code {code}"
     return (
-        f"preparing {folder} ended without a result ({how}: out of memory, or stopped from "
-        "outside); nothing was kept: run the command again to prepare it"
+        f"the process preparing {folder} ended without a result ({how}); nothing was kept: "
+        "run the command again to prepare it"
     )
 
 
