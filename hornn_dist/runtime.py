@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -23,6 +24,7 @@ from hornn_dist.errors import ConfigError, HornnError, first_line, os_error_line
 
 logger = logging.getLogger("hornn_dist")
 PEER_ERROR_WAIT_S = 5.0  # a rank other than the main one waits this long before printing
+_TIMED_OUT = re.compile(r"time[d]?\s?out", re.IGNORECASE)
 JOIN_NOTE_S = 30.0  # a process still waiting for the others to join after this says so
 # the launch that starts N processes on CPUs (`--cpu` starts one: launch/README.md)
 CPU_LAUNCH = (
@@ -115,7 +117,7 @@ def group_start_failure(err: BaseException, environ: Mapping[str, str], timeout:
         )
     where = f"{address}:{environ.get('MASTER_PORT', '?')}"
     rank = environ.get("RANK", "0")
-    if "timed out" not in str(err).lower():
+    if not _TIMED_OUT.search(str(err)):  # "Timed out after 11 s", "wait timeout after 10000ms"
         return (
             f"rank {rank}: the process group at {where} did not start ({first_line(err)[:200]}); "
             "check the launch's MASTER_ADDR, MASTER_PORT and WORLD_SIZE"

@@ -94,6 +94,14 @@ def test_a_group_that_did_not_form_names_what_happened() -> None:
         "clients joined.); a process stopped or failed before it joined (see its log), or "
         "started later than that"
     )
+    # a launched rank whose peer was stopped before it joined (gloo's words, measured)
+    gloo = RuntimeError("wait timeout after 10000ms, keys: /default_pg/0//cpu//0/1")
+    line = runtime.group_start_failure(
+        gloo, {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1"}, 10
+    )
+    assert line.startswith(
+        "rank 0: the 2 processes did not all join the process group at 127.0.0.1:?"
+    )
     plain = runtime.group_start_failure(ValueError("MASTER_ADDR expected"), {"WORLD_SIZE": "2"}, 10)
     assert plain.endswith(
         "start multi-process runs with `accelerate launch` (see launch/README.md)"
