@@ -4,7 +4,6 @@ or diverged checkpoint, generate's prompt, seed, length and streaming, and expor
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import stat
@@ -18,10 +17,11 @@ import torch
 from hornn_dist import checkpoint as ckpt
 from hornn_dist import evaluate, export, generate
 from hornn_dist.config import RunConfig, load_config
+from hornn_dist.files import new_folder_beside
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
-from tests.train_helpers import write_tiny_config
+from tests.train_helpers import REPO, write_tiny_config
 
 
 def _save(cfg: RunConfig, step: int, fill: float | None = None) -> Path:
@@ -210,22 +210,26 @@ def test_words_are_sampled_lazily_and_printed_as_they_come(
 # ---------------------------------------------------------------- export
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", ""])
-    proc.wait()
-    return proc.pid
+def _left_by_a_killed_process(out: Path) -> Path:
+    """Return the temporary folder for `out` that a process, gone now, made and left behind
+    (what an export killed by kill -9 leaves)."""
+    code = "import sys; from pathlib import Path; from hornn_dist.files import new_folder_beside; "
+    code += "print(new_folder_beside(Path(sys.argv[1])))"
+    made = subprocess.run(
+        [sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    return Path(made.stdout.strip())
 
 
 def test_export_removes_its_stale_temporary_folders_of_this_host_only(
     run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "model"
-    host = socket.gethostname()
-    stale = tmp_path / f".model.{host}-{_dead_pid()}-0a1b2c3d.tmp"
-    alive = tmp_path / f".model.{host}-{os.getpid()}-0a1b2c3d.tmp"  # an export still running
-    other = tmp_path / f".model.another-host-{_dead_pid()}-0a1b2c3d.tmp"
+    stale = _left_by_a_killed_process(out)
+    alive = new_folder_beside(out)  # an export still running: this process's
+    other = tmp_path / stale.name.replace(socket.gethostname(), "another-host")
+    other.mkdir()  # another host's: its process cannot be looked up from here
     for folder in (stale, alive, other):
-        folder.mkdir()
         (folder / ckpt.WEIGHTS).write_bytes(b"\0" * 64)
     code, _, err = _cli(export, [str(run), str(out)], capsys)
     assert code == 0, err
