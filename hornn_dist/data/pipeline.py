@@ -481,8 +481,9 @@ def prepare_corpus(
 ) -> Path:
     """Return the shard folder of cfg's corpus, preparing it first unless it is already complete.
 
-    When the folder exists this is a no-op (headers and sizes checked; sha256 too with verify)
-    that imports neither `datasets` nor `tokenizers`.
+    When the folder exists this is a no-op (headers and sizes checked; sha256 too with verify;
+    its source files, where present, unchanged) that imports neither `datasets` nor, without
+    a data.word_pattern (checked by the tokenizer's regex engine), `tokenizers`.
     """
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
