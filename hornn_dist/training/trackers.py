@@ -96,6 +96,7 @@ class Guarded(GeneralTracker):
             queue.SimpleQueue()
         )
         self._dropped = False
+        self._dropping = threading.Lock()  # the worker's failure and the run's timeout: one line
         self._thread: threading.Thread | None = None
 
     @property
@@ -149,10 +150,12 @@ class Guarded(GeneralTracker):
                 done.set()
 
     def _drop(self, why: str) -> None:
-        if not self._dropped:
+        with self._dropping:
+            if self._dropped:
+                return
             self._dropped = True
-            logger.warning("log.trackers: %s %s; the run goes on without it", self.name, why)
-            skip_exit_handlers()  # the package's own at-exit calls would wait on it again
+        logger.warning("log.trackers: %s %s; the run goes on without it", self.name, why)
+        skip_exit_handlers()  # the package's own at-exit calls would wait on it again
 
 
 def describe_run(trackers: list[Any], hparams: dict[str, Any]) -> None:
