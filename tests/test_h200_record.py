@@ -44,7 +44,8 @@ def test_readme_results_tables_are_the_records() -> None:
         record_table(CPU_RECORD).main()
     lines = set(printed.getvalue().splitlines())
     rows = [line for line in section.splitlines() if line.startswith("| ")]
-    assert len(rows) >= 6 + 6 + 8 + 4 + 6  # the seeds, orders, alpha, dropout and rule rows
+    # the seeds, orders, alpha, dropout and rule tables: their rows, each table's header and rule
+    assert len(rows) == 6 + 6 + 8 + 4 + 6 + 5 * 2
     for row in rows:
         assert row in lines, row
 
