@@ -120,6 +120,7 @@ def run_here(
     (`run_cli` ends a multi-process run with os._exit); signal handlers, the thread excepthook,
     the environment and the working folder are restored afterwards."""
     import contextlib
+    import gc
     import importlib
     import io
     import logging
@@ -156,6 +157,7 @@ def run_here(
         from accelerate.state import AcceleratorState
 
         AcceleratorState._reset_state(True)  # a trained run leaves Accelerate's singleton set
+        gc.collect()  # files a failed save left open in its traceback's frames, as an exit would
         torch.set_num_threads(threads)
         os.chdir(cwd)
         os.environ.clear()
