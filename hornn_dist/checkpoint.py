@@ -135,23 +135,30 @@ def newest_verified(output_dir: str | Path) -> Path | None:
     return None
 
 
-def list_checkpoints(output_dir: str | Path, warn: bool = True) -> list[Path]:
-    """Return the complete checkpoints of a run, oldest first; warn about incomplete ones."""
+def step_folders(output_dir: str | Path) -> list[Path]:
+    """Return every `step_N` folder of a run, complete or not, oldest first (by step number,
+    not by name: step_100000000 comes after step_99999999)."""
     root = checkpoint_root(output_dir)
     if not root.is_dir():
         return []
     found = []
     for folder in root.iterdir():
         match = _STEP_DIR.match(folder.name)
-        if not match:
-            continue
+        if match:
+            found.append((int(match.group(1)), folder))
+    return [folder for _, folder in sorted(found)]
+
+
+def list_checkpoints(output_dir: str | Path, warn: bool = True) -> list[Path]:
+    """Return the complete checkpoints of a run, oldest first; warn about incomplete ones."""
+    found = []
+    for folder in step_folders(output_dir):
         problem = problem_with(folder, deep=False)
         if problem is None:
-            found.append((int(match.group(1)), folder))
+            found.append(folder)
         elif warn:
             logger.warning("ignoring incomplete checkpoint %s (%s)", folder, problem)
-    # By step number, not by name: step_100000000 comes after step_99999999.
-    return [folder for _, folder in sorted(found)]
+    return found
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

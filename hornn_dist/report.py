@@ -4,6 +4,8 @@ Reads every run under RUNS_DIR (the `output_dir` of `python -m hornn_dist.sweep`
 model's recipe with the best validation perplexity, and writes `report.md` (the paper's tables
 with its numbers beside ours) and PNG plots into `--out` (default RUNS_DIR/report). The layout
 and the paper's corpus come from the sweep file (its sweep.json); --layout and --paper override.
+Layout `fair` groups the runs that differ only by seed and compares the models over their seeds
+(experiments/fair.py), with tokens/s from `--speed-record` (experiments/speed.py).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import shlex
 import sys
 from pathlib import Path
 
+from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError, naming_path
+from hornn_dist.experiments.fair import render_fair
 from hornn_dist.experiments.plan import LAYOUTS, PAPERS
-from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record
+from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record, run_damage
+from hornn_dist.experiments.speed import SpeedRecord, read_speed_record
 from hornn_dist.experiments.tables import pick_best, render_tables
 from hornn_dist.files import write_text
 from hornn_dist.runtime import run_cli, setup_logging
@@ -52,6 +57,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--paper", choices=PAPERS, help="the paper's numbers beside ours (default: the sweep's)"
     )
     parser.add_argument("--no-plots", action="store_true", help="write the tables only")
+    parser.add_argument(
+        "--speed-record",
+        metavar="PATH",
+        help="layout fair: each model's tokens/s from this record (a benchmarks/throughput.py "
+        "JSON, a record folder holding throughput.json, or a folder of runs each trained "
+        "alone); without it the column says none was given",
+    )
     return parser.parse_args(argv)
 
 
@@ -67,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from hornn_dist.experiments.plots import require_matplotlib
 
         require_matplotlib()  # before any work, so a missing extra costs nothing
+    speed = read_speed_record(args.speed_record) if args.speed_record else None
     records = read_runs(runs_dir)
     check_finished(runs_dir, records, sweep)
+    damaged = damaged_runs(runs_dir, records, sweep)
     out = Path(args.out) if args.out else runs_dir / "report"
     key = "--out" if args.out else "--out (default RUNS_DIR/report)"
     check_writable_folder(out, key)  # before drawing
@@ -79,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
             plots = draw_plots(pick_best(records), out, paper)
         command = " ".join(["python -m hornn_dist.report", *map(shlex.quote, _argv(argv))])
-        text = render_report(runs_dir, records, layout, paper, command, plots)
+        text = render_report(runs_dir, records, layout, paper, command, plots, speed, damaged)
         write_text(out / "report.md", text)
     print(text, end="", flush=True)
     logger.info(
@@ -99,7 +113,8 @@ def _argv(argv: list[str] | None) -> list[str]:
 
 
 def check_finished(runs_dir: Path, records: list[RunRecord], sweep: dict) -> None:
-    """Raise ConfigError (one line) when no run under `runs_dir` has finished."""
+    """Raise ConfigError (one line) when no run under `runs_dir` has finished; where runs have
+    damaged checkpoints, the line names them and what is wrong, not only "train them"."""
     if any(r.finished for r in records):
         return
     count = f"{len(records)} run{'' if len(records) == 1 else 's'} with checkpoints"
@@ -108,9 +123,38 @@ def check_finished(runs_dir: Path, records: list[RunRecord], sweep: dict) -> Non
         if sweep.get("sweep")
         else ("python -m hornn_dist.sweep SWEEP.toml (or python -m hornn_dist.train CONFIG)")
     )
+    damaged = damaged_runs(runs_dir, records, sweep)
+    if damaged:
+        raise ConfigError(
+            f"no finished run under {runs_dir} that reads ({count}, none finished): "
+            f"{'; '.join(damaged)}; restore the damaged files from a copy, or train again with "
+            f"{how} (it resumes from the newest checkpoint that verifies)"
+        )
     raise ConfigError(
         f"no finished run under {runs_dir} ({count}, none finished): train them with {how}"
     )
+
+
+def damaged_runs(runs_dir: Path, records: list[RunRecord], sweep: dict) -> list[str]:
+    """Return, for each run under `runs_dir` with a damaged checkpoint newer than the one it is
+    read from (or with every checkpoint damaged), "run NAME: what is wrong"."""
+    by_name = {r.folder.name: r for r in records}
+    if sweep:
+        folders = [runs_dir / str(entry["name"]) for entry in sweep["runs"]]
+    elif (runs_dir / "checkpoints").is_dir():  # one run's own folder
+        folders = [runs_dir]
+    else:
+        folders = sorted(p for p in runs_dir.iterdir() if p.is_dir())
+    out = []
+    for folder in folders:
+        record = by_name.get(folder.name)
+        damage = record.damage if record is not None else run_damage(folder)
+        if not damage:
+            continue
+        if record is not None:
+            damage += f" (read from {ckpt.step_dir_name(record.step)}, not finished)"
+        out.append(f"run {folder.name}: {damage}")
+    return out
 
 
 def render_report(
@@ -120,6 +164,8 @@ def render_report(
     paper: str,
     command: str,
     plots: list[Path],
+    speed: SpeedRecord | None = None,
+    damaged: list[str] | None = None,
 ) -> str:
     """Return the whole report.md: title, date, command, tables and links to the plots."""
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -127,15 +173,29 @@ def render_report(
     head = (
         f"# HORNN sweep report: {runs_dir.name}\n\n"
         f"Written {date} by `{command}` from {counted(len(records), 'run')} in `{runs_dir}` "
-        f"({finished} finished); layout {layout}, paper's numbers: {paper}. Each model's run is "
-        "its recipe with the lowest best validation perplexity. "
+        f"({finished} finished); layout {layout}, paper's numbers: {paper}. {pick_note(layout)} "
         f"{test_note(records)}\n\n"
     )
-    text = head + render_tables(records, layout, paper)
+    if damaged:
+        head += f"Damaged checkpoints: {'; '.join(damaged)}.\n\n"
+    if layout == "fair":
+        text = head + render_fair(records, speed)
+    else:
+        text = head + render_tables(records, layout, paper)
     if plots:
         links = "\n\n".join(f"![{PLOT_TITLES[p.name]}]({p.name})" for p in plots)
         text += f"\n## Plots\n\n{links}\n"
     return text
+
+
+def pick_note(layout: str) -> str:
+    """Return the sentence saying how each model's recipe is picked (by validation only)."""
+    if layout == "fair":
+        return (
+            "Each model keeps its recipe with the lowest mean best validation perplexity over "
+            "its seeds."
+        )
+    return "Each model's run is its recipe with the lowest best validation perplexity."
 
 
 def test_note(records: list[RunRecord]) -> str:

@@ -22,6 +22,8 @@ from hornn_dist.experiments.runner import (
     dry_run_summary,
     gpu_slots,
     run_sweep,
+    size_note,
+    sweep_lock,
     train_command,
 )
 from hornn_dist.runtime import run_cli, setup_logging
@@ -64,24 +66,27 @@ def main(argv: list[str] | None = None) -> int:
     if jobs < 1:
         raise ConfigError(f"--jobs must be 1 or more, got {jobs}")
     if args.dry_run:
+        for index, run in enumerate(plan.runs, 1):  # sizes on stderr: stdout pastes into a shell
+            logger.info("[%d/%d] %s: %s", index, len(plan.runs), run.name, size_note(run))
         for run in plan.runs:
-            print(f"{run.name}: {shlex.join(train_command(plan, run))}")  # pastes into a shell
+            print(f"{run.name}: {shlex.join(train_command(plan, run))}")
         print(dry_run_summary(plan, jobs))
         return 0
     check_writable_folder(plan.output_dir, f"output_dir of {plan.path}")  # before any run
     if gpus and jobs > gpus:
         raise ConfigError(f"--jobs {jobs} is more than the {gpus} visible GPU(s); one run per GPU")
     slots = gpu_slots(jobs) if gpus else cpu_slots(jobs, os.cpu_count() or 1)
-    logger.info(
-        "sweep %s: %d runs in %s, %s",
-        plan.path,
-        len(plan.runs),
-        plan.output_dir,
-        f"{jobs} at a time ({'one per GPU' if gpus else 'sharing the CPU cores'})"
-        if jobs > 1
-        else "one at a time",
-    )
-    outcome = run_sweep(plan, slots)
+    with sweep_lock(plan):  # a second sweep on this output_dir: one line, nothing written
+        logger.info(
+            "sweep %s: %d runs in %s, %s",
+            plan.path,
+            len(plan.runs),
+            plan.output_dir,
+            f"{jobs} at a time ({'one per GPU' if gpus else 'sharing the CPU cores'})"
+            if jobs > 1
+            else "one at a time",
+        )
+        outcome = run_sweep(plan, slots)
     if outcome.interrupted:
         logger.info("sweep stopped: run the same command again to go on where it stopped")
         return 0

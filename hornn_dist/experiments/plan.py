@@ -2,7 +2,7 @@
 
     base = "../demo.toml"                 # every run starts from this config (relative to this file)
     output_dir = "runs/sweeps/demo_orders"  # run NAME trains in output_dir/NAME
-    layout = "orders"                     # report's main table: orders | alpha | summary
+    layout = "orders"                     # report's main table: orders | alpha | summary | fair
     paper = "ptb"                         # the paper's numbers beside ours: ptb | text8 | none
     set = { "train.epochs" = 15 }         # overrides for every run
 
@@ -14,12 +14,32 @@
     name = "rnn"
     set = { "model.order" = 1, "model.pooling" = "sum" }
 
+    [[runs]]
+    name = "rnn-matched"
+    set = { "model.order" = 1, "model.pooling" = "sum" }
+    match_params = "hornn3-fofe"          # sized to that run's total parameter count (below)
+
     [recipes]                             # optional: every run trains under each recipe, and
     value5 = { "optim.clip_mode" = "value" }  # report keeps each model's best by validation
 
 A run's config is: the base file, then the sweep's `set`, the group's `set` and grid point, the
-recipe, and last the command line's `--set`. Every run's config is built and validated before
-anything trains, so a bad override stops the sweep with one line naming the run and the key.
+recipe, the command line's `--set`, and last the hidden size `match_params` sets. Every run's
+config is built and validated before anything trains, so a bad override stops the sweep with
+one line naming the run and the key.
+
+`match_params = "NAME"` sizes `model.hidden_size` of each run of its group so that the run's
+total parameter count is within 2% of run NAME's: a run of the same sweep that is not matched
+itself, named as its group names it (without the recipe: each recipe's run is matched to
+NAME under the same recipe). NAME may use the grid's keys as the group's name does, e.g.
+"hornn3-fofe-seed{train.seed}". The counts are the model's own (experiments/params.py), on the
+prepared corpus's vocabulary: a sweep with match_params prepares its corpus when read (also
+with --dry-run), as its first run would. `model.embedding_size` follows the hidden size only
+where the config ties them (0, the same number as hidden_size, or tie_weights;
+params.embedding_follows_hidden), else it stays as the config has it.
+
+Every name that becomes a path, a group's run names and the recipe names (a run trains in
+output_dir/MODEL--RECIPE), passes one rule, `run_name_problem`: one folder name of letters,
+digits and . _ + -, never . or .. (checked again on each run's full name).
 """
 
 from __future__ import annotations
@@ -31,12 +51,12 @@ from pathlib import Path
 from typing import Any
 
 from hornn_dist.config import RunConfig, did_you_mean, load_config, read_toml, toml_value
-from hornn_dist.errors import ConfigError
+from hornn_dist.errors import ConfigError, HornnError
 
-LAYOUTS = ("orders", "alpha", "summary")
+LAYOUTS = ("orders", "alpha", "summary", "fair")
 PAPERS = ("ptb", "text8", "none")
 SWEEP_KEYS = ("description", "base", "output_dir", "layout", "paper", "set", "runs", "recipes")
-GROUP_KEYS = ("name", "set", "grid")
+GROUP_KEYS = ("name", "set", "grid", "match_params")
 RUNS_FILE = "sweep.json"  # written into output_dir: the runs, their recipes and overrides
 
 
@@ -49,6 +69,7 @@ class PlannedRun:
     recipe: str  # "" when the sweep has no recipes
     overrides: tuple[str, ...]  # `section.key=value`, applied to the base config in order
     config: RunConfig = field(compare=False, repr=False)
+    matched_to: str = ""  # the run whose total parameter count match_params sized this one to
 
 
 @dataclass(frozen=True)
@@ -70,7 +91,13 @@ class SweepPlan:
             "layout": self.layout,
             "paper": self.paper,
             "runs": [
-                {"name": r.name, "model": r.model, "recipe": r.recipe, "overrides": r.overrides}
+                {
+                    "name": r.name,
+                    "model": r.model,
+                    "recipe": r.recipe,
+                    "overrides": r.overrides,
+                    **({"matched_to": r.matched_to} if r.matched_to else {}),
+                }
                 for r in self.runs
             ],
         }
@@ -96,18 +123,115 @@ def read_sweep(path: str | Path, cli_overrides: tuple[str, ...] = ()) -> SweepPl
     groups = raw.get("runs", [])
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"{path}: the sweep has no runs; add at least one [[runs]] table")
-    runs: list[PlannedRun] = []
+    planned: list[_Entry] = []
     for index, group in enumerate(groups, 1):
-        for model, overrides in _expand_group(path, index, group):
+        for point in _expand_group(path, index, group):
             for recipe, recipe_overrides in recipes:
-                name = f"{model}--{recipe}" if recipe else model
-                items = (*shared, *overrides, *recipe_overrides, *cli_overrides)
-                config = _run_config(
-                    path, base, name, (*items, f"train.output_dir={output_dir / name}")
+                name = _checked_name(
+                    path, point.where, f"{point.model}--{recipe}" if recipe else point.model
                 )
-                runs.append(PlannedRun(name, model, recipe, items, config))
-    _check_unique(path, runs)
+                items = (*shared, *point.overrides, *recipe_overrides, *cli_overrides)
+                planned.append(_Entry(name, point.model, recipe, items, point.match, point.where))
+    _check_unique(path, planned)
+    _check_matches(path, planned)
+    configs = {
+        e.name: _run_config(
+            path, base, e.name, (*e.items, f"train.output_dir={output_dir / e.name}")
+        )
+        for e in planned
+    }
+    runs = [
+        _matched(path, base, output_dir, e, planned, configs)
+        if e.match
+        else PlannedRun(e.name, e.model, e.recipe, e.items, configs[e.name])
+        for e in planned
+    ]
     return SweepPlan(path, base, output_dir, layout, paper, tuple(runs))
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One grid point of a [[runs]] group: its model name, overrides and match_params name."""
+
+    model: str
+    overrides: tuple[str, ...]
+    match: str  # "" without match_params
+    where: str  # "[[runs]] #N", for messages
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A run of the sweep before its config is built."""
+
+    name: str
+    model: str
+    recipe: str
+    items: tuple[str, ...]
+    match: str
+    where: str
+
+
+def _check_matches(path: Path, planned: list[_Entry]) -> None:
+    """Raise ConfigError (one line) for a match_params that names no run, or a matched one."""
+    models = list(dict.fromkeys(e.model for e in planned))
+    matched = {e.model for e in planned if e.match}
+    for entry in planned:
+        if not entry.match:
+            continue
+        where = f"{path}: {entry.where} match_params = {entry.match!r}"
+        if entry.match not in models:
+            raise ConfigError(
+                f"{where} names no run of the sweep; its runs (without the recipe): "
+                f"{_listed(models)}"
+            )
+        if entry.match in matched:
+            raise ConfigError(
+                f"{where} names a run that match_params sizes itself; name one sized by its "
+                f"config: {_listed([m for m in models if m not in matched])}"
+            )
+
+
+def _listed(names: list[str], most: int = 30) -> str:
+    shown = ", ".join(names[:most]) or "none"
+    return shown + (f", … ({len(names)} in all)" if len(names) > most else "")
+
+
+def _matched(
+    path: Path,
+    base: Path,
+    output_dir: Path,
+    entry: _Entry,
+    planned: list[_Entry],
+    configs: dict[str, RunConfig],
+) -> PlannedRun:
+    """Return the run of `entry` with the hidden size that matches its target's parameters."""
+    from hornn_dist.experiments.params import (
+        hidden_size_overrides,
+        matched_hidden_size,
+        total_parameters,
+        vocabulary_size,
+    )
+
+    target = next(e for e in planned if e.model == entry.match and e.recipe == entry.recipe)
+    goal = configs[target.name]
+    own = configs[entry.name]
+    try:
+        count = total_parameters(goal.model, vocabulary_size(goal.data, prepare=True))
+        hidden = matched_hidden_size(own.model, vocabulary_size(own.data, prepare=True), count)
+    except ConfigError as err:
+        raise ConfigError(
+            f"{path}: run {entry.name} (match_params = {entry.match!r}): {err}"
+        ) from None
+    except HornnError as err:  # the corpus could not be prepared
+        raise ConfigError(
+            f"{path}: run {entry.name} (match_params = {entry.match!r}) counts parameters on "
+            f"the prepared corpus: {err}"
+        ) from None
+    items = (*entry.items, *hidden_size_overrides(own.model, hidden))
+    config = _run_config(
+        path, base, entry.name, (*items, f"train.output_dir={output_dir / entry.name}")
+    )
+    return PlannedRun(entry.name, entry.model, entry.recipe, items, config, target.name)
 
 
 def _choice(path: Path, key: str, value: Any, options: tuple[str, ...]) -> str:
@@ -141,11 +265,14 @@ def _recipes(path: Path, table: Any) -> list[tuple[str, tuple[str, ...]]]:
         raise ConfigError(f"{path}: recipes must be a table of named override tables")
     if not table:
         return [("", ())]
-    return [(name, _overrides(path, f"recipes.{name}", items)) for name, items in table.items()]
+    return [
+        (_checked_name(path, "recipe", name), _overrides(path, f"recipes.{name}", items))
+        for name, items in table.items()
+    ]
 
 
-def _expand_group(path: Path, index: int, group: Any) -> list[tuple[str, tuple[str, ...]]]:
-    """Return (model name, overrides) for every point of one [[runs]] group's grid."""
+def _expand_group(path: Path, index: int, group: Any) -> list[_Point]:
+    """Return every point of one [[runs]] group's grid."""
     where = f"[[runs]] #{index}"
     if not isinstance(group, dict):
         raise ConfigError(f"{path}: {where} must be a table with name, set and grid")
@@ -166,27 +293,44 @@ def _expand_group(path: Path, index: int, group: Any) -> list[tuple[str, tuple[s
         if not values:
             raise ConfigError(f"{path}: {where} grid {key!r} is empty; give it at least one value")
         axes.append([(key, value) for value in values])
+    match = group.get("match_params", "")
+    if "match_params" in group and (not isinstance(match, str) or not match):
+        raise ConfigError(
+            f"{path}: {where} match_params must name a run of the sweep, e.g. match_params = "
+            f'"hornn3-fofe", got {match!r}'
+        )
     out = []
     for point in itertools.product(*axes):
         values = dict(point)
         overrides = (*fixed, *_overrides(path, f"{where} grid", values))
-        out.append((_format_name(path, where, str(group["name"]), values), overrides))
+        name = _checked_name(
+            path, where, _format_name(path, where, "name", str(group["name"]), values)
+        )
+        target = _format_name(path, where, "match_params", match, values) if match else ""
+        out.append(_Point(name, overrides, target, where))
     return out
 
 
-def _format_name(path: Path, where: str, pattern: str, values: dict[str, Any]) -> str:
-    """Return the name with each {section.key} replaced by the grid point's value."""
+def _format_name(path: Path, where: str, key: str, pattern: str, values: dict[str, Any]) -> str:
+    """Return the group's `key` (its name, its match_params) with each {section.key} replaced
+    by the grid point's value."""
 
     def value(match: re.Match[str]) -> str:
-        key = match.group(1)
-        if key not in values:
-            raise ConfigError(f"{path}: {where} name uses {{{key}}}, which its grid does not set")
-        return str(values[key])
+        name = match.group(1)
+        if name not in values:
+            raise ConfigError(f"{path}: {where} {key} uses {{{name}}}, which its grid does not set")
+        return str(values[name])
 
-    name = re.sub(r"\{([^{}]+)\}", value, pattern)
+    return re.sub(r"\{([^{}]+)\}", value, pattern)
+
+
+def _checked_name(path: Path, where: str, name: str) -> str:
+    """Return `name`, a name that becomes a folder (a run's, a recipe's part of one), or raise
+    ConfigError (one line) where `run_name_problem` refuses it."""
     problem = run_name_problem(name)
     if problem:
-        raise ConfigError(f"{path}: {where} run name {name!r} {problem}")
+        what = "recipe name" if where == "recipe" else f"{where} run name"
+        raise ConfigError(f"{path}: {what} {name!r} {problem}")
     return name
 
 
@@ -207,7 +351,7 @@ def _run_config(path: Path, base: Path, name: str, overrides: tuple[str, ...]) -
         raise ConfigError(f"{path}: run {name}: {err}") from None
 
 
-def _check_unique(path: Path, runs: list[PlannedRun]) -> None:
+def _check_unique(path: Path, runs: list[_Entry]) -> None:
     seen: set[str] = set()
     for run in runs:
         if run.name in seen:

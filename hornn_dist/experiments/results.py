@@ -38,6 +38,9 @@ class RunRecord:
     hardware: str = ""
     stop_reason: str = ""
     valid_history: list[dict[str, float]] = field(default_factory=list)
+    final_lr: float = math.nan  # the lr its last epoch trained at
+    halvings: int = 0  # of the lr, by the schedule
+    damage: str = ""  # its newer checkpoints that are damaged, and what is wrong with each
 
 
 def read_run(
@@ -47,18 +50,15 @@ def read_run(
     recipe: str = "",
     planned: RunConfig | None = None,
 ) -> RunRecord | None:
-    """Return the record of the run in `folder`, or None when it has no complete checkpoint;
-    `finished` judged by `planned` (a sweep's config for it now) or else the run's own config."""
-    checkpoints = ckpt.list_checkpoints(folder, warn=False) if folder.is_dir() else []
-    if not checkpoints:
+    """Return the record of the run in `folder` from its newest checkpoint that reads, or None
+    when it has none (`run_damage` says why, where its checkpoints are damaged); `finished`
+    judged by `planned` (a sweep's config for it now) or else the run's own config."""
+    found, damaged = _newest_readable(folder)
+    if found is None:
         return None
-    newest = checkpoints[-1]
-    try:
-        config = ckpt.read_config(newest)
-        state = ckpt.read_trainer_state(newest)
-    except HornnError:
-        return None
+    config, state = found
     history = list(state.get("valid_history") or [])
+    schedule = state.get("schedule") if isinstance(state.get("schedule"), dict) else {}
     test = state.get("test") or {}
     last = state.get("test_last") or ({} if state.get("test_checkpoint") else test)
     best = float(state.get("best_valid", math.inf))
@@ -81,7 +81,48 @@ def read_run(
         hardware=str(state.get("hardware", "")),
         stop_reason=str(state.get("stop_reason", "")),
         valid_history=history,
+        final_lr=_final_lr(schedule, history, config),
+        halvings=int(schedule.get("halvings", 0) or 0),
+        damage="; ".join(damaged),
     )
+
+
+def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, dict[str, Any]] | None, list[str]]:
+    """Return (config, trainer state) of the run's newest checkpoint whose files are all there
+    and whose state and config verify and read (None if none does), and what is wrong with each
+    newer checkpoint folder, newest first."""
+    damaged: list[str] = []
+    for step in reversed(ckpt.step_folders(folder) if folder.is_dir() else []):
+        problem = ckpt.problem_with(step, deep=False) or ckpt.problem_with(
+            step, deep=True, only=(ckpt.STATE_FILE, ckpt.CONFIG_FILE)
+        )
+        if problem is None:
+            try:
+                return (ckpt.read_config(step), ckpt.read_trainer_state(step)), damaged
+            except HornnError as err:
+                problem = str(err)
+        damaged.append(f"checkpoint {step.name} is damaged: {problem}")
+    return None, damaged
+
+
+def run_damage(folder: Path) -> str:
+    """Return what is wrong with the checkpoints of the run in `folder` newer than the newest
+    one that reads ("" when none is damaged)."""
+    return "; ".join(_newest_readable(folder)[1])
+
+
+def _final_lr(
+    schedule: dict[str, Any], history: list[dict[str, float]], config: RunConfig
+) -> float:
+    """Return the lr a run's last epoch trained at: the schedule's `epoch_lr`, else (a state
+    from before it) the lr recorded at the validation before the last, else the initial lr."""
+    lr = schedule.get("epoch_lr")
+    if isinstance(lr, int | float) and lr > 0:
+        return float(lr)
+    ends = [e for e in history if float(e.get("epoch", 0)).is_integer()]
+    if len(ends) >= 2 and "lr" in ends[-2]:
+        return float(ends[-2]["lr"])
+    return float(config.optim.lr)
 
 
 def read_runs(runs_dir: Path) -> list[RunRecord]:

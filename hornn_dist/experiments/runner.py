@@ -6,6 +6,8 @@ the same cores). A finished run is skipped; an unfinished one resumes from its c
 trainer's own resume). Each run's output goes to `output_dir/NAME/train.log`; the sweep prints
 one line as a run starts and one as it ends. A failed run is reported and the sweep goes on.
 SIGINT/SIGTERM are passed to the running runs, which checkpoint and exit, and the sweep stops.
+One sweep at a time per output_dir: a second one is refused with one line (`SWEEP_LOCK`, held
+for the life of the sweep; the kernel drops it when the sweep ends in any way).
 """
 
 from __future__ import annotations
@@ -16,21 +18,30 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 from hornn_dist import checkpoint as ckpt
+from hornn_dist.experiments.params import (
+    fmt_params,
+    recurrent_parameters,
+    total_parameters,
+    vocabulary_size,
+)
 from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
 from hornn_dist.experiments.results import read_run
 from hornn_dist.experiments.tables import fmt_duration
 from hornn_dist.files import open_for_writing, write_json
+from hornn_dist.training.run_lock import RunLock
 from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.sweep")
 
 LOG_FILE = ckpt.RUN_LOG  # written by the run itself; its console goes there too
+SWEEP_LOCK = ".sweep.lock"  # in output_dir, held by the sweep that trains there
 
 
 @dataclass
@@ -57,8 +68,8 @@ def run_sweep(
     plan: SweepPlan, slots: list[dict[str, str]], poll_seconds: float = 1.0
 ) -> SweepOutcome:
     """Train every run of `plan` not finished yet, one per slot (`slots`: each one's extra
-    environment, from `gpu_slots` or `cpu_slots`) at a time; return the outcome."""
-    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    environment, from `gpu_slots` or `cpu_slots`) at a time; return the outcome. Call it
+    inside `sweep_lock(plan)`."""
     write_json(plan.output_dir / RUNS_FILE, plan.record())
     outcome = SweepOutcome()
     todo: list[tuple[int, PlannedRun, bool]] = []  # (index, run, resuming)
@@ -93,10 +104,43 @@ def run_sweep(
     return outcome
 
 
+def size_note(run: PlannedRun) -> str:
+    """Return a run's size for the sweep's log: H, E and its total and recurrent parameter
+    counts (the total once its corpus is prepared: it needs the vocabulary), and the run
+    match_params sized it to."""
+    model = run.config.model
+    vocab = vocabulary_size(run.config.data, prepare=False)
+    total = total_parameters(model, vocab) if vocab else None
+    note = (
+        f"H {model.hidden_size}, E {model.embedding_size or model.hidden_size}: "
+        f"{fmt_params(total, recurrent_parameters(model))}"
+    )
+    return note + (f" (match_params: sized to {run.matched_to})" if run.matched_to else "")
+
+
+@contextmanager
+def sweep_lock(plan: SweepPlan) -> Iterator[None]:
+    """Hold the output_dir of `plan` for one sweep: raise ConfigError (one line), having
+    written nothing, when another sweep holds it."""
+    lock = RunLock(
+        plan.output_dir,
+        SWEEP_LOCK,
+        "in use by another sweep ({holder}); wait for it to end, or give this sweep another "
+        "output_dir",
+    )
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def dry_run_summary(plan: SweepPlan, jobs: int) -> str:
     """Return what a sweep would train: its runs and epochs (each run's train.epochs, less the
-    epochs it has trained), and, where some of its runs trained already, a time estimate from
-    their seconds per epoch."""
+    epochs it has trained), and a time estimate from the seconds per epoch of its runs that
+    trained one already, or, before any has, a plain statement that there is none yet (a
+    guess from a few timed steps would cost a corpus and a model per run, and say little of
+    the epochs a run takes to converge)."""
     to_train, epochs, seconds, done_epochs = 0, 0.0, 0.0, 0.0
     for run in plan.runs:
         record = read_run(plan.output_dir / run.name, planned=run.config)
@@ -118,6 +162,11 @@ def dry_run_summary(plan: SweepPlan, jobs: int) -> str:
         line += (
             f"; about {fmt_duration(estimate)} at {jobs} at a time, from "
             f"{fmt_duration(seconds / done_epochs)} per epoch in the runs trained so far"
+        )
+    elif epochs:
+        line += (
+            "; no time estimate yet: none of its runs has trained an epoch to time (run the "
+            "sweep; after its first epoch, --dry-run estimates from the seconds per epoch)"
         )
     return line
 
@@ -162,12 +211,13 @@ def _start(
     else:
         where = ""
     logger.info(
-        "[%d/%d] %s: %s%s (log: %s)",
+        "[%d/%d] %s: %s%s, %s (log: %s)",
         index,
         total,
         run.name,
         "resuming" if resuming else "training",
         where,
+        size_note(run),
         folder / LOG_FILE,
     )
     env = {**os.environ, **slots[slot]}
@@ -193,13 +243,15 @@ def _report_end(
     if code == 0 and record is not None and record.finished:
         outcome.finished += 1
         logger.info(
-            "%s: done in %s: best valid ppl %.2f, test ppl %.2f (best checkpoint), %.1f epochs (%s)",
+            "%s: done in %s: best valid ppl %.2f, test ppl %.2f (best checkpoint), %.1f epochs "
+            "(%s); %s",
             prefix,
             took,
             record.best_valid_ppl,
             record.test_ppl,
             record.epochs,
             record.stop_reason,
+            fmt_params(record.parameters, recurrent_parameters(record.config.model)),
         )
     elif code == 0:  # stopped with a checkpoint: by the sweep's stop, or on its own (a signal)
         if not stopping:  # not finished, and nothing asked it to stop

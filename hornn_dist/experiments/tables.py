@@ -22,6 +22,7 @@ from hornn_dist.experiments.paper import (
     paper_model,
     paper_ppl,
 )
+from hornn_dist.experiments.params import recurrent_parameters
 from hornn_dist.experiments.results import RunRecord
 
 NONE = "—"
@@ -229,7 +230,7 @@ def runs_table(records: Sequence[RunRecord], picked: Sequence[RunRecord]) -> str
     """Return every run, each recipe on its own row; `kept` marks the runs the tables show."""
     kept = {id(r) for r in picked}
     headers = ["run", "recipe", "finished", "kept", "best valid ppl", "test ppl", "epochs"]
-    headers += ["stopped by"]
+    headers += ["params", "recurrent", "stopped by"]
     rows = [
         [
             r.name,
@@ -239,6 +240,8 @@ def runs_table(records: Sequence[RunRecord], picked: Sequence[RunRecord]) -> str
             fmt_ppl(r.best_valid_ppl),
             fmt_ppl(r.test_ppl),
             f"{r.epochs:.1f}",
+            f"{r.parameters:,}" if r.parameters else NONE,
+            f"{recurrent_parameters(r.config.model):,}",
             short_stop(r.stop_reason),
         ]
         for r in records
@@ -248,7 +251,11 @@ def runs_table(records: Sequence[RunRecord], picked: Sequence[RunRecord]) -> str
 
 def unfinished_note(records: Sequence[RunRecord]) -> str:
     """Return a line naming the runs left out of the tables as unfinished, or ""."""
-    left = [f"{r.name} (step {r.step})" for r in records if not r.finished]
+    left = [
+        f"{r.name} (step {r.step}{'; ' + r.damage if r.damage else ''})"
+        for r in records
+        if not r.finished
+    ]
     if not left:
         return ""
     return f"Not finished, left out: {', '.join(left)}; run the sweep again to finish them."

@@ -180,6 +180,13 @@ class RecurrentLM(nn.Module):
         """Return the number of trainable scalars."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    def num_recurrent_parameters(self) -> int:
+        """Return the trainable scalars of the recurrent layers: everything between the
+        embedding and the output layer (each layer's input weights, feedback paths, gates and
+        biases), the part that differs between architectures of one hidden size."""
+        layers = self.rnn if self.rnn is not None else self.layers
+        return sum(p.numel() for p in layers.parameters() if p.requires_grad)
+
 
 TIED_KEY, TIED_TO = "decoder.weight", "embedding.weight"  # model.tie_weights: saved once
 

@@ -24,8 +24,17 @@ LOCK_FILE = ".lock"
 class RunLock:
     """The lock of one run folder; `acquire` raises ConfigError naming the holder if taken."""
 
-    def __init__(self, folder: str | Path) -> None:
-        self.path = Path(folder) / LOCK_FILE
+    def __init__(
+        self,
+        folder: str | Path,
+        name: str = LOCK_FILE,
+        busy: str = "in use by another run ({holder}); wait for it to end or set another "
+        "train.output_dir",
+    ) -> None:
+        """name: the lock file in `folder`; busy: what the error says after the folder when
+        the lock is held (`{holder}` names the holder)."""
+        self.path = Path(folder) / name
+        self.busy = busy
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -45,10 +54,7 @@ class RunLock:
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
             os.close(fd)
-            raise ConfigError(
-                f"{self.path.parent} is in use by another run ({holder}); wait for it to end "
-                "or set another train.output_dir"
-            ) from None
+            raise ConfigError(f"{self.path.parent} is {self.busy.format(holder=holder)}") from None
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         try:
             os.ftruncate(fd, 0)

@@ -1,0 +1,146 @@
+"""Tokens/s for the fair table, from a named speed record: `report --speed-record PATH`.
+
+The runs of a sweep share their machine (`--jobs N` splits the CPU cores; a GPU sweep may
+differ in load from run to run), so their own tokens/s do not compare. The fair table takes each
+model's speed from a record where it ran alone instead, and names it; without one its column
+says so. Two kinds of record are read:
+
+- a `benchmarks/throughput.py --json` file (or a record folder holding `throughput.json`, such
+  as benchmarks/records/2026-11-27-h100-16977fd): the training step of one process. A row
+  serves a model of the same arch, pooling and order (HORNNs), hidden size and embedding width;
+  of several (precisions, modes, engines) the fastest, named in the cell. The multi-process
+  modes (`*-ar`, `*-ddp`) are left out.
+- a folder of training runs, each trained alone (a sweep's output_dir run with `--jobs 1`, or
+  one run's output_dir): a run serves a model with the same `[model]` settings (those that
+  change what it computes, not `engine` or `recurrence_precision`); its trainer_state.json's
+  tokens/s and hardware. Its tokens/s is the whole run's, start-up included, so short runs
+  read low.
+
+A model the record has no row for gets "not in the record", never a number from another size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hornn_dist.errors import ConfigError
+from hornn_dist.models import ModelConfig
+from hornn_dist.models.config import EXECUTION_MODEL_KEYS
+
+THROUGHPUT_FILE = "throughput.json"
+MULTI_PROCESS_MODES = ("-ar", "-ddp")  # suffixes of throughput.py's modes of several processes
+
+
+@dataclass(frozen=True)
+class Speed:
+    """One model's tokens/s in a record, and what measured it."""
+
+    tokens_per_sec: float
+    how: str  # e.g. "bf16 graphed triton", or a run's name
+
+
+@dataclass
+class SpeedRecord:
+    """A speed record read in full: its path, its machine, and a lookup by model."""
+
+    path: Path
+    device: str
+    kind: str  # "throughput" | "runs"
+    rows: list[tuple[ModelConfig, Speed]]
+
+    def lookup(self, model: ModelConfig) -> Speed | None:
+        """Return the fastest speed the record holds for `model`, or None."""
+        found = [speed for cfg, speed in self.rows if _same_model(cfg, model, self.kind)]
+        return max(found, key=lambda s: s.tokens_per_sec, default=None)
+
+    def describe(self) -> str:
+        """Return the record in words for the report: its path, kind and machine."""
+        what = (
+            "benchmarks/throughput.py, one process's training step"
+            if self.kind == "throughput"
+            else "training runs, each alone"
+        )
+        return f"`{self.path}` ({what}; {self.device or 'machine not recorded'})"
+
+
+def _same_model(record: ModelConfig, model: ModelConfig, kind: str) -> bool:
+    def shape(cfg: ModelConfig) -> tuple:
+        hornn = cfg.arch == "hornn"
+        return (
+            cfg.arch,
+            cfg.pooling if hornn else "",
+            cfg.order if hornn else 0,
+            cfg.hidden_size,
+            cfg.embedding_size or cfg.hidden_size,
+            cfg.num_layers,
+        )
+
+    if kind == "throughput":
+        return shape(record) == shape(model)
+    plain = {key: "" for key in EXECUTION_MODEL_KEYS}
+    return dataclasses.replace(record, **plain) == dataclasses.replace(model, **plain)
+
+
+def read_speed_record(path: str | Path) -> SpeedRecord:
+    """Return the speed record at `path`; raise ConfigError (one line) when it is none."""
+    path = Path(path)
+    if path.is_dir() and (path / THROUGHPUT_FILE).is_file():
+        path = path / THROUGHPUT_FILE
+    if path.is_file():
+        return _read_throughput(path)
+    if path.is_dir():
+        return _read_runs(path)
+    raise ConfigError(
+        f"--speed-record {path} not found; pass a benchmarks/throughput.py JSON (or a record "
+        "folder with throughput.json) or a folder of runs each trained alone"
+    )
+
+
+def _read_throughput(path: Path) -> SpeedRecord:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        meta: dict[str, Any] = data["meta"]
+        results: list[dict[str, Any]] = data["results"]
+        variants: dict[str, Any] = meta.get("variants") or {}
+        rows = []
+        for row in results:
+            mode = str(row.get("mode", ""))
+            if "tokens_per_s" not in row or mode.endswith(MULTI_PROCESS_MODES):
+                continue
+            variant = variants.get(row["variant"], {})
+            model = ModelConfig(
+                arch=str(row["arch"]),
+                pooling=str(row.get("pooling") or "sum"),
+                order=int(variant.get("order", meta.get("args", {}).get("order", 1))),
+                hidden_size=int(row["hidden"]),
+                embedding_size=int(row.get("embedding") or 0),
+                num_layers=int(variant.get("num_layers", 1)),
+            )
+            how = " ".join(str(row.get(k, "")) for k in ("precision", "mode", "engine")).strip()
+            rows.append((model, Speed(float(row["tokens_per_s"]), how)))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ConfigError(
+            f"--speed-record {path} is not a benchmarks/throughput.py JSON ({type(err).__name__}: "
+            f"{err})"
+        ) from None
+    return SpeedRecord(
+        path, str(meta.get("device_name") or meta.get("device") or ""), "throughput", rows
+    )
+
+
+def _read_runs(path: Path) -> SpeedRecord:
+    from hornn_dist.experiments.results import read_runs
+
+    records = [r for r in read_runs(path) if r.tokens_per_sec > 0]
+    if not records:
+        raise ConfigError(
+            f"--speed-record {path} holds no run with a recorded tokens/s and no "
+            f"{THROUGHPUT_FILE}; pass a speed record (report --help)"
+        )
+    rows = [(r.config.model, Speed(r.tokens_per_sec, f"run {r.name}")) for r in records]
+    devices = "; ".join(sorted({r.hardware for r in records if r.hardware}))
+    return SpeedRecord(path, devices, "runs", rows)
