@@ -53,6 +53,7 @@ MAX_CLIP = 1e6  # the clip and column norm thresholds (0 = off)
 MAX_COLLECTIVE_TIMEOUT = 7 * 24 * 3600  # one week, in seconds
 MAX_STREAMS = 1 << 20  # train.batch_size, train.eval_batch_size
 MAX_BPTT = 1 << 20
+MAX_CPU_THREADS = 4096  # train.cpu_threads
 
 
 @dataclass
@@ -149,6 +150,12 @@ class TrainConfig:
     # resume a checkpoint on another prepared corpus than it was trained on (same vocabulary,
     # other text: a warning in the log names both); `false` refuses such a resume with one line
     allow_corpus_change: bool = False
+    # torch's CPU threads in each process: "auto" = OMP_NUM_THREADS where set (accelerate
+    # launch and sweep set it per process), else 1: a small model's GEMMs gain little from a
+    # second thread, and on a busy machine each step waits for the slower one (the demo ran
+    # 5x slower on 2 threads under load; benchmarks/records/2026-11-27-cpu-demo-threads);
+    # a number N = exactly N. CPU runs only: a CUDA run keeps torch's default
+    cpu_threads: int | str = "auto"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -166,6 +173,12 @@ class TrainConfig:
         check_in_range("train.seed", self.seed, 0, 2**32 - 1)  # numpy's seed range
         if not self.output_dir:
             raise ConfigError("train.output_dir must not be empty; set it to a folder for this run")
+        if isinstance(self.cpu_threads, str) and self.cpu_threads != "auto":
+            raise ConfigError(
+                f'train.cpu_threads must be "auto" or a number of threads, got {self.cpu_threads!r}'
+            )
+        if isinstance(self.cpu_threads, int):
+            check_in_range("train.cpu_threads", self.cpu_threads, 1, MAX_CPU_THREADS)
 
 
 @dataclass

@@ -311,6 +311,22 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
+def set_cpu_threads(setting: int | str, device: torch.device) -> str:
+    """Set torch's CPU threads from `train.cpu_threads` (the one place that does) on a CPU run;
+    return what the start line says of them, e.g. "1 (train.cpu_threads auto)"."""
+    if device.type != "cpu":  # the GPU does the work: torch's default stays
+        return f"{torch.get_num_threads()} (torch's default on {device.type})"
+    if setting != "auto":
+        threads, why = int(setting), f"train.cpu_threads {setting}"
+    else:
+        given = os.environ.get("OMP_NUM_THREADS", "").strip()
+        # a launcher or a sweep chose per process; else 1 (config.py says why)
+        threads = int(given) if given.isdigit() and int(given) > 0 else 1
+        why = "train.cpu_threads auto" + (f", OMP_NUM_THREADS={given}" if given else "")
+    torch.set_num_threads(threads)
+    return f"{threads} ({why})"
+
+
 def describe_hardware(device: torch.device, processes: int) -> str:
     """Return what a run trains on, e.g. "1 x NVIDIA H100 80GB HBM3" or "AMD EPYC 7B13 (2 threads)"."""
     if device.type == "cuda":

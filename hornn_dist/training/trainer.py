@@ -33,6 +33,7 @@ from hornn_dist.runtime import (
     build_accelerator,
     collective_failure,
     describe_hardware,
+    set_cpu_threads,
     setup_logging,
 )
 from hornn_dist.training import dashboard, trackers
@@ -96,6 +97,7 @@ class Trainer:
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
+        self.threads = set_cpu_threads(cfg.train.cpu_threads, acc.device)  # before any torch work
         self.run_log = RunLog(acc.is_main_process)  # output_dir/train.log, from _run on
         from accelerate.utils import set_seed
 
@@ -357,6 +359,7 @@ class Trainer:
             f"mixed precision {acc.mixed_precision}",
             self.step.describe(),
         )
+        logger.info("threads: %s", self.threads)
         clip = self.step.optim  # clip_mode "auto" resolved for this model
         logger.info(
             'recipe: %s | activation %s | clip %s %g, column norm %g, lr %g (docs/reproduction.md, "Recipes")',
