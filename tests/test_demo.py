@@ -24,8 +24,11 @@ def test_readme_has_two_setup_commands_and_ci_runs_the_test_one() -> None:
     assert demo.startswith("pip install torch==2.13.0") and "configs/demo.toml" in demo
     assert tests.endswith("python -m pytest -q")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    for part in tests.split(" && "):
+    for part in tests.split(" && ")[:-1]:  # CI installs the same way ...
         assert part.replace("pip install", "python -m pip install -q") in ci or part in ci, part
+    full = re.search(r"The full tier, what CI \(`.ci/run`\) runs: `([^`]+)`", README).group(1)
+    assert full.startswith(tests.split(" && ")[-1] + ' -m ""')  # ... and runs every tier
+    assert f"\n{full} --durations=30\n" in ci
 
 
 @pytest.mark.integration
