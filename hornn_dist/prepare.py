@@ -49,7 +49,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="when already prepared, also check every shard's sha256",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars (without it: as log.progress says, by default on a terminal only)",
+    )
     args = parser.parse_args(argv)
     args.overrides = with_data_section(args.overrides)
     return args
@@ -60,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cfg = load_config(args.config, args.overrides).data
+    run = load_config(args.config, args.overrides)
+    cfg = run.data
+    # the trainer's own decision (log.progress "auto": a terminal only), not a second one
+    progress = not args.quiet and run.log.draws_progress()
     from hornn_dist.data.pipeline import default_workers, prepare_corpus
     from hornn_dist.data.shards import open_corpus
 
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1 (default: the cores here), got {workers}")
     with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
-        folder = prepare_corpus(cfg, workers=workers, progress=not args.quiet, verify=args.verify)
+        folder = prepare_corpus(cfg, workers=workers, progress=progress, verify=args.verify)
     corpus = open_corpus(folder, check=False)
     print(f"{folder}")
     for split in corpus.splits:
