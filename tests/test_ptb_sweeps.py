@@ -1,0 +1,177 @@
+"""The PTB sweeps of the paper's benchmark (configs/sweeps/ptb_*.toml) plan the runs the issue
+asks for, benchmarks/gpu_ptb.sh queues them in its order of priority, and a run trains from a
+prepared PTB cache alone with `datasets` unimportable (the GPU machine has neither)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hornn_dist.config import load_config
+from hornn_dist.data.pipeline import prepare_corpus
+from hornn_dist.experiments.params import MATCH_TOLERANCE, total_parameters
+from hornn_dist.experiments.plan import PlannedRun, read_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEPS = REPO / "configs" / "sweeps"
+SEEDS = (1234, 1235, 1236)
+POOLINGS = ("sum", "max", "fofe", "gated")
+TABLE3 = ("rnn", *(f"hornn3-{p}" for p in POOLINGS), "lstm")
+PTB_VOCAB = 10_000  # Mikolov's PTB: 9,998 words, <unk> and <eos>
+
+
+def write_ptb_like(folder: Path, vocab: int = PTB_VOCAB) -> Path:
+    """Write ptb.{train,valid,test}.txt whose train split has PTB's vocabulary size (words,
+    `<unk>` and the `<eos>` the preset adds); return the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    words = [f"w{i}" for i in range(vocab - 2)] + ["<unk>"]
+    lines = [" ".join(words[i : i + 20]) for i in range(0, len(words), 20)]
+    (folder / "ptb.train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for split in ("valid", "test"):
+        (folder / f"ptb.{split}.txt").write_text("\n".join(lines[:40]) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, PlannedRun]]:
+    """The runs of each PTB sweep by name, configs/ptb.toml pointed at a corpus of PTB's
+    vocabulary size in a tmp folder (prepared here in one process: match_params counts on it)."""
+    folder = write_ptb_like(tmp_path_factory.mktemp("ptb") / "ptb")
+    sets = (f"data.path={folder}", f"data.cache_dir={folder.parent / 'cache'}")
+    prepare_corpus(load_config(REPO / "configs" / "ptb.toml", list(sets)).data, progress=False)
+    return {
+        sweep: {run.name: run for run in read_sweep(SWEEPS / f"{sweep}.toml", sets).runs}
+        for sweep in ("ptb_fair", "ptb_orders", "ptb_alpha")
+    }
+
+
+def check_shipped_recipe(run: PlannedRun, lr: float = 0.5, hidden: int | None = 400) -> None:
+    """Assert configs/ptb.toml's recipe as shipped, with checkpoints at epoch ends only."""
+    cfg = run.config
+    assert (cfg.train.batch_size, cfg.train.bptt, cfg.train.epochs) == (20, 30, 30), run.name
+    assert cfg.train.mixed_precision == "bf16" and cfg.train.checkpoint_every == 0, run.name
+    assert (cfg.optim.lr, cfg.optim.clip_mode, cfg.optim.schedule) == (lr, "auto", "plateau")
+    assert cfg.optim.halve_before_stop and cfg.optim.stop_improvement == 0.003, run.name
+    assert cfg.data.preset == "ptb" and cfg.model.activation == "tanh", run.name
+    if hidden is not None:
+        assert cfg.model.hidden_size == cfg.model.embedding_size == hidden, run.name
+
+
+def test_ptb_fair_plans_table3_the_matched_baselines_and_two_lrs(plans: dict) -> None:
+    runs = plans["ptb_fair"]
+    models = (*TABLE3, "rnn-matched", "lstm-matched")
+    expected = {f"{m}-seed{s}--{r}" for m in models for s in SEEDS for r in ("lr05", "lr1")}
+    assert set(runs) == expected and len(runs) == 48
+    fofe = runs["hornn3-fofe-seed1234--lr05"].config
+    target = total_parameters(fofe.model, PTB_VOCAB)
+    for name, run in runs.items():
+        model, seed, recipe = re.fullmatch(r"(.+)-seed(\d+)--(lr05|lr1)", name).groups()
+        cfg = run.config.model
+        assert run.config.train.seed == int(seed) and run.model == f"{model}-seed{seed}"
+        matched = model.endswith("-matched")
+        check_shipped_recipe(run, {"lr05": 0.5, "lr1": 1.0}[recipe], None if matched else 400)
+        base = model.removesuffix("-matched")
+        if base == "lstm":
+            assert cfg.arch == "lstm"
+        else:
+            assert cfg.arch == "hornn"
+            assert (cfg.order, cfg.pooling) == ((1, "sum") if base == "rnn" else (3, base[7:]))
+            assert cfg.alpha == 0.6
+        if matched:  # E follows H (configs/ptb.toml ties them), the total within 2% of FOFE-3's
+            assert run.matched_to == f"hornn3-fofe-seed{seed}--{recipe}"
+            assert cfg.hidden_size == cfg.embedding_size != 400
+            assert abs(total_parameters(cfg, PTB_VOCAB) / target - 1) <= MATCH_TOLERANCE
+    rnn = runs["rnn-matched-seed1234--lr05"].config.model
+    lstm = runs["lstm-matched-seed1234--lr05"].config.model
+    # FOFE-3 has more parameters than the RNN at H 400 and fewer than the LSTM
+    assert rnn.hidden_size > 400 > lstm.hidden_size
+
+
+def test_ptb_orders_and_alpha_plan_table2_and_figure4(plans: dict) -> None:
+    orders = plans["ptb_orders"]
+    cells = {f"hornn{n}-{p}" for n in (2, 3, 4) for p in POOLINGS}
+    assert set(orders) == cells | {"rnn", "lstm"}
+    for name, run in orders.items():
+        check_shipped_recipe(run)
+        assert run.config.train.seed == 1234
+        if name in cells:
+            assert (run.config.model.order, run.config.model.pooling) == (int(name[5]), name[7:])
+    alpha = plans["ptb_alpha"]
+    alphas = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    assert list(alpha) == [f"fofe3-alpha{a}" for a in alphas]
+    for run, a in zip(alpha.values(), alphas, strict=True):
+        check_shipped_recipe(run)
+        cfg = run.config.model
+        assert (cfg.pooling, cfg.order, cfg.alpha, run.config.train.seed) == ("fofe", 3, a, 1234)
+
+
+def gpu_ptb_queue() -> list[tuple[str, str]]:
+    """Return gpu_ptb.sh's queue as (sweep, regex) items, as gpu_grids.sh splits GRIDS."""
+    text = (REPO / "benchmarks" / "gpu_ptb.sh").read_text(encoding="utf-8")
+    grids = re.search(r"^export GRIDS='([^']*)'", text, re.M)
+    assert grids, "gpu_ptb.sh sets GRIDS in single quotes"
+    return [(item.partition(":")[0], item.partition(":")[2] or ".") for item in grids[1].split()]
+
+
+def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> None:
+    names = {sweep: list(runs) for sweep, runs in plans.items()}
+    queued: list[str] = []
+    batches = []
+    for sweep, pattern in gpu_ptb_queue():  # each run at its first item, as gpu_grids.sh does
+        batch = [f"{sweep}/{n}" for n in names[sweep] if re.search(pattern, n)]
+        batch = [n for n in batch if n not in queued]
+        queued += batch
+        batches.append(batch)
+    seed1234 = {f"ptb_fair/{m}-seed1234--lr05" for m in TABLE3}
+    assert set(batches[0]) == seed1234
+    assert set(batches[1]) == {f"ptb_fair/{m}-seed{s}--lr05" for m in TABLE3 for s in SEEDS[1:]}
+    assert set(batches[2]) == {f"ptb_orders/hornn{n}-{p}" for n in (2, 4) for p in POOLINGS}
+    matched = {f"ptb_fair/{m}-matched-seed{s}--lr05" for m in ("rnn", "lstm") for s in SEEDS}
+    assert set(batches[3]) == matched
+    second_lr = {"rnn", "hornn3-fofe", "hornn3-gated", "lstm"}
+    assert set(batches[4]) == {f"ptb_fair/{m}-seed1234--lr1" for m in second_lr}
+    assert batches[5] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
+    assert len(batches[6]) == 20 and all(n.endswith("--lr1") for n in batches[6])
+    assert len(queued) == len(set(queued)) == 48 + 8 + 8  # ptb_fair whole; orders 2, 4; alpha
+
+
+@pytest.mark.integration
+def test_training_from_a_prepared_ptb_cache_needs_no_datasets(tmp_path: Path) -> None:
+    folder = write_ptb_like(tmp_path / "ptb", vocab=60)
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    sets = [
+        f"data.path={folder}",
+        f"data.cache_dir={cache}",
+        "model.hidden_size=8",
+        "model.embedding_size=8",
+        "train.max_steps=2",
+        "train.batch_size=2",
+        "train.eval_batch_size=2",
+        "train.bptt=5",
+        f"train.output_dir={out}",
+        "log.tensorboard=false",
+    ]
+    args = ["configs/ptb.toml", *(a for s in sets for a in ("--set", s))]
+    prepare = [sys.executable, "-m", "hornn_dist.prepare", *args, "--quiet"]
+    subprocess.run(prepare, cwd=REPO, check=True, capture_output=True, timeout=120)
+    shutil.rmtree(folder)  # as on the GPU machine: the shards travel, the text need not
+    # the GPU image has no `datasets`: an import of it anywhere in the trainer fails this run
+    poisoned = (
+        "import sys; sys.modules['datasets'] = None; "
+        "from hornn_dist.train import cli; sys.argv[0] = 'hornn_dist.train'; cli()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", poisoned, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "already prepared" in proc.stderr and "test: " in proc.stderr
+    assert "reached train.max_steps = 2" in proc.stderr
