@@ -27,6 +27,7 @@
 # at most GRIDS_FINISH_JOBS (default: the cores) at once within GRIDS_FINISH_SECONDS (default
 # 60); the run itself stays unfinished, so no report takes it for a converged run, and the sweep
 # command run later resumes it.
+# GRIDS_REPORT_SECONDS (default 60) bounds the sweeps' reports, written all at once.
 # The shards must be there already (carry them): the device image has no `datasets`. MPS, when
 # the machine has it, lets the processes' kernels overlap. The commit recorded is
 # `git rev-parse HEAD`, else the first line of GRIDS_COMMIT_FILE (default gpu_carry/commit.txt,
@@ -155,12 +156,16 @@ fi
 
 pack=$work/pack
 mkdir -p "$pack"
+reports=()  # all at once, each within GRIDS_REPORT_SECONDS, so that the script's end stays known
 for sweep in "${sweeps[@]}"; do
-  dir=runs/sweeps/$sweep
-  [ -f "$dir/sweep.json" ] || continue  # its listing failed (summary.txt says why)
-  timeout 120 $PY -m hornn_dist.report "$dir" > "$logs/report-$sweep.log" 2>&1
-  echo "report $sweep: exit $? at $(elapsed) s" >> "$summary"
-  $PY benchmarks/records/2026-11-27-cpu-converged/collect.py "$dir" "$pack/$sweep"
+  [ -f "runs/sweeps/$sweep/sweep.json" ] || continue  # its listing failed (summary.txt says why)
+  timeout "${GRIDS_REPORT_SECONDS:-60}" $PY -m hornn_dist.report "runs/sweeps/$sweep" \
+    > "$logs/report-$sweep.log" 2>&1 &
+  reports+=("$!:$sweep")
+done
+for item in "${reports[@]}"; do
+  wait "${item%%:*}"; echo "report ${item#*:}: exit $? at $(elapsed) s" >> "$summary"
+  $PY benchmarks/records/2026-11-27-cpu-converged/collect.py "runs/sweeps/${item#*:}" "$pack/${item#*:}"
 done
 if [ "$GRIDS_REFERENCE" = 1 ] && [ -d runs/sweeps/gpu_reference/rnn ]; then
   mkdir -p "$pack/gpu_reference/runs/rnn"
