@@ -239,11 +239,78 @@ def _valid_note(loss: Any) -> str:
 
 
 def read_trainer_state(folder: Path) -> dict[str, Any]:
-    """Return the trainer state stored in a checkpoint."""
+    """Return the trainer state stored in a checkpoint, checked before any use (the one reader
+    of trainer_state.json): its fields' types and ranges, and its step against the folder's
+    name `step_N`; raise one CheckpointError naming the file and the field."""
+    path = folder / STATE_FILE
     try:
-        return json.loads((folder / STATE_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"cannot read {folder / STATE_FILE}: {err}") from None
+        state = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"cannot read {path}: {err}") from None
+    problem = _state_problem(state, folder.name)
+    if problem is not None:
+        raise CheckpointError(
+            f"{path}: {problem}; the file was changed after its save: use another checkpoint "
+            "of the run (an older step_N)"
+        )
+    return state
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _state_problem(state: Any, folder_name: str) -> str | None:
+    """Return what is wrong with a trainer state read from folder `folder_name`, or None.
+
+    Checked: every field the trainer, resume, report, evaluate and export read, when present
+    (`step` always); a folder named `step_N` holds the state of step N."""
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a JSON object"
+    step = state.get("step")
+    if not _is_int(step) or step < 0:
+        return f'field "step" must be a whole number >= 0, got {step!r}'
+    named = _STEP_DIR.match(folder_name)
+    if named and int(named.group(1)) != step:
+        return (
+            f'field "step" is {step}, but the folder {folder_name} holds step {int(named.group(1))}'
+        )
+    whole = {"epoch": 0, "world_size": 1, "last_valid_step": -1}
+    for key, low in whole.items():
+        if key in state and (not _is_int(state[key]) or not low <= state[key]):
+            return f'field "{key}" must be a whole number >= {low}, got {state[key]!r}'
+    if state.get("last_valid_step", -1) > step:
+        return f'field "last_valid_step" is {state["last_valid_step"]}, after the step {step}'
+    for key in ("train_seconds", "paused_seconds", "tokens_per_sec"):
+        if key in state and (not _is_number(state[key]) or not 0 <= state[key] < math.inf):
+            return f'field "{key}" must be a finite number >= 0, got {state[key]!r}'
+    if "best_valid" in state and (not _is_number(state["best_valid"]) or state["best_valid"] < 0):
+        return f'field "best_valid" must be a loss >= 0 (or Infinity), got {state["best_valid"]!r}'
+    for key in ("best_checkpoint", "test_checkpoint"):
+        name = state.get(key, "")
+        match = _STEP_DIR.match(name) if isinstance(name, str) else None
+        if name != "" and (match is None or int(match.group(1)) > step):
+            return (
+                f'field "{key}" must be "" or a step_N folder name up to step {step}, got {name!r}'
+            )
+    for key in ("vocab_hash", "corpus_hash", "stop_reason", "hardware"):
+        if key in state and not isinstance(state[key], str):
+            return f'field "{key}" must be a string, got {state[key]!r}'
+    for key in ("schedule", "test", "test_last"):
+        if state.get(key) is not None and not isinstance(state[key], dict):
+            return f'field "{key}" must be a JSON object, got {state[key]!r}'
+    history = state.get("valid_history", [])
+    if not isinstance(history, list):
+        return f'field "valid_history" must be a list, got {history!r}'
+    for entry in history:
+        ok = isinstance(entry, dict) and _is_int(entry.get("step"))
+        if not ok or not 0 <= entry["step"] <= step or not _is_number(entry.get("loss")):
+            return f'field "valid_history" holds {entry!r}, not a validation up to step {step}'
+    return None
 
 
 def read_config(folder: Path) -> RunConfig:
@@ -410,6 +477,7 @@ def load_state(accelerator: Any, folder: Path, model: torch.nn.Module) -> None:
     A file the libraries cannot read is one CheckpointError (never their advice, such as
     torch.load's suggestion to turn off weights_only, which would run code from the file).
     """
+    _check_random_states(folder / f"random_states_{accelerator.process_index}.pkl")
     try:
         accelerator.load_state(str(folder))
         model.load_state_dict(load_file(str(folder / WEIGHTS)))  # copied onto its device
@@ -418,6 +486,39 @@ def load_state(accelerator: Any, folder: Path, model: torch.nn.Module) -> None:
             f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
             "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
         ) from None
+
+
+def _check_random_states(path: Path) -> None:
+    """Raise one CheckpointError unless `path` (this rank's random states, where saved) holds
+    states Python's, numpy's and torch's generators take: Accelerate's load_state would skip a
+    bad file with an INFO line and resume on other random numbers."""
+    if not path.is_file():  # another process count: Accelerate starts this rank's afresh
+        return
+    import random
+
+    import numpy as np
+    from accelerate.utils import load
+
+    try:
+        states = load(path)  # Accelerate's own reader (weights_only)
+    except Exception as err:  # UnpicklingError, RuntimeError (bad zip), EOFError, ...
+        raise CheckpointError(
+            f"{path} is not a valid random-state file ({type(err).__name__}); use another "
+            "checkpoint of the run (an older step_N)"
+        ) from None
+    setters = {
+        "random_state": lambda v: random.Random().setstate(v),
+        "numpy_random_seed": lambda v: np.random.RandomState().set_state(v),
+        "torch_manual_seed": lambda v: torch.Generator().set_state(v),
+    }
+    for key, apply in setters.items():
+        try:
+            apply(states[key])  # on a scratch generator: the same checks, no effect
+        except Exception as err:  # KeyError, TypeError, ValueError, RuntimeError
+            raise CheckpointError(
+                f"{path}: field {key!r} is not a generator state ({type(err).__name__}); use "
+                "another checkpoint of the run (an older step_N)"
+            ) from None
 
 
 def _torch_load(path: Path) -> Any:

@@ -1,0 +1,106 @@
+"""A checkpoint's trainer state and random states are checked before use (issue 39, item 4):
+tampered files, even with checksums.json recomputed, are one CheckpointError naming the file
+and the field, and nothing is trained or written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.errors import CheckpointError
+from tests.train_helpers import check_ok, prepared_tiny, train_into
+
+STEP = 6
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A tiny run stopped at step 6 (its checkpoint step_00000006), to copy and tamper with."""
+    folder = prepared_tiny(tmp_path_factory.mktemp("state"))
+    check_ok(train_into(folder, folder / "run", "--set", f"train.max_steps={STEP}"))
+    return folder
+
+
+def _tampered_copy(trained: Path, tmp_path: Path, name: str, content: bytes) -> Path:
+    """Return a copy of the run whose checkpoint file `name` holds `content`, with its
+    checksums.json written again (so the sha256 check passes)."""
+    run = tmp_path / "run"
+    shutil.copytree(trained / "run", run)
+    folder = ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)
+    (folder / name).write_bytes(content)
+    ckpt.write_checksums(folder)
+    return run
+
+
+def _state_with(trained: Path, **fields) -> bytes:
+    folder = ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP)
+    state = json.loads((folder / ckpt.STATE_FILE).read_text())
+    return json.dumps({**state, **fields}).encode()
+
+
+def _error_line(proc) -> str:
+    """Return the run's one error line (asserting there is exactly one, and no traceback)."""
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"step": -5}, "step"),
+        ({"step": 40}, "step"),  # not the folder's step_00000006
+        ({"step": "6"}, "step"),
+        ({"epoch": -1}, "epoch"),
+        ({"best_checkpoint": "../../x"}, "best_checkpoint"),
+        ({"last_valid_step": 99}, "last_valid_step"),
+        ({"valid_history": [{"step": 7, "loss": 1.0}]}, "valid_history"),
+        ({"world_size": 0}, "world_size"),
+        ({"schedule": [1]}, "schedule"),
+    ],
+)
+def test_a_tampered_trainer_state_is_refused_before_use(trained, tmp_path, fields, field):
+    run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, _state_with(trained, **fields))
+    before = sorted(p.name for p in ckpt.checkpoint_root(run).iterdir())
+    line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
+    assert ckpt.STATE_FILE in line and f'"{field}"' in line
+    assert sorted(p.name for p in ckpt.checkpoint_root(run).iterdir()) == before
+
+
+def test_every_reader_checks_the_state(trained, tmp_path):
+    """resolve (latest/best), describe and the state reader itself refuse the same file."""
+    run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, _state_with(trained, step=-5))
+    folder = ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)
+    for read in (
+        lambda: ckpt.read_trainer_state(folder),
+        lambda: ckpt.resolve_checkpoint(run / "checkpoints" / "best"),
+        lambda: ckpt.describe_checkpoint(folder),
+    ):
+        with pytest.raises(CheckpointError, match=r'trainer_state.json: field "step"') as info:
+            read()
+        assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"garbage, not a pickle", None],  # None: a real pickle whose states are not states
+    ids=["bytes", "wrong-states"],
+)
+def test_garbage_random_states_are_refused(trained, tmp_path, content):
+    if content is None:
+        import io
+
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save({"random_state": 1, "numpy_random_seed": 2, "torch_manual_seed": 3}, buffer)
+        content = buffer.getvalue()
+    run = _tampered_copy(trained, tmp_path, "random_states_0.pkl", content)
+    line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
+    assert "random_states_0.pkl" in line
