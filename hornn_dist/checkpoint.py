@@ -194,10 +194,8 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
     if which == "best":
         state = read_trainer_state(complete[-1])
         best = state.get("best_checkpoint")
-        if not best:
+        if not best:  # else a step_N name, never a path (read_trainer_state checked)
             why = "no best checkpoint recorded yet"
-        elif not isinstance(best, str) or not _STEP_DIR.match(best):  # a name, never a path
-            why = f"best checkpoint {best!r} in {STATE_FILE} is not a step folder name"
         elif not is_complete(checkpoint_root(run_dir) / best):
             why = f"best checkpoint {best} is missing"
         else:

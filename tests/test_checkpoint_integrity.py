@@ -162,7 +162,8 @@ def test_best_checkpoint_must_be_a_step_folder_of_the_run(
     state["best_checkpoint"] = "../../straight/checkpoints/step_00000012"
     (newest / ckpt.STATE_FILE).write_text(json.dumps(state))
     ckpt.write_checksums(newest)
-    assert ckpt.resolve_checkpoint(run / "checkpoints" / "best") == newest
+    with pytest.raises(CheckpointError, match='trainer_state.json: field "best_checkpoint"'):
+        ckpt.resolve_checkpoint(run / "checkpoints" / "best")
 
 
 def test_a_second_run_into_the_same_folder_is_refused(workdir: Path) -> None:
