@@ -23,7 +23,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import TBPTTStream
-from hornn_dist.errors import HornnError
+from hornn_dist.errors import ConfigError, HornnError
 from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
@@ -253,9 +253,10 @@ class Trainer:
                 "different rounding, so not bit-identical to an uninterrupted run",
                 "; ".join(changed),
             )
+        state = ckpt.read_trainer_state(folder)
+        self._check_within_epochs(folder, state["step"])
         ckpt.load_state(acc, folder, self.core)
         keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
-        state = ckpt.read_trainer_state(folder)
         history = list(state.get("valid_history", []))
         self.progress = Progress(
             step=state["step"],
@@ -299,6 +300,19 @@ class Trainer:
                 self.schedule.lr,
             )
         self.schedule.apply(self.optimizer)
+
+    def _check_within_epochs(self, folder: Path, step: int) -> None:
+        """Raise ConfigError when `folder`'s step lies past this config's train.epochs (a run
+        trained with more, resumed without them): it would validate mid-epoch and end."""
+        per_epoch, epochs = self.train_stream.steps_per_epoch, self.cfg.train.epochs
+        if step <= per_epoch * epochs:
+            return
+        in_epoch = math.ceil(step / per_epoch)
+        raise ConfigError(
+            f"the checkpoint {folder} is at step {step}, in epoch {in_epoch}, past train.epochs "
+            f"= {epochs} ({per_epoch * epochs} steps): pass --set train.epochs={in_epoch} (or "
+            "more) to train it on, or --no-resume to start over"
+        )
 
     def _apply_changed_settings(self, saved: RunConfig) -> None:
         """Apply and name the [optim] keys this run's config changed since the checkpoint;
