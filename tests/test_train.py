@@ -22,7 +22,7 @@ from tests.train_helpers import (
     final_weights,
     launch_two_ranks,
     read_until,
-    run_module,
+    run_here,
     scalars,
     start,
     write_tiny_config,
@@ -39,7 +39,7 @@ K_FIRST = 7  # stop mid-epoch 0, resume to K_STEPS
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("train")
     config = write_tiny_config(folder)
-    check_ok(run_module("hornn_dist.prepare", str(config)))  # shared shards for every run below
+    check_ok(run_here("hornn_dist.prepare", str(config)))  # shared shards for every run below
     return folder
 
 
@@ -54,7 +54,7 @@ def _out(workdir: Path, name: str) -> Path:
 def _train(workdir: Path, name: str, *extra: str, ranks: int = 1):
     args = [_config(workdir), "--set", f"train.output_dir={_out(workdir, name)}", *extra]
     if ranks == 1:
-        return run_module("hornn_dist.train", *args)
+        return run_here("hornn_dist.train", *args)
     return launch_two_ranks("hornn_dist.train", *args)
 
 
@@ -284,7 +284,7 @@ def test_resume_with_another_engine(workdir: Path, straight_1: Path) -> None:
 
 
 def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
-    one = run_module("hornn_dist.evaluate", str(straight_1), "--split", "valid")
+    one = run_here("hornn_dist.evaluate", str(straight_1), "--split", "valid")
     two = launch_two_ranks("hornn_dist.evaluate", str(straight_1), "--split", "valid")
     check_ok(one)
     check_ok(two)
@@ -297,9 +297,7 @@ def test_evaluate_two_ranks_equals_one(straight_1: Path) -> None:
 
 
 def test_evaluate_plans_the_layers_for_the_streams_it_runs(straight_1: Path) -> None:
-    proc = run_module(
-        "hornn_dist.evaluate", str(straight_1), "--split", "valid", "--batch-size", "3"
-    )
+    proc = run_here("hornn_dist.evaluate", str(straight_1), "--split", "valid", "--batch-size", "3")
     check_ok(proc)
     [label] = [line for line in proc.stderr.splitlines() if "HORNN layers of" in line]
     assert " for 3 streams: " in label, label  # not the run's train.eval_batch_size (4)
@@ -340,19 +338,3 @@ def test_resume_on_another_number_of_processes(
     resumed, straight = final_weights(_out(workdir, name)), final_weights(straight_1)
     for key in straight:  # same data order for any process count: equal up to reduction order
         torch.testing.assert_close(resumed[key], straight[key], rtol=1e-4, atol=1e-5)
-
-
-def test_triton_engine_trains_like_fused(workdir: Path, straight_1: Path) -> None:
-    """`model.engine = "triton"` through the real CLI (kernels interpreted on CPU), resumed once."""
-    pytest.importorskip("triton")
-    name = "triton1"
-    engine = ("--set", "model.engine=triton")
-    check_ok(_train(workdir, name, *engine, "--set", f"train.max_steps={K_FIRST}"))
-    second = _train(workdir, name, *engine, "--set", f"train.max_steps={K_STEPS}")
-    check_ok(second)
-    assert "resuming from" in second.stderr
-    got, want = final_weights(_out(workdir, name)), final_weights(straight_1)
-    for key in want:  # the same model and data; the engines sum in different orders
-        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)
-    ppl = dict(scalars(_out(workdir, name))["test/ppl"])[K_STEPS]
-    assert ppl == pytest.approx(dict(scalars(straight_1)["test/ppl"])[K_STEPS], rel=1e-4)

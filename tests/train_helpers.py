@@ -138,8 +138,9 @@ def run_here(
     torch.set_num_threads(1)  # as OMP_NUM_THREADS=1 gives a child: the same sums, bit for bit
     root = logging.getLogger()
     root_handlers, root_level = list(root.handlers), root.level
+    child = env() | (extra_env or {})  # what a child of run_module would see
     os.environ.clear()
-    os.environ.update(env() | (extra_env or {}))  # what a child of run_module would see
+    os.environ.update(child)
     os.chdir(REPO)
     try:
         with (
