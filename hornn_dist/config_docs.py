@@ -34,9 +34,11 @@ A run is one TOML file with five sections; any key can be overridden with
 key, type or value stops with one line naming the key and what is allowed; numbers have upper
 bounds far past any model that trains (`optim.lr` <= 1000, `model.order` <= 4096, sizes <= 2^20,
 `train.collective_timeout` <= one week). Before its first step a run also refuses a model whose
-weights, gradients, momentum and one step's activations (the HORNN scan keeps order² x batch x
-hidden values) do not fit in the memory free to it: the GPU's, or the smaller of the machine's
-and its container's (cgroup v1 or v2 limit). The resolved config is written to
+weights, gradients, momentum, the optimizer's and the final scoring's copies (20 bytes a
+parameter), one step's activations (the HORNN scan keeps order² x batch x hidden values) and
+128 MiB for the rest of the run do not fit in the memory free to it: the GPU's, or the smaller
+of the machine's and its container's (cgroup v1 or v2 limit; in a real 512 MiB cgroup the
+largest size it accepts trains to the end, record `benchmarks/records/2026-11-27-cpu-memory-check/`). The resolved config is written to
 `output_dir/config.toml` and into every checkpoint.
 """
 

@@ -1,5 +1,5 @@
-"""Refuse a run that cannot fit before allocating it: its weights, gradients and momentum, and
-the activations one training step keeps.
+"""Refuse a run that cannot fit before allocating it: its weights, gradients and momentum, the
+optimizer's and the final scoring's copies, and the activations one training step keeps.
 
 The parameters are counted by building the model on PyTorch's meta device (shapes only, no
 memory), so the count is the real model's, whatever its architecture. The activations are
@@ -20,7 +20,12 @@ import torch
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, build_model
 
-BYTES_PER_PARAMETER = 12  # a float32 weight, its gradient and SGD's momentum buffer
+# a float32 weight, its gradient and SGD's momentum buffer (12), SGD's foreach temporaries at
+# each step (the gradients plus weight decay: 4) and the weights the test split is scored on at
+# the end (a second model: 4); measured 20.3 a parameter in a cgroup (benchmarks/records/
+# 2026-11-27-cpu-memory-check)
+BYTES_PER_PARAMETER = 20
+RUNTIME_BYTES = 128 << 20  # what the process loads after the check (TensorBoard, scoring)
 BYTES_PER_ACTIVATION = 4  # float32 (mixed precision halves some: the estimate stays above)
 # a cgroup's limit and usage: v2 names, then v1 names (memory.stat's reclaimable page cache)
 CGROUP_FILES = (
@@ -167,7 +172,7 @@ def check_fits(
     sharing = 1 if device.type == "cuda" else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     weights = count * BYTES_PER_PARAMETER
     activations = activation_elements(cfg, vocab_size, batch, bptt) * BYTES_PER_ACTIVATION
-    need = (weights + activations) * sharing
+    need = (weights + activations + RUNTIME_BYTES) * sharing
     free = available_bytes(device, cgroups)
     if need <= free:
         return count
