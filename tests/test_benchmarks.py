@@ -70,7 +70,11 @@ def runner(variant: str, mode: str = "eager", precision: str = "fp32", device: s
     return tp.Runner(tp.Case(variant, "paper", precision, mode), SHAPE, args, torch.device(device))
 
 
-@pytest.mark.parametrize("variant", STEP_VARIANTS)
+@pytest.mark.parametrize(
+    "variant",
+    # the triton variant interprets its kernels: the full tier's
+    [pytest.param(v, marks=pytest.mark.integration) if "triton" in v else v for v in STEP_VARIANTS],
+)
 def test_the_timed_step_lowers_loss_on_repeated_data_and_carries_state_in_place(variant):
     if variant in TRITON_VARIANTS and triton_cpu_reason() is not None:
         pytest.skip(triton_cpu_reason())
@@ -114,6 +118,7 @@ def test_compiled_mode_compiles_the_trainers_step_body():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.integration
 def test_main_writes_every_row_to_the_json(tmp_path):
     out = tmp_path / "t.json"
     rows = tp.main([*FAST, "--configs", "paper,big", "--json", str(out)])
@@ -206,6 +211,7 @@ def test_triton_variants_are_cuda_defaults_only_where_the_engine_runs(monkeypatc
     assert tp.parse_args(["--device", "cuda", "--variants", four[0]]).variants == four[:1]
 
 
+@pytest.mark.integration
 def test_triton_variant_runs_under_the_interpreter(tmp_path):
     if triton_cpu_reason() is not None:
         pytest.skip(triton_cpu_reason())
@@ -453,6 +459,7 @@ def test_shard_check_benchmark_times_every_row_cold_and_warm(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
 
 
+@pytest.mark.integration
 def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path, capsys):
     """benchmarks/scaling.py at a tiny size on CPU: the step, the fp32 gradient bytes and a real
     2-process gloo all-reduce are measured; the table and the JSON hold a projected row for
@@ -507,6 +514,7 @@ def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path
         assert done.stderr.strip().splitlines() == [message]
 
 
+@pytest.mark.integration
 def test_all_reduce_mode_times_the_multi_process_step_against_the_one_process_one(tmp_path):
     """eager-ar runs TrainStep(reduce=True) in a one-process gloo group: the steps are the
     eager row's, and its row gives the ratio to that row."""

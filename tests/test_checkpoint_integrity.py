@@ -166,6 +166,7 @@ def test_best_checkpoint_must_be_a_step_folder_of_the_run(
         ckpt.resolve_checkpoint(run / "checkpoints" / "best")
 
 
+@pytest.mark.integration
 def test_a_second_run_into_the_same_folder_is_refused(workdir: Path) -> None:
     out = workdir / "locked"
     args = [str(workdir / "config.toml"), "--set", f"train.output_dir={out}"]

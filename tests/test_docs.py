@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
-import sys
 
 from hornn_dist.config_docs import field_comments, render
-from tests.train_helpers import REPO, env
+from tests.train_helpers import REPO, run_here
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 PAGES = sorted((REPO / "docs").glob("*.md"))
 
 
 def test_config_doc_is_what_the_command_writes() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "hornn_dist.config_docs", "--check"],
-        capture_output=True, text=True, cwd=REPO, env=env(),
-    )  # fmt: skip
+    proc = run_here("hornn_dist.config_docs", "--check")
     assert proc.returncode == 0, proc.stderr
     assert (REPO / "docs" / "config.md").read_text(encoding="utf-8") == render()
 

@@ -84,6 +84,7 @@ def _continuation(proc, prompt: str) -> str:
     return proc.stdout[len(prompt) :]
 
 
+@pytest.mark.integration
 def test_a_capitalised_punctuated_prompt_reads_as_its_lowercase_words(demo_run: Path) -> None:
     typed = "And God said unto Moses, Behold!"
     as_read = "and god said unto moses behold"
@@ -119,6 +120,7 @@ def test_a_capitalised_punctuated_prompt_reads_as_its_lowercase_words(demo_run: 
     assert warnings == ["warning: --prompt words not in the vocabulary, read as <unk>: 'Zzyzx'"]
 
 
+@pytest.mark.integration
 def test_temperature_zero_is_greedy_and_a_seed_repeats_the_text(demo_run: Path) -> None:
     def generate(*args: str):
         proc = run_here("hornn_dist.generate", str(demo_run), "--prompt", "and god",
@@ -135,6 +137,7 @@ def test_temperature_zero_is_greedy_and_a_seed_repeats_the_text(demo_run: Path) 
     assert generate("--seed", seeds[0]).stdout == fresh.stdout  # ... and samples it again
 
 
+@pytest.mark.integration
 def test_an_export_reads_prompts_the_same_through_transformers(
     demo_run: Path, tmp_path: Path
 ) -> None:

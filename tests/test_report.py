@@ -102,6 +102,7 @@ def _one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.integration
 def test_report_writes_tables_with_the_papers_numbers_and_real_pngs(
     runs: Path, tmp_path: Path
 ) -> None:
@@ -149,6 +150,7 @@ def test_report_writes_tables_with_the_papers_numbers_and_real_pngs(
             assert image.format == "PNG" and image.width > 0 and image.height > 0
 
 
+@pytest.mark.integration
 def test_flags_override_the_sweeps_layout_and_paper(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "alpha"
     proc = run_here(
@@ -235,6 +237,7 @@ def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:
     assert "pass the output_dir of a sweep, e.g. runs/sweeps/demo_orders" in line
 
 
+@pytest.mark.integration
 def test_a_folder_without_a_finished_run_is_one_line(runs: Path, tmp_path: Path) -> None:
     only = tmp_path / "only_unfinished"
     shutil.copytree(runs / "lstm", only / "lstm")
@@ -244,6 +247,7 @@ def test_a_folder_without_a_finished_run_is_one_line(runs: Path, tmp_path: Path)
     assert not (only / "report").exists()
 
 
+@pytest.mark.integration
 def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     code = (

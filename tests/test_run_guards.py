@@ -27,7 +27,7 @@ from tests.train_helpers import (
     children,
     env,
     read_until,
-    run_module,
+    run_here,
     start,
     two_rank_command,
     write_tiny_config,
@@ -37,13 +37,13 @@ from tests.train_helpers import (
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("guards")
-    check_ok(run_module("hornn_dist.prepare", str(write_tiny_config(folder))))
+    check_ok(run_here("hornn_dist.prepare", str(write_tiny_config(folder))))
     return folder
 
 
 def train(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
     args = [str(workdir / "config.toml"), "--set", f"train.output_dir={workdir / 'run'}"]
-    return run_module("hornn_dist.train", *args, "--no-resume", *extra)
+    return run_here("hornn_dist.train", *args, "--no-resume", *extra)
 
 
 def only_error_line(proc: subprocess.CompletedProcess) -> str:

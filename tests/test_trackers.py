@@ -61,6 +61,7 @@ def test_a_tracker_not_installed_is_one_line_naming_its_extra(tmp_path: Path) ->
     ]
 
 
+@pytest.mark.integration
 def test_mlflow_offline_stores_the_same_scalars_and_the_hyper_parameters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

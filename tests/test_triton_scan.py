@@ -51,18 +51,40 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 on_cpu = pytest.mark.skipif(not ts.INTERPRETED, reason="runs the kernels under the interpreter")
 
 
+def tiered(cases: list[tuple], default: list[tuple]) -> list:
+    """Return `cases` as pytest params, those not in `default` marked integration: the default
+    tier interprets a few kernels of each test, the full tier every case (the interpreter is
+    the slowest part of the suite)."""
+    return [
+        pytest.param(*case, marks=() if case in default else pytest.mark.integration)
+        for case in cases
+    ]
+
+
 @on_cpu
-@pytest.mark.parametrize("num_layers", [1, 2])
 @pytest.mark.parametrize(
-    "pooling,order,activation", list(itertools.product(POOLINGS, [1, 3], ACTIVATIONS))
+    "num_layers,pooling,order,activation",
+    tiered(
+        list(itertools.product([1, 2], POOLINGS, [1, 3], ACTIVATIONS)),
+        default=[(2, pooling, 3, "tanh") for pooling in POOLINGS] + [(1, "gated", 1, "relu")],
+    ),
 )
 def test_triton_matches_reference(num_layers, pooling, order, activation):
     check_engine_against_reference("triton", num_layers, pooling, order, activation)
 
 
 @on_cpu
-@pytest.mark.parametrize("pooling", POOLINGS)
-@pytest.mark.parametrize("T,batch,hidden", [(1, 1, 5), (4, 17, 33), (3, 70, 20)])
+@pytest.mark.parametrize(
+    "pooling,T,batch,hidden",
+    tiered(
+        [
+            (pooling, *size)
+            for pooling in POOLINGS
+            for size in [(1, 1, 5), (4, 17, 33), (3, 70, 20)]
+        ],
+        default=[(pooling, 4, 17, 33) for pooling in POOLINGS],
+    ),
+)
 def test_tiles_cover_odd_sizes(pooling, T, batch, hidden):
     """Batch and hidden sizes that are not multiples of the tiles, more than one tile each way."""
     check_layer_against_reference(pooling, order=2, T=T, batch=batch, hidden=hidden, seed=11)
@@ -83,8 +105,17 @@ def check_layer_against_reference(
 
 
 @on_cpu
-@pytest.mark.parametrize("pooling", POOLINGS)
-@pytest.mark.parametrize("tiles", [(16, 16, 16, 4, 2), (16, 16, 16, 4, 3), (16, 32, 32, 4, 4)])
+@pytest.mark.parametrize(
+    "pooling,tiles",
+    tiered(
+        list(
+            itertools.product(
+                POOLINGS, [(16, 16, 16, 4, 2), (16, 16, 16, 4, 3), (16, 32, 32, 4, 4)]
+            )
+        ),
+        default=[("gated", (16, 16, 16, 4, 3)), ("max", (16, 32, 32, 4, 4))],
+    ),
+)
 def test_split_k_matches_reference(monkeypatch, pooling, tiles):
     """K split over programs (the last of a tile sums the partials): the same values, also
     where a split is short (hidden 40 = 16 + 16 + 8) or empty (40 in 32-chunks over 4)."""
