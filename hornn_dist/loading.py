@@ -383,8 +383,6 @@ def _check_finite(weights: dict[str, torch.Tensor], what: str) -> None:
         )
 
 
-
-
 def load_model_for(
     folder: Path, cfg: RunConfig, corpus: Corpus | Vocabulary, accelerator: Any, batch: int
 ) -> torch.nn.Module:
