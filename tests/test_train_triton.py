@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_train import K_FIRST, K_STEPS, _out, _train
+from tests.test_train import _out, _train
 from tests.train_helpers import check_ok, final_weights, run_here, scalars, write_tiny_config
 
 # a real training run, resumed once, with the kernels under Triton's interpreter
 pytestmark = pytest.mark.integration
+
+K_STEPS = 16  # crosses the first epoch's end at 14 (the interpreter is slow: fewer than test_train)
+K_FIRST = 5  # stop mid-epoch 0, resume to K_STEPS
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def straight_1(workdir: Path) -> Path:
-    """test_train's straight one-process run of the fused engine."""
+    """A straight one-process run of the fused engine, as test_train's."""
     check_ok(_train(workdir, "straight1", "--set", f"train.max_steps={K_STEPS}"))
     return _out(workdir, "straight1")
 
