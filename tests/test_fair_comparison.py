@@ -18,7 +18,6 @@ import statistics
 from pathlib import Path
 
 import pytest
-import torch
 
 from hornn_dist.config import load_config
 from hornn_dist.errors import ConfigError
@@ -38,7 +37,13 @@ from hornn_dist.experiments.speed import read_speed_record
 from hornn_dist.files import write_json
 from hornn_dist.models import ModelConfig, build_model
 from tests.fabricated_runs import curve, write_run
-from tests.train_helpers import REPO, markdown_table, run_here, run_module, write_tiny_config
+from tests.train_helpers import (
+    REPO,
+    markdown_table,
+    run_here,
+    run_module,
+    write_sweep,
+)
 
 H100_RECORD = REPO / "benchmarks" / "records" / "2026-11-27-h100-16977fd"
 
@@ -108,19 +113,6 @@ def test_a_target_no_size_reaches_is_one_line() -> None:
     cfg = ModelConfig(arch="lstm", hidden_size=8, embedding_size=8)
     with pytest.raises(ConfigError, match=r"no model.hidden_size gives this lstm model 10 "):
         matched_hidden_size(cfg, 1000, 10)
-
-
-def write_sweep(folder: Path, text: str, **model: object) -> Path:
-    """Write a sweep file over the tiny corpus's config (base = tiny.toml); return its path."""
-    config = (
-        write_tiny_config(folder / "data", model=dict(model))
-        if model
-        else write_tiny_config(folder / "data")
-    )
-    (folder / "tiny.toml").write_text(config.read_text())
-    path = folder / "sweep.toml"
-    path.write_text(f'base = "tiny.toml"\noutput_dir = "{folder / "runs"}"\n{text}')
-    return path
 
 
 MATCHED = """
@@ -564,4 +556,3 @@ def test_a_matched_sweep_trains_and_reports_fair(tmp_path: Path) -> None:
         for r in markdown_table(report.stdout, "## All runs")
     }
     assert abs(params["rnn-m-s1--a"] / params["fofe-s1--a"] - 1) <= MATCH_TOLERANCE
-    assert torch.get_num_threads() >= 1

@@ -19,26 +19,16 @@ from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.experiments.results import read_runs
 from hornn_dist.experiments.runner import cpu_slots, gpu_slots, train_command
-from tests.train_helpers import REPO, env, markdown_table, run_here, run_module, write_tiny_config
-
-DEMO_ORDERS = REPO / "configs" / "sweeps" / "demo_orders.toml"
-# demo_orders shrunk to a few steps per run of a tiny model; the corpus is the bundled one
-SHRINK = (
-    "train.max_steps=3",
-    "model.hidden_size=8",
-    "model.embedding_size=8",
-    "train.eval_batch_size=40",
-    "log.tensorboard=false",
+from tests.train_helpers import (
+    REPO,
+    env,
+    markdown_table,
+    run_here,
+    run_module,
+    write_sweep,
 )
 
-
-def write_sweep(folder: Path, text: str) -> Path:
-    """Write a sweep file next to a tiny run config (`base = "tiny.toml"`); return its path."""
-    config = write_tiny_config(folder / "data")
-    (folder / "tiny.toml").write_text(config.read_text())
-    path = folder / "sweep.toml"
-    path.write_text(f'base = "tiny.toml"\noutput_dir = "{folder / "runs"}"\n{text}')
-    return path
+DEMO_ORDERS = REPO / "configs" / "sweeps" / "demo_orders.toml"
 
 
 # ---------------------------------------------------------------- the sweep file

@@ -24,18 +24,9 @@ from hornn_dist.experiments.plan import read_sweep, run_name_problem
 from hornn_dist.experiments.runner import SWEEP_LOCK
 from hornn_dist.training.run_lock import RunLock
 from tests.fabricated_runs import curve, write_run
-from tests.train_helpers import REPO, env, run_here, write_tiny_config
+from tests.train_helpers import REPO, env, run_here, write_sweep
 
 BAD_NAMES = ["a/../../../pwn", "..", ".", "a/b", "/abs", "x y", "", "ä"]
-
-
-def write_sweep(folder: Path, text: str) -> Path:
-    """Write a sweep file next to a tiny run config (`base = "tiny.toml"`); return its path."""
-    config = write_tiny_config(folder / "data")
-    (folder / "tiny.toml").write_text(config.read_text())
-    path = folder / "sweep.toml"
-    path.write_text(f'base = "tiny.toml"\noutput_dir = "{folder / "runs"}"\n{text}')
-    return path
 
 
 # ---------------------------------------------------------------- item 2: names that are paths

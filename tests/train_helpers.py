@@ -76,6 +76,16 @@ def write_tiny_config(folder: Path, train_words: int = 420, **sections: dict) ->
     return path
 
 
+def write_sweep(folder: Path, text: str, **model: object) -> Path:
+    """Write a sweep file over the tiny corpus's config (`base = "tiny.toml"`, its [model]
+    updated by `model`), its runs in folder/runs; return its path."""
+    config = write_tiny_config(folder / "data", model=dict(model))
+    (folder / "tiny.toml").write_text(config.read_text())
+    path = folder / "sweep.toml"
+    path.write_text(f'base = "tiny.toml"\noutput_dir = "{folder / "runs"}"\n{text}')
+    return path
+
+
 def prepared_tiny(folder: Path, **sections: dict) -> Path:
     """Write the tiny corpus and config into `folder` (`write_tiny_config`), prepare it; return
     `folder`."""
