@@ -39,6 +39,7 @@ from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
 from hornn_dist.files import CHECKSUMS
 from hornn_dist.models.config import EXECUTION_MODEL_KEYS
+from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, RUN_LOG, TENSORBOARD
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ CHECKPOINT_ARG_HELP = (
     "a checkpoint folder, a run directory (newest checkpoint), or <run>/checkpoints/latest|best"
 )
 STATE_FILE = "trainer_state.json"
-CONFIG_FILE = "config.toml"
-RUN_LOG = "train.log"  # a run's own log, in its output_dir (training/run_log.py)
 WEIGHTS = "model.safetensors"
 REQUIRED = (WEIGHTS, STATE_FILE, CONFIG_FILE)  # files checksums.json must list
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
@@ -56,7 +55,7 @@ _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 def checkpoint_root(output_dir: str | Path) -> Path:
     """Return the folder that holds a run's checkpoints."""
-    return Path(output_dir) / "checkpoints"
+    return Path(output_dir) / CHECKPOINTS
 
 
 def step_dir_name(step: int) -> str:
@@ -165,7 +164,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """Return the checkpoint folder meant by a checkpoint, a run directory, or `<run>/checkpoints/latest|best`."""
     path = Path(path)
     if path.name in ("latest", "best") and not path.exists():
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        run_dir = path.parent.parent if path.parent.name == CHECKPOINTS else path.parent
         return _latest_or_best(run_dir, path.name)
     if not path.exists():
         raise CheckpointError(
@@ -174,9 +173,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
     problem = problem_with(path, deep=False)
     if problem is None:
         return path
-    if (path / "checkpoints").is_dir():
+    if (path / CHECKPOINTS).is_dir():
         return _latest_or_best(path, "latest")
-    if path.name == "checkpoints" and path.is_dir():
+    if path.name == CHECKPOINTS and path.is_dir():
         return _latest_or_best(path.parent, "latest")
     if _STEP_DIR.match(path.name):
         raise CheckpointError(f"checkpoint {path} is incomplete: {problem}; use an older one")
@@ -437,9 +436,9 @@ def set_aside_previous_run(output_dir: str | Path) -> Path | None:
     shows one run). The run lock `.lock` stays: the new run holds it.
     """
     out = Path(output_dir)
-    if not any((out / name).exists() for name in ("checkpoints", "tensorboard")):
+    if not any((out / name).exists() for name in (CHECKPOINTS, TENSORBOARD)):
         return None
-    previous = [out / name for name in ("checkpoints", "tensorboard", CONFIG_FILE, RUN_LOG)]
+    previous = [out / name for name in (CHECKPOINTS, TENSORBOARD, CONFIG_FILE, RUN_LOG)]
     base = out if out.name not in ("", ".", "..") else out.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target, n = base.with_name(f"{base.name}.replaced-{stamp}"), 1

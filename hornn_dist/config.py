@@ -24,6 +24,7 @@ from hornn_dist.checks import (
 from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import ConfigError
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.run_layout import CONFIG_FILE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -343,7 +344,7 @@ def add_set_option(
 def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
     """Return the tables of a TOML file; raise ConfigError (one line) naming `what` it is."""
     if path.is_dir():
-        inside = path / "config.toml"  # a run folder (checkpoint.CONFIG_FILE)
+        inside = path / CONFIG_FILE  # a run folder
         hint = f" (a run's own config is {inside})" if inside.is_file() else ""
         raise ConfigError(
             f"{what} {path} is a folder, not a file; pass a TOML file such as {example}{hint}"

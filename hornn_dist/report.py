@@ -141,7 +141,7 @@ def damaged_runs(runs_dir: Path, records: list[RunRecord], sweep: dict) -> list[
     by_name = {r.folder.name: r for r in records}
     if sweep:
         folders = [runs_dir / str(entry["name"]) for entry in sweep["runs"]]
-    elif (runs_dir / "checkpoints").is_dir():  # one run's own folder
+    elif ckpt.checkpoint_root(runs_dir).is_dir():  # one run's own folder
         folders = [runs_dir]
     else:
         folders = sorted(p for p in runs_dir.iterdir() if p.is_dir())

@@ -12,11 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from hornn_dist.checkpoint import checkpoint_root
 from hornn_dist.errors import PathError, naming_path, os_error_line
-from hornn_dist.training.run_lock import LOCK_FILE
-
-TENSORBOARD = "tensorboard"  # Accelerate's tracker writes into output_dir/<its name>
+from hornn_dist.run_layout import CHECKPOINTS, LOCK_FILE, TENSORBOARD
 
 
 def check_writable_folder(folder: str | os.PathLike[str], key: str) -> None:
@@ -39,7 +36,7 @@ def check_run_folder(out: str | os.PathLike[str], key: str = "train.output_dir")
     that its lock is not a folder."""
     out = Path(out)
     check_writable_folder(out, key)
-    for folder in (checkpoint_root(out), out / TENSORBOARD):
+    for folder in (out / CHECKPOINTS, out / TENSORBOARD):
         if os.path.lexists(folder):
             check_writable_folder(folder, key)
     lock = out / LOCK_FILE

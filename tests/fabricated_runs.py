@@ -19,6 +19,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.files import write_json, write_text
 from hornn_dist.models import build_model
+from hornn_dist.run_layout import CONFIG_FILE
 from hornn_dist.training.optim import LrSchedule
 
 STEPS_PER_EPOCH = 10
@@ -96,7 +97,7 @@ def write_run(
     folder = ckpt.checkpoint_root(out) / ckpt.step_dir_name(step)
     folder.mkdir(parents=True)
     ckpt.save_weights(model, folder / ckpt.WEIGHTS)
-    write_text(folder / ckpt.CONFIG_FILE, config.to_toml())
+    write_text(folder / CONFIG_FILE, config.to_toml())
     write_json(folder / ckpt.STATE_FILE, state, indent=2)
     ckpt.write_checksums(folder)
     write_text(folder / ckpt.DONE, f"step {step}\n")

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, load_config, to_toml
 from hornn_dist.errors import CheckpointError
+from hornn_dist.run_layout import CONFIG_FILE
 
 VOCAB_HASH = "abc123"
 
@@ -42,7 +43,7 @@ def make_checkpoint(
     if corpus_hash is not None:
         state["corpus_hash"] = corpus_hash
     (folder / ckpt.STATE_FILE).write_text(json.dumps(state))
-    (folder / ckpt.CONFIG_FILE).write_text(to_toml((cfg or RunConfig()).to_dict()))
+    (folder / CONFIG_FILE).write_text(to_toml((cfg or RunConfig()).to_dict()))
     save_file({"w": torch.full((3,), float(step))}, str(folder / ckpt.WEIGHTS))
     ckpt.write_checksums(folder)
     if done:

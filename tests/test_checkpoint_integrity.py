@@ -14,6 +14,7 @@ import torch
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.errors import CheckpointError
+from hornn_dist.run_layout import CONFIG_FILE
 from tests.train_helpers import (
     check_ok,
     final_weights,
@@ -239,10 +240,10 @@ def test_evaluate_prepares_nothing_from_a_checkpoints_paths(
     newest = step_dir(run, 10)
     secret, elsewhere = tmp_path / "secret.txt", tmp_path / "elsewhere"
     secret.write_text("not for training\n")
-    text = (newest / ckpt.CONFIG_FILE).read_text()
+    text = (newest / CONFIG_FILE).read_text()
     text = text.replace(str(workdir / "train.txt"), str(secret))
     text = text.replace(str(workdir / "cache"), str(elsewhere))
-    (newest / ckpt.CONFIG_FILE).write_text(text)
+    (newest / CONFIG_FILE).write_text(text)
     ckpt.write_checksums(newest)
     proc = run_here("hornn_dist.evaluate", str(run), "--split", "valid")
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -17,6 +17,7 @@ from hornn_dist.config import load_config
 from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.data.shards import TOKENIZER, open_corpus
 from hornn_dist.errors import DataError
+from hornn_dist.run_layout import CONFIG_FILE
 from tests.train_helpers import check_ok, prepared_tiny, run_here, train_into, write_tiny_config
 
 PRECIOUS = "a user's file, not the run's\n"
@@ -72,10 +73,10 @@ def test_a_linked_config_toml_is_replaced_and_its_target_kept(
     precious = user_file(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
-    (out / ckpt.CONFIG_FILE).symlink_to(precious)
+    (out / CONFIG_FILE).symlink_to(precious)
     check_ok(train_into(workdir, out, "--set", "train.max_steps=2"))
     assert precious.read_text() == PRECIOUS
-    written = out / ckpt.CONFIG_FILE
+    written = out / CONFIG_FILE
     assert not written.is_symlink() and load_config(written).train.max_steps == 2
 
 

@@ -12,6 +12,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.errors import ConfigError, HornnError
 from hornn_dist.experiments.plan import RUNS_FILE, run_name_problem
+from hornn_dist.run_layout import CONFIG_FILE
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.resume import completion
 
@@ -94,7 +95,7 @@ def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, dict[str, Any]] | N
     damaged: list[str] = []
     for step in reversed(ckpt.step_folders(folder) if folder.is_dir() else []):
         problem = ckpt.problem_with(step, deep=False) or ckpt.problem_with(
-            step, deep=True, only=(ckpt.STATE_FILE, ckpt.CONFIG_FILE)
+            step, deep=True, only=(ckpt.STATE_FILE, CONFIG_FILE)
         )
         if problem is None:
             try:

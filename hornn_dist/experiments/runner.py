@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.experiments.params import (
     fmt_params,
     recurrent_parameters,
@@ -35,12 +34,12 @@ from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
 from hornn_dist.experiments.results import read_run
 from hornn_dist.experiments.tables import fmt_duration
 from hornn_dist.files import open_for_writing, write_json
+from hornn_dist.run_layout import RUN_LOG
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.sweep")
 
-LOG_FILE = ckpt.RUN_LOG  # written by the run itself; its console goes there too
 SWEEP_LOCK = ".sweep.lock"  # in output_dir, held by the sweep that trains there
 
 
@@ -202,7 +201,7 @@ def _start(
 ) -> _Running:
     folder = plan.output_dir / run.name
     folder.mkdir(parents=True, exist_ok=True)
-    log = open_for_writing(folder / LOG_FILE, append=True, binary=False)  # closed at the end
+    log = open_for_writing(folder / RUN_LOG, append=True, binary=False)  # closed at the end
     env_slot = slots[slot]
     if "CUDA_VISIBLE_DEVICES" in env_slot:
         where = f" on GPU {env_slot['CUDA_VISIBLE_DEVICES']}"
@@ -218,7 +217,7 @@ def _start(
         "resuming" if resuming else "training",
         where,
         size_note(run),
-        folder / LOG_FILE,
+        folder / RUN_LOG,
     )
     env = {**os.environ, **slots[slot]}
     process = subprocess.Popen(
@@ -269,8 +268,8 @@ def _report_end(
             prefix,
             code,
             took,
-            _last_error(folder / LOG_FILE),
-            folder / LOG_FILE,
+            _last_error(folder / RUN_LOG),
+            folder / RUN_LOG,
         )
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.files import link_refused
-
-LOCK_FILE = ".lock"
+from hornn_dist.run_layout import LOCK_FILE
 
 
 class RunLock:

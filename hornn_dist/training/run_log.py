@@ -17,11 +17,10 @@ import time
 import traceback
 from pathlib import Path
 
-from hornn_dist.checkpoint import RUN_LOG
 from hornn_dist.errors import HornnError, first_line
 from hornn_dist.files import open_for_writing
+from hornn_dist.run_layout import RUN_LOG
 
-LOG_FILE = RUN_LOG
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
@@ -52,7 +51,7 @@ class RunLog:
         `started`, then the held lines, then every line logged until `close()`."""
         if not self.is_main:
             return
-        self.path = output_dir / LOG_FILE
+        self.path = output_dir / RUN_LOG
         stream = open_for_writing(self.path, append=True, binary=False)  # never through a link
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         separator = f"===== {stamp} {started} ====="

@@ -29,6 +29,7 @@ from accelerate.tracking import LOGGER_TYPE_TO_CLASS, GeneralTracker
 
 from hornn_dist.config import TRACKER_MODULES
 from hornn_dist.errors import ConfigError, described
+from hornn_dist.run_layout import MLFLOW_STORE
 from hornn_dist.runtime import skip_exit_handlers
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ RUN_NAME_KEY = {"wandb": "name", "mlflow": "run_name", "comet_ml": "experiment_n
 # seconds the run waits for a tracker's start, and for its last values at the end, before it goes
 # on without it (a stop signal is answered after at most this wait)
 WAIT_S = 20.0
-MLFLOW_STORE = "mlruns"  # mlflow's file store in the run folder, without MLFLOW_TRACKING_URI
 
 
 def require_installed(names: list[str]) -> None:

@@ -28,6 +28,7 @@ from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
+from hornn_dist.run_layout import CONFIG_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.runtime import (
     StopFlag,
     build_accelerator,
@@ -48,7 +49,7 @@ from hornn_dist.training.optim import (
 )
 from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
 from hornn_dist.training.run_lock import RunLock
-from hornn_dist.training.run_log import LOG_FILE, RunLog
+from hornn_dist.training.run_log import RunLog
 from hornn_dist.training.scoring import EvalResult, score_split, split_stream
 from hornn_dist.training.step_setup import needs_fused_sgd, step_for_accelerator
 from hornn_dist.wording import counted
@@ -91,7 +92,7 @@ class Trainer:
         # the run's first line says where it is (rank 0 by the launcher's RANK: the
         # Accelerator, which says it again, may wait for the other processes first)
         setup_logging(os.environ.get("RANK", "0") == "0")
-        logger.info("run folder %s: checkpoints/, config.toml, log %s", self.out, LOG_FILE)
+        logger.info("run folder %s: checkpoints/, config.toml, log %s", self.out, RUN_LOG)
         self.accelerator = build_accelerator(
             cfg.train.mixed_precision, self.out, built, cfg.train.collective_timeout
         )
@@ -179,7 +180,7 @@ class Trainer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_text(self.out / ckpt.CONFIG_FILE, self.cfg.to_toml())  # atomic, never a link
+            write_text(self.out / CONFIG_FILE, self.cfg.to_toml())  # atomic, never a link
         started = f"resumed from {resumed}" if resumed is not None else "fresh run"
         self.run_log.open(self.out, started)
         logger.info("run folder %s (%s)", self.out, started)
@@ -339,7 +340,7 @@ class Trainer:
             return
         kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
         # no config= here: Accelerate would put the hyper-parameters in a second, timestamped run
-        self.accelerator.init_trackers("tensorboard", init_kwargs=kwargs)
+        self.accelerator.init_trackers(TENSORBOARD, init_kwargs=kwargs)
         if not self.accelerator.is_main_process:
             return
         # the other trackers start a run of their own each time: each gets the hyper-parameters
