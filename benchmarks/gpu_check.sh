@@ -12,8 +12,8 @@
 # at most 8: pack them into one archive after the script):
 #   summary.txt                  environment, then one line per step: exit code and seconds
 #   scaleout_tests.log           (0) the multi-process step on CUDA: pytest of its graphs vs
-#                                    eager steps (all-reduce between two graphs, and inside
-#                                    one) in a 1-process NCCL group, and two processes sharing
+#                                    eager steps (the exchange between two graphs) in a
+#                                    1-process NCCL group, and two processes sharing
 #                                    the GPU (gloo over CUDA tensors): graphed == eager == DDP,
 #                                    and == one process on both batches; then the trainer in
 #                                    fp16 (graphed, fused SGD), 200 steps, resumed to 400
@@ -21,8 +21,7 @@
 #                                    and lstm graphed (one process) vs graphed-ar (the trainer's
 #                                    multi-process step, NCCL world size 1), eager-ar and
 #                                    eager-ddp (the old path); the goal: graphed-ar >= 0.9x
-#                                    graphed; then, in a run of its own, hornn-fofe bf16
-#                                    ingraph-ar (the all-reduce captured) beside graphed-ar
+#                                    graphed
 #   scaling.log / .json          (0) benchmarks/scaling.py, paper+big, bf16: per-GPU graphed
 #                                    step, gradient bytes, 1-rank NCCL all-reduce, projected
 #                                    tokens/s and efficiency for 1-64 GPUs
@@ -117,14 +116,6 @@ if want scaleout; then
     --modes graphed,graphed-ar,eager-ar,eager-ddp --variants hornn-fofe,lstm --rounds 3 \
     --json "$OUT/scaleout.json"
   sed -n '/^== the multi-process path/,$p' "$OUT/scaleout.log" >>"$SUMMARY"
-  # the other route, the all-reduce captured in the graph: its own run, so that a failed NCCL
-  # capture cannot disturb the rows above
-  step scaleout_ingraph 60 "$OUT/scaleout.log" \
-    "$PY" benchmarks/throughput.py --device cuda --configs paper,big --precisions bf16 \
-    --modes graphed,graphed-ar,ingraph-ar --variants hornn-fofe --rounds 3 \
-    --json "$WORK/scaleout_ingraph.json"
-  echo "== the all-reduce inside the graph (ingraph-ar) vs between two (graphed-ar)" >>"$SUMMARY"
-  sed -n '/^== the multi-process path/,$p' "$OUT/scaleout.log" | tail -n 4 >>"$SUMMARY"
   step scaling 90 "$OUT/scaling.log" \
     "$PY" benchmarks/scaling.py --device cuda --configs paper,big --json "$OUT/scaling.json"
   grep -e "^measured:" "$OUT/scaling.log" >>"$SUMMARY"

@@ -359,8 +359,10 @@ def test_the_multi_process_path_in_one_process_takes_the_same_steps(one_process_
     assert all(p.grad.untyped_storage().data_ptr() == flat for p in reducing.params)  # views
 
 
-def _graphs_vs_eager_reducing(reduce_in_graph: bool, rtol: float = 1e-5) -> None:
+@cuda
+def test_cuda_graphs_with_the_all_reduce_between_equal_eager_steps(one_process_group):
     """Replayed graphs of the multi-process path equal its eager steps (NCCL, one process)."""
+    one_process_group("nccl")
     cfg, data = run_config("gated"), batches(12, seed=3)
     device = torch.device("cuda")
     results = []
@@ -370,27 +372,14 @@ def _graphs_vs_eager_reducing(reduce_in_graph: bool, rtol: float = 1e-5) -> None
         step = TrainStep(
             model, model, build_optimizer(model, cfg.optim), device=device, batch_size=B,
             bptt=T, optim=cfg.optim, graph_reason=graph_reason, reduce=True,
-            reduce_in_graph=reduce_in_graph,
         )  # fmt: skip
         results.append((step, steps_with_the_lr_halved(step, data)))
     (graphed, g_loss), (eager, e_loss) = results
-    assert graphed.captures == 2 and len(graphed.graphs) == (1 if reduce_in_graph else 2)
-    torch.testing.assert_close(g_loss, e_loss, rtol=rtol, atol=1e-6)
-    torch.testing.assert_close(graphed.norms, eager.norms, rtol=rtol, atol=1e-6)
+    assert graphed.captures == 2 and len(graphed.graphs) == 2
+    torch.testing.assert_close(g_loss, e_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(graphed.norms, eager.norms, rtol=1e-5, atol=1e-6)
     for p, q in zip(graphed.core.parameters(), eager.core.parameters(), strict=True):
-        torch.testing.assert_close(p, q, rtol=rtol, atol=1e-6)
-
-
-@cuda
-def test_cuda_graphs_with_the_all_reduce_between_equal_eager_steps(one_process_group):
-    one_process_group("nccl")
-    _graphs_vs_eager_reducing(reduce_in_graph=False)
-
-
-@cuda
-def test_cuda_graph_with_the_all_reduce_inside_equals_eager_steps(one_process_group):
-    one_process_group("nccl")
-    _graphs_vs_eager_reducing(reduce_in_graph=True)
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
 def scaled_step(cfg, init_scale: float, loss_factor: torch.Tensor | None = None):

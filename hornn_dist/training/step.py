@@ -22,9 +22,8 @@ one `torch.distributed.all_reduce` averages after the backward, scaled first by 
 DDP's reducer does, so two ranks step exactly as DDP's two ranks would. With a graph, one
 process captures its whole step in one graph; several capture `forward_backward` and `update`
 as two graphs sharing one memory pool and run the all-reduce eagerly between them (any
-backend: NCCL, or gloo over CUDA tensors). `reduce_in_graph` captures the all-reduce inside one
-graph instead (NCCL only); `REDUCE_IN_GRAPH` is the trainer's choice, and
-docs/performance.md ("Graphed multi-process step") says why.
+backend: NCCL, or gloo over CUDA tensors); docs/performance.md ("Graphed multi-process step")
+says why this route.
 
 When a graph applies (CUDA and `train.cuda_graph = true`),
 the first `WARMUP_STEPS` steps of a run (and of a resumed run) run eagerly on a side stream
@@ -66,7 +65,6 @@ from hornn_dist.training.optim import clip_gradients, resolve_clip
 logger = logging.getLogger("hornn_dist")
 
 WARMUP_STEPS = 3  # eager steps before capture (momentum buffers, cuBLAS/cuDNN handles, NCCL)
-REDUCE_IN_GRAPH = False  # several processes: all-reduce between two graphs (see the docstring)
 
 
 def flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:
@@ -102,8 +100,6 @@ class TrainStep:
         only); the trainer's comes from `step_setup.graph_unavailable_reason`.
     reduce: average the gradients over the processes of torch.distributed's default group
         (which must be initialised); the processes start from rank 0's weights.
-    reduce_in_graph: with `reduce` and a graph, capture the all-reduce in the one graph
-        (NCCL) instead of running it between two.
     backward: runs the backward of the loss (default `Tensor.backward`).
     unscale: called after the gradients are averaged, before they are read (fp16's unscaling).
     autocast: returns the context the forward runs in (default none).
@@ -121,7 +117,6 @@ class TrainStep:
         optim: OptimConfig,
         graph_reason: str | None,
         reduce: bool = False,
-        reduce_in_graph: bool = REDUCE_IN_GRAPH,
         backward: Callable[[Tensor], Any] = Tensor.backward,
         unscale: Callable[[], Any] | None = None,
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
@@ -136,7 +131,6 @@ class TrainStep:
         # (set to None after each step) instead of adding them into a buffer.
         self.flat_grad = flat_gradients(self.params) if reduce else None
         self.processes = dist.get_world_size() if reduce else 1
-        self.reduce_in_graph = reduce_in_graph
         if reduce:
             self._start_from_rank_0()
         T = bptt
@@ -172,27 +166,18 @@ class TrainStep:
         """Whether the step averages its gradients over the processes."""
         return self.flat_grad is not None
 
-    @property
-    def two_graphs(self) -> bool:
-        """Whether a capture makes two graphs with the all-reduce between them (else one)."""
-        return self.reduce and not self.reduce_in_graph
-
     def describe(self) -> str:
         """Return one line saying how the step runs."""
         if self.use_graph:
-            graphs = "CUDA graphs" if self.two_graphs else "CUDA graph"
+            graphs = "CUDA graphs" if self.reduce else "CUDA graph"
             how = f"{graphs} (captured after {WARMUP_STEPS} eager warm-up steps)"
         else:
             how = f"eager ({self.graph_reason})"
         if not self.reduce:
             return how
-        where = (
-            "in the graph"
-            if self.use_graph and self.reduce_in_graph
-            else "between backward and update"
-        )
         return (
-            f"{how}, gradients averaged over {self.processes} processes by one all-reduce {where}"
+            f"{how}, gradients averaged over {self.processes} processes by one all-reduce "
+            "between backward and update"
         )
 
     def reset_state(self) -> None:
@@ -216,13 +201,6 @@ class TrainStep:
     def grad_norms(self) -> dict[str, float]:
         """Return the last measured gradient norms by TensorBoard tag (one host sync)."""
         return dict(zip(self.norm_names, self.norms.tolist(), strict=True))
-
-    def compile(self) -> None:
-        """Run the parts through `torch.compile` from now on (the benchmark's compiled mode;
-        Dynamo breaks its graph at the backward, around the optimizer's calls and inside the
-        recurrence engines)."""
-        self._forward_backward = torch.compile(self._forward_backward)
-        self._update = torch.compile(self._update)
 
     def _start_from_rank_0(self) -> None:
         """Copy rank 0's parameters and buffers to every process (what DDP does at its start)."""
@@ -278,7 +256,7 @@ class TrainStep:
 
     def _capture(self, lr: float) -> None:
         self._zero_grad()  # one process: the backward allocates the gradients in the graph pool
-        if self.two_graphs:
+        if self.reduce:
             before = torch.cuda.CUDAGraph()
             with torch.cuda.graph(before):  # records the part; it does not run it
                 self._forward_backward()
