@@ -155,7 +155,7 @@ def test_an_unreachable_hub_fails_in_seconds_with_one_line(tmp_path: Path) -> No
     # offline mode unset, as for a user who never heard of it: one HEAD to the hub's endpoint
     from huggingface_hub import constants
 
-    from hornn_dist.data.sources import _hub_unreachable
+    from hornn_dist.data.hub import _hub_unreachable
 
     if _hub_unreachable(constants.ENDPOINT) is None:
         pytest.skip(f"{constants.ENDPOINT} answers from this machine")
@@ -191,11 +191,11 @@ def test_an_unreachable_hub_stops_before_datasets_is_asked(
     import datasets
     from huggingface_hub import constants
 
-    from hornn_dist.data import sources
+    from hornn_dist.data import hub
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(sources, "_hub_unreachable", lambda endpoint: "no answer: test")
+    monkeypatch.setattr(hub, "_hub_unreachable", lambda endpoint: "no answer: test")
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("datasets asked"))
     with pytest.raises(DataError) as caught:
         prepare_corpus(_hub_cfg(tmp_path, "someone/corpus"), progress=False)
@@ -211,14 +211,14 @@ def test_a_hub_id_that_does_not_exist_is_one_line_naming_the_key(
     import datasets
     from datasets.exceptions import DatasetNotFoundError
 
-    from hornn_dist.data import sources
+    from hornn_dist.data import hub
 
     def not_found(path: str, *args: object, **kwargs: object) -> None:
         raise DatasetNotFoundError(
             f"Dataset '{path}' doesn't exist on the Hub or cannot be accessed.\nmore detail"
         )
 
-    monkeypatch.setattr(sources, "_hub_unreachable", lambda endpoint: None)  # no network here
+    monkeypatch.setattr(hub, "_hub_unreachable", lambda endpoint: None)  # no network here
     monkeypatch.setattr(datasets, "load_dataset", not_found)
     with pytest.raises(DataError) as caught:
         prepare_corpus(_hub_cfg(tmp_path, "nobody/no-such-corpus"), progress=False)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from hornn_dist.data import sources, vocab
+from hornn_dist.data import hub, text_files, vocab
 from hornn_dist.data.config import DataConfig, apply_preset
 from hornn_dist.data.shards import (
     FORMAT_VERSION,
@@ -140,26 +140,26 @@ def corpus_folder(cfg: DataConfig) -> Path:
 
 
 def _count_piece(
-    piece: sources.Piece, opts: TextOptions, on_bytes: sources.OnBytes
+    piece: text_files.Piece, opts: TextOptions, on_bytes: text_files.OnBytes
 ) -> Counter[str]:
-    blocks = sources.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes)
+    blocks = text_files.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes)
     return vocab.count_words(blocks, opts.lowercase, opts.add_eos, opts.word_pattern)
 
 
 def _encode_piece(
-    piece: sources.Piece,
+    piece: text_files.Piece,
     opts: TextOptions,
     stoi: dict[str, int],
     dtype: np.dtype,
-    on_bytes: sources.OnBytes,
+    on_bytes: text_files.OnBytes,
 ) -> Iterator[np.ndarray]:
-    for block in sources.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes):
+    for block in text_files.iter_blocks(piece, opts.chunk_bytes, opts.errors, on_bytes):
         yield vocab.encode_words(
             vocab.split_words(block, opts.lowercase, opts.add_eos, opts.word_pattern), stoi, dtype
         )
 
 
-def _count_task(args: tuple[sources.Piece, TextOptions]) -> tuple[Counter[str], int]:
+def _count_task(args: tuple[text_files.Piece, TextOptions]) -> tuple[Counter[str], int]:
     """Worker: return the word counts of a piece and the bytes read."""
     piece, opts = args
     read = [0]
@@ -167,7 +167,9 @@ def _count_task(args: tuple[sources.Piece, TextOptions]) -> tuple[Counter[str], 
     return counts, read[0]
 
 
-def _encode_task(args: tuple[sources.Piece, TextOptions, list[str], str, str]) -> tuple[str, int]:
+def _encode_task(
+    args: tuple[text_files.Piece, TextOptions, list[str], str, str],
+) -> tuple[str, int]:
     """Worker: write the ids of a piece to a file; return its path and the bytes read."""
     piece, opts, itos, dtype_name, out = args
     stoi = {w: i for i, w in enumerate(itos)}
@@ -197,25 +199,25 @@ def _progress(progress: bool, desc: str, total: int | None) -> Any:
     )
 
 
-def _total(pieces: list[sources.Piece]) -> int | None:
-    sizes = [sources.piece_size(p) for p in pieces]
+def _total(pieces: list[text_files.Piece]) -> int | None:
+    sizes = [text_files.piece_size(p) for p in pieces]
     return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
 
 
 def _plan(
     cfg: DataConfig, files: dict[str, list[str]], workers: int
-) -> dict[str, list[sources.Piece]]:
+) -> dict[str, list[text_files.Piece]]:
     """Return the pieces of each split, cut for the workers."""
     if cfg.heldout_chars:
         text = [f for s in SPLITS for f in files.get(s, [])]
-        pieces = sources.char_cut(text, cfg.heldout_chars, cfg.valid_chars, cfg.chunk_bytes)
+        pieces = text_files.char_cut(text, cfg.heldout_chars, cfg.valid_chars, cfg.chunk_bytes)
     else:
-        pieces = {s: [sources.Piece(f) for f in files[s]] for s in SPLITS if files.get(s)}
-    planned: dict[str, list[sources.Piece]] = {}
+        pieces = {s: [text_files.Piece(f) for f in files[s]] for s in SPLITS if files.get(s)}
+    planned: dict[str, list[text_files.Piece]] = {}
     for split, parts in pieces.items():
         total = _total(parts) or 0
         unit = max(cfg.chunk_bytes, min(MAX_PIECE_BYTES, math.ceil(total / (4 * workers))))
-        planned[split] = [q for p in parts for q in sources.subdivide(p, unit)]
+        planned[split] = [q for p in parts for q in text_files.subdivide(p, unit)]
     return planned
 
 
@@ -227,15 +229,15 @@ def _input_files(cfg: DataConfig, work: Path, progress: bool) -> dict[str, list[
                 'data.hub_id must be set when data.source = "hub" (e.g. "Salesforce/wikitext")'
             )
         with _progress(progress, f"{corpus_name(cfg)}: download", None) as bar:
-            return sources.download_hub(
+            return hub.download_hub(
                 cfg, work / "download", joined=cfg.heldout_chars > 0, on_bytes=bar.update
             )
     if not cfg.train:
         raise ConfigError(
             'data.train is empty; set data.train = ["path/to/train.txt"] (paths or globs) or a data.preset'
         )
-    sources.check_preset_path(cfg)
-    return {s: sources.expand(getattr(cfg, s), s) for s in SPLITS if getattr(cfg, s)}
+    text_files.check_preset_path(cfg)
+    return {s: text_files.expand(getattr(cfg, s), s) for s in SPLITS if getattr(cfg, s)}
 
 
 def _file_stats(files: dict[str, list[str]]) -> list[dict[str, Any]]:
@@ -302,7 +304,7 @@ class _Runner:
 
 
 def _count(
-    runner: _Runner, pieces: list[sources.Piece], opts: TextOptions, progress: bool, desc: str
+    runner: _Runner, pieces: list[text_files.Piece], opts: TextOptions, progress: bool, desc: str
 ) -> Counter[str]:
     counts: Counter[str] = Counter()
     with _progress(progress, desc, _total(pieces)) as bar:
@@ -318,7 +320,7 @@ def _count(
 
 def _encode(
     runner: _Runner,
-    pieces: list[sources.Piece],
+    pieces: list[text_files.Piece],
     opts: TextOptions,
     itos: list[str],
     writer: ShardWriter,
@@ -447,9 +449,9 @@ def _build(
     return manifest
 
 
-def _sample(piece: sources.Piece, opts: TextOptions) -> str:
+def _sample(piece: text_files.Piece, opts: TextOptions) -> str:
     """Return the first SAMPLE_CHARS characters of a piece's text."""
-    blocks = sources.iter_blocks(piece, min(opts.chunk_bytes, 4 * SAMPLE_CHARS), opts.errors)
+    blocks = text_files.iter_blocks(piece, min(opts.chunk_bytes, 4 * SAMPLE_CHARS), opts.errors)
     try:
         return next(iter(blocks), "")[:SAMPLE_CHARS]
     finally:

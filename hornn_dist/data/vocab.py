@@ -91,7 +91,7 @@ _SPACE = re.compile(r"\s")
 
 def _pieces(text: str, size: int) -> Iterator[str]:
     """Yield text in pieces of about `size` characters that end on whitespace, as a file's
-    blocks end (`sources.iter_blocks`)."""
+    blocks end (`text_files.iter_blocks`)."""
     start, end_of_text = 0, len(text)
     while start < end_of_text:
         end = start + size

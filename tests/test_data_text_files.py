@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist.data import sources
-from hornn_dist.data.sources import Piece
+from hornn_dist.data import text_files
+from hornn_dist.data.text_files import Piece
 from hornn_dist.errors import DataError
 
 
@@ -29,14 +29,14 @@ def _text(seed: int = 0, lines: int = 200, unicode: bool = False) -> str:
 
 
 def _read(piece: Piece, chunk: int = 37, errors: str = "strict") -> str:
-    return "".join(sources.iter_blocks(piece, chunk, errors))
+    return "".join(text_files.iter_blocks(piece, chunk, errors))
 
 
 def test_blocks_end_on_whitespace_and_keep_every_word(tmp_path: Path) -> None:
     text = _text(unicode=True)
     path = tmp_path / "a.txt"
     path.write_text(text, encoding="utf-8")
-    blocks = list(sources.iter_blocks(Piece(str(path)), 37))
+    blocks = list(text_files.iter_blocks(Piece(str(path)), 37))
     assert len(blocks) > 10 and all(b[-1].isspace() for b in blocks)
     assert "".join(blocks) == text
 
@@ -86,14 +86,14 @@ def test_byte_order_mark_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbfhello world\n")
     assert _read(Piece(str(path))) == "hello world\n"
-    assert sources.count_chars(str(path), 1 << 20) == len("hello world\n")
+    assert text_files.count_chars(str(path), 1 << 20) == len("hello world\n")
 
 
 def test_subdivide_cuts_after_whitespace_and_loses_nothing(tmp_path: Path) -> None:
     text = _text(seed=3, lines=500, unicode=True)
     path = tmp_path / "a.txt"
     path.write_text(text, encoding="utf-8")
-    pieces = sources.subdivide(Piece(str(path)), 500)
+    pieces = text_files.subdivide(Piece(str(path)), 500)
     assert len(pieces) > 10 and pieces[-1].end is None
     data = text.encode()
     assert all(data[p.start - 1 : p.start].isspace() for p in pieces[1:])
@@ -103,12 +103,12 @@ def test_subdivide_cuts_after_whitespace_and_loses_nothing(tmp_path: Path) -> No
 def test_expand_globs_sorted_and_missing_file(tmp_path: Path) -> None:
     for name in ("b.txt", "a.txt"):
         (tmp_path / name).write_text("x\n")
-    assert sources.expand([str(tmp_path / "*.txt")], "train") == [
+    assert text_files.expand([str(tmp_path / "*.txt")], "train") == [
         str(tmp_path / "a.txt"),
         str(tmp_path / "b.txt"),
     ]
     with pytest.raises(DataError, match=r"^data.valid: no file matches .*HINT"):
-        sources.expand([str(tmp_path / "nope*.txt")], "valid")
+        text_files.expand([str(tmp_path / "nope*.txt")], "valid")
 
 
 @pytest.mark.parametrize("unicode", [False, True])
@@ -118,7 +118,7 @@ def test_char_cut_is_exact_with_chunks_smaller_than_the_file(tmp_path: Path, uni
     text = "".join(rng.choice(alphabet) for _ in range(20_000))  # one line, no newline
     path = tmp_path / "text8"
     path.write_text(text, encoding="utf-8")
-    pieces = sources.char_cut([str(path)], heldout_chars=1000, valid_chars=400, chunk_bytes=333)
+    pieces = text_files.char_cut([str(path)], heldout_chars=1000, valid_chars=400, chunk_bytes=333)
     got = {split: "".join(_read(p, chunk=333) for p in parts) for split, parts in pieces.items()}
     assert got["train"] == text[:19_000]
     assert got["valid"] == text[19_000:19_400]
@@ -129,12 +129,12 @@ def test_char_cut_across_files_and_too_short(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.write_text("x" * 50)
     b.write_text("y" * 30)
-    pieces = sources.char_cut([str(a), str(b)], heldout_chars=40, valid_chars=10, chunk_bytes=16)
+    pieces = text_files.char_cut([str(a), str(b)], heldout_chars=40, valid_chars=10, chunk_bytes=16)
     assert pieces["train"] == [Piece(str(a), 0, 40)]
     assert pieces["valid"] == [Piece(str(a), 40, None)]
     assert pieces["test"] == [Piece(str(b), 0, None)]
     with pytest.raises(DataError, match="not more than data.heldout_chars"):
-        sources.char_cut([str(a)], heldout_chars=50, valid_chars=10, chunk_bytes=16)
+        text_files.char_cut([str(a)], heldout_chars=50, valid_chars=10, chunk_bytes=16)
 
 
 def test_last_line_of_blanks_gets_no_newline_in_any_piece_layout(tmp_path: Path) -> None:
@@ -143,10 +143,12 @@ def test_last_line_of_blanks_gets_no_newline_in_any_piece_layout(tmp_path: Path)
         "w " * 300 + "end" + " " * 200
     )  # last line has words, no newline, long blank tail
     for unit in (50, 100, 10_000):
-        pieces = sources.subdivide(Piece(str(path)), unit)
+        pieces = text_files.subdivide(Piece(str(path)), unit)
         assert "".join(_read(p, chunk=16) for p in pieces).endswith("end" + " " * 200 + "\n")
     path.write_text("a b\n" + " " * 300)
-    assert "".join(_read(p) for p in sources.subdivide(Piece(str(path)), 50)) == "a b\n" + " " * 300
+    assert (
+        "".join(_read(p) for p in text_files.subdivide(Piece(str(path)), 50)) == "a b\n" + " " * 300
+    )
 
 
 def test_truncated_compressed_file_is_a_one_line_error(tmp_path: Path) -> None:
