@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist import loading
 from hornn_dist.config import load_config
-from hornn_dist.data import pipeline, vocab
+from hornn_dist.data import pipeline, prepare_wait, vocab
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import open_corpus
@@ -237,7 +236,7 @@ def test_the_heartbeat_moves_while_preparation_holds_the_gil(
         return real_build(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "_build", build_after_a_long_regex)
-    monkeypatch.setattr(loading, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(prepare_wait, "HEARTBEAT_S", 0.05)
     beat = tmp_path / "corpus.heartbeat"
     seen: list[tuple[float, str]] = []
     done = threading.Event()
@@ -253,7 +252,7 @@ def test_the_heartbeat_moves_while_preparation_holds_the_gil(
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        with loading._beating(beat):
+        with prepare_wait._beating(beat):
             prepare_corpus(cfg, progress=False)
     finally:
         done.set()

@@ -87,14 +87,15 @@ def test_a_failed_preparation_ends_every_rank_with_the_same_line(tmp_path: Path)
 
 _STALL = """
 import os, signal, sys
-from hornn_dist import loading, train
+from hornn_dist import train
+from hornn_dist.data import prepare_wait
 from hornn_dist.runtime import run_cli
 
-real_prepare = loading.prepare_corpus
+real_prepare = prepare_wait.prepare_corpus
 def stop_while_preparing(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGSTOP)  # the preparing process, heartbeat thread and all
     return real_prepare(*args, **kwargs)
-loading.prepare_corpus = stop_while_preparing
+prepare_wait.prepare_corpus = stop_while_preparing
 run_cli(train.main, sys.argv[1:])
 """
 
