@@ -6,6 +6,8 @@ with its numbers beside ours) and PNG plots into `--out` (default RUNS_DIR/repor
 and the paper's corpus come from the sweep file (its sweep.json); --layout and --paper override.
 Layout `fair` groups the runs that differ only by seed and compares the models over their seeds
 (experiments/fair.py), with tokens/s from `--speed-record` (experiments/speed.py).
+`--record` prints the tables a benchmark record declares in its tables.toml, from the run
+folders it keeps, and writes nothing (experiments/record_tables.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.experiments.fair import render_fair
 from hornn_dist.experiments.plan import LAYOUTS, PAPERS
+from hornn_dist.experiments.record_tables import render_record_tables
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record, run_damage
 from hornn_dist.experiments.speed import SpeedRecord, read_speed_record
 from hornn_dist.experiments.tables import pick_best, render_tables
@@ -46,7 +49,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="hornn_dist.report",
         description="Write the Markdown tables and PNG plots of a sweep's finished runs.",
     )
-    parser.add_argument("runs_dir", help="a sweep's output_dir, e.g. runs/sweeps/demo_summary")
+    parser.add_argument(
+        "runs_dir",
+        help="a sweep's output_dir, e.g. runs/sweeps/demo_summary (with --record: a record folder)",
+    )
     parser.add_argument(
         "--out", help="folder for report.md and the plots (default RUNS_DIR/report)"
     )
@@ -64,7 +70,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "JSON, a record folder holding throughput.json, or a folder of runs each trained "
         "alone); without it the column says none was given",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="RUNS_DIR is a benchmark record (e.g. benchmarks/records/2026-11-27-h200-grids): "
+        "print the tables its tables.toml declares from the runs it keeps; write nothing",
+    )
+    args = parser.parse_args(argv)
+    if args.record and (args.out or args.layout or args.paper or args.speed_record):
+        parser.error(
+            "--record prints a record's own tables: drop --out, --layout, --paper and --speed-record"
+        )
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(True)
     runs_dir = Path(args.runs_dir)
+    if args.record:
+        print(render_record_tables(runs_dir), end="", flush=True)
+        return 0
     sweep = read_sweep_record(runs_dir)
     layout = args.layout or sweep.get("layout", "summary")
     paper = args.paper or sweep.get("paper", "none")

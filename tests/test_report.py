@@ -19,6 +19,7 @@ from hornn_dist.config import load_config
 from hornn_dist.experiments.paper import paper_model, paper_ppl
 from hornn_dist.experiments.results import RunRecord, read_run, read_runs
 from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
+from hornn_dist.training.optim import resolve_clip
 from tests.train_helpers import REPO, check_ok, env, markdown_table, run_here, write_tiny_config
 
 SWEEP = """
@@ -263,3 +264,43 @@ def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Pa
         'error: report\'s plots need matplotlib: pip install -e ".[report]" (or pass --no-plots)'
     )
     assert not out.exists()
+
+
+@pytest.mark.integration
+def test_a_record_of_the_sweeps_runs_prints_its_tables(runs: Path, tmp_path: Path) -> None:
+    """`report --record` over the files a record keeps of two finished runs (config.toml,
+    train.log, the last trainer_state.json): the clip auto resolved to, read from the trainer's
+    own start-up line, and the scores the runs' checkpoints hold."""
+    record = tmp_path / "record"
+    for name in ("rnn", "hornn3-fofe"):
+        kept = record / "runs" / name
+        kept.mkdir(parents=True)
+        for file in ("config.toml", "train.log"):
+            shutil.copy2(runs / name / file, kept / file)
+        newest = sorted((runs / name / "checkpoints").glob("step_*"))[-1]
+        shutil.copy2(newest / "trainer_state.json", kept / "trainer_state.json")
+    (record / "tables.toml").write_text(
+        """
+[[table]]
+title = "two runs"
+reference = ["runs/rnn"]
+columns = [
+  {head = "run", show = "run"},
+  {head = "clip", show = "clip"},
+  {head = "test ppl", show = "test ppl"},
+  {head = "× RNN", show = "× reference"},
+]
+rows = [{runs = ["runs/rnn"]}, {runs = ["runs/hornn3-fofe"]}]
+"""
+    )
+    proc = run_here("hornn_dist.report", str(record), "--record")
+    check_ok(proc)
+    rows = markdown_table(proc.stdout, "## two runs")
+    rnn, fofe = read_run(runs / "rnn"), read_run(runs / "hornn3-fofe")
+    for row, run in zip(rows, (rnn, fofe), strict=True):
+        clip = resolve_clip(run.config.model, run.config.optim)  # what auto gave it then
+        assert run.config.optim.clip_mode == "auto"
+        assert row["clip"] == f"{clip.clip_mode} {clip.clip:g} (auto)"
+        assert row["test ppl"] == f"{run.test_ppl:.2f}"
+    assert rows[1]["× RNN"] == f"{fofe.test_ppl / rnn.test_ppl:.3f}"
+    assert not list(record.rglob("report*"))  # it writes nothing

@@ -1,0 +1,140 @@
+"""A run as a benchmark record keeps it, read back as it ran: one folder holding the run's
+config.toml (read as written: no default of today fills a key, no check of today refuses an
+old value), its train.log and its last checkpoint's trainer_state.json (through the one reader
+of that file, `run_state.TrainerState.read`).
+
+What the run did is read from these files only, never recomputed by today's code: under
+`optim.clip_mode = "auto"` the clip is the one its start-up log line says auto resolved to.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist import run_layout
+from hornn_dist.config import read_toml
+from hornn_dist.errors import ConfigError
+from hornn_dist.run_state import TrainerState
+from hornn_dist.training.metrics import perplexity
+
+# the trainer's start-up line (training/trainer.py, "recipe: ..."): the init, then the clip
+RECIPE_LINE = re.compile(
+    r"recipe: (?P<init>.*?) \| activation \S+ \| "
+    r"(?P<clip>clip (?P<mode>\w+)(?P<auto> \(auto\))? (?P<value>[^,\s]+)),"
+)
+# the trainer's training-loss line (training/trainer.py, "step %d: loss %.4f, ppl %.2f, ...")
+TRAIN_LINE = re.compile(r"step (\d+): loss ([\w.+-]+), ppl ([\w.+-]+),")
+
+
+@dataclass(frozen=True)
+class RecordRun:
+    """One run folder of a record: its trainer state, its config as written, its log text."""
+
+    folder: Path
+    state: dict[str, Any]
+    config: dict[str, Any]
+    log: str  # "" when the record keeps no train.log
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    def setting(self, key: str) -> Any:
+        """Return the value of `section.key` in the run's config.toml; raise ConfigError (one
+        line) when the file has no such key."""
+        section, _, name = key.partition(".")
+        table = self.config.get(section)
+        if not isinstance(table, dict) or name not in table:
+            raise ConfigError(
+                f"{self.folder / run_layout.CONFIG_FILE} has no {key}; name a key the run's "
+                "config.toml holds"
+            )
+        return table[name]
+
+    def clip(self) -> str:
+        """Return the clip the run trained under, as "norm 1", or "norm 0.5 (auto)" where its
+        config left it to `auto` (read from its start-up log line, which says what auto gave)."""
+        optim = self.config.get("optim", {})
+        mode = optim.get("clip_mode", "auto")
+        if mode != "auto":
+            return f"{mode} {optim.get('clip', 1.0):g}"
+        found = {(m["mode"], m["value"], bool(m["auto"])) for m in RECIPE_LINE.finditer(self.log)}
+        if len(found) != 1:
+            what = "no start-up recipe line" if not found else "start-up lines whose clips differ"
+            raise ConfigError(
+                f"{self.folder}: optim.clip_mode is auto and its {run_layout.RUN_LOG} has {what}, "
+                "so the clip it trained under is unknown; keep the run's own train.log in the "
+                "record"
+            )
+        ((mode, value, _),) = found
+        return f"{mode} {value} (auto)"
+
+    def startup_recipe(self) -> str:
+        """Return the first start-up recipe line's init and clip, as "init ...; clip ..."."""
+        found = RECIPE_LINE.search(self.log)
+        if found is None:
+            raise ConfigError(
+                f"{self.folder} has no {run_layout.RUN_LOG} with a start-up recipe line; keep "
+                "the run's own train.log in the record"
+            )
+        return f"{found['init']}; {found['clip']}"
+
+    def train_losses(self) -> dict[int, str]:
+        """Return the training loss at each logged step, as the log wrote it, by step."""
+        return {int(m[1]): m[2] for m in TRAIN_LINE.finditer(self.log)}
+
+    def largest_train_ppl(self) -> float:
+        """Return the largest training perplexity the log holds (NaN when it holds none)."""
+        ppl = [float(m[3]) for m in TRAIN_LINE.finditer(self.log)]
+        return max(ppl) if ppl else math.nan
+
+    @property
+    def valid_history(self) -> list[dict[str, Any]]:
+        return list(self.state.get("valid_history") or [])
+
+    def validations(self) -> list[tuple[int, float]]:
+        """Return (step, perplexity) of every validation, in order."""
+        return [(int(v["step"]), _ppl(v)) for v in self.valid_history]
+
+    def valid_ppl(self, epoch: int | None = None) -> float:
+        """Return the validation perplexity at the end of `epoch`, or of the last validation
+        when `epoch` is None (NaN when there is none)."""
+        history = self.valid_history
+        if epoch is not None:
+            history = [v for v in history if float(v.get("epoch", math.nan)) == epoch]
+        return _ppl(history[-1]) if history else math.nan
+
+    def best_valid_ppl(self) -> float:
+        """Return the lowest validation perplexity of the run (NaN before any validation)."""
+        return min((_ppl(v) for v in self.valid_history), default=math.nan)
+
+    def test_ppl(self, last: bool = False) -> float:
+        """Return the test perplexity of the best checkpoint by validation (`test`), or of the
+        last weights (`test_last`); NaN where the run has none (not finished)."""
+        scores = self.state.get("test_last" if last else "test") or {}
+        return float(scores.get("ppl", math.nan))
+
+
+def _ppl(entry: dict[str, Any]) -> float:
+    """Return a validation entry's perplexity (from its loss where it has no `ppl`)."""
+    return float(entry["ppl"]) if "ppl" in entry else perplexity(entry["loss"], 1)
+
+
+def read_record_run(folder: Path) -> RecordRun:
+    """Return the run a record keeps in `folder`; raise ConfigError or CheckpointError (one
+    line) when its trainer_state.json or config.toml is missing or unreadable."""
+    if not (folder / ckpt.STATE_FILE).is_file():
+        raise ConfigError(
+            f"run folder {folder} has no {ckpt.STATE_FILE}; a record's run folder holds the "
+            "run's config.toml, train.log and last trainer_state.json"
+        )
+    state = asdict(TrainerState.read(folder))
+    config = read_toml(folder / run_layout.CONFIG_FILE, "a record run's config", "config.toml")
+    log_path = folder / run_layout.RUN_LOG
+    log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+    return RecordRun(folder, state, config, log)

@@ -1,0 +1,163 @@
+"""The benchmark records: each record that declares its tables (tables.toml) has them printed by
+`python -m hornn_dist.report RECORD --record` from its own run folders, its README names that
+command, and every table README.md, docs/ or a record's README quotes from it is what the
+command prints."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tests.train_helpers import REPO, check_ok, run_here
+
+RECORDS = REPO / "benchmarks" / "records"
+TABLED = sorted(spec.parent for spec in RECORDS.glob("*/tables.toml"))
+H200 = RECORDS / "2026-11-27-h200-grids"
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES += [record / "README.md" for record in TABLED]
+
+
+def markdown_tables(text: str) -> list[tuple[str, ...]]:
+    """Return every Markdown table of `text` as its lines (header, rule, rows)."""
+    tables, block = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            block.append(line)
+        elif block:
+            tables.append(tuple(block))
+            block = []
+    return tables
+
+
+def cells(line: str) -> tuple[str, ...]:
+    """Return a table line's cells, stripped (so that spacing does not hide a quote)."""
+    return tuple(cell.strip() for cell in line.strip().strip("|").split("|"))
+
+
+def record_command(record: Path) -> str:
+    return f"python -m hornn_dist.report {record.relative_to(REPO)} --record"
+
+
+@functools.cache
+def printed(record: Path) -> str:
+    """Return what the record's README command prints, run in this process."""
+    result = run_here("hornn_dist.report", *record_command(record).split()[3:])
+    check_ok(result)
+    return result.stdout
+
+
+def test_no_record_keeps_a_table_script() -> None:
+    assert not list(RECORDS.glob("**/table.py"))
+    assert {"2026-11-27-h200-grids", "2026-11-27-cpu-converged"} <= {r.name for r in TABLED}
+
+
+@pytest.mark.parametrize("record", TABLED, ids=lambda r: r.name)
+def test_the_readme_names_report_and_the_docs_show_every_table(record: Path) -> None:
+    """The record's README names the command; every table it prints, each under its title,
+    stands whole in the record's README, README.md or a page of docs/."""
+    assert f"`{record_command(record)}`" in (record / "README.md").read_text(encoding="utf-8")
+    text = printed(record)
+    tables = markdown_tables(text)
+    assert len(tables) == text.count("\n## ") + text.startswith("## ") > 0
+    quoted = {t for page in PAGES for t in markdown_tables(page.read_text(encoding="utf-8"))}
+    for table in tables:
+        assert table in quoted, "\n".join(table)
+
+
+def test_every_table_quoting_a_record_is_the_printed_one() -> None:
+    """A table of a page that holds a row report prints for a record is that table, whole: no
+    page shows a record's table edited, cut short or out of date."""
+    tables = [t for record in TABLED for t in markdown_tables(printed(record))]
+    rows = {cells(row) for table in tables for row in table[2:]}
+    quoting = 0
+    for page in PAGES:
+        for table in markdown_tables(page.read_text(encoding="utf-8")):
+            if rows.isdisjoint(cells(row) for row in table[2:]):
+                continue
+            quoting += 1
+            assert table in tables, f"{page.relative_to(REPO)}:\n" + "\n".join(table)
+    assert quoting >= len(tables)
+
+
+def test_readme_results_tables_are_the_records() -> None:
+    section = (REPO / "README.md").read_text(encoding="utf-8").split("## Results\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    assert "`benchmarks/records/2026-11-27-h200-grids/`" in section
+    assert "`benchmarks/records/2026-11-27-cpu-converged/halve_before_stop/`" in section
+    tables = {t for record in TABLED for t in markdown_tables(printed(record))}
+    shown = markdown_tables(section)
+    assert shown and all(table in tables for table in shown)
+
+
+def test_the_seed_table_is_the_mean_of_its_runs() -> None:
+    """The × RNN column is each model's mean test ppl over the RNN's, from the runs' files."""
+
+    def tests(name: str) -> list[float]:
+        folders = [H200 / "demo_orders" / "runs" / name]
+        folders += [H200 / "demo_seeds" / "runs" / f"{name}-seed{s}" for s in range(1235, 1239)]
+        return [json.loads((f / "trainer_state.json").read_text())["test"]["ppl"] for f in folders]
+
+    ratio = statistics.fmean(tests("hornn3-gated")) / statistics.fmean(tests("rnn"))
+    row = next(r for r in printed(H200).splitlines() if r.startswith("| HORNN-3 `gated` |"))
+    assert f"| {ratio:.3f} |" in row
+
+
+def _record_of(tmp_path: Path, run: Path, spec: str) -> Path:
+    """Return a record folder in tmp_path holding a copy of `run` as runs/x and tables.toml."""
+    record = tmp_path / "record"
+    shutil.copytree(run, record / "runs" / "x")
+    (record / "tables.toml").write_text(spec)
+    return record
+
+
+CLIP_TABLE = """
+[[table]]
+title = "clip"
+columns = [{head = "run", show = "run"}, {head = "clip", show = "clip"}]
+rows = [{runs = ["runs/x"]}]
+"""
+
+
+def test_an_auto_clip_is_the_one_the_runs_log_says_not_todays(tmp_path: Path) -> None:
+    """Under clip_mode auto the clip comes from the run's start-up line: a log that says 0.25
+    gives 0.25 where today's auto would give `sum`-3 0.5; without a log it is one line."""
+    record = _record_of(tmp_path, H200 / "demo_orders" / "runs" / "hornn3-sum", CLIP_TABLE)
+    log = record / "runs" / "x" / "train.log"
+    assert "clip norm (auto) 0.5," in log.read_text()
+    log.write_text(log.read_text().replace("clip norm (auto) 0.5,", "clip norm (auto) 0.25,"))
+    result = run_here("hornn_dist.report", str(record), "--record")
+    check_ok(result)
+    assert "| x | norm 0.25 (auto) |" in result.stdout.splitlines()
+
+    log.unlink()
+    result = run_here("hornn_dist.report", str(record), "--record")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert str(record / "runs" / "x") in lines[0] and "clip_mode is auto" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        (CLIP_TABLE.replace('show = "clip"', 'show = "clips"'), 'show = "clips" is none of'),
+        (CLIP_TABLE.replace("runs/x", "runs/y"), "runs/y has no trainer_state.json"),
+        (CLIP_TABLE.replace('title = "clip"', ""), 'needs a title = "..."'),
+        (
+            CLIP_TABLE.replace(
+                '{head = "run", show = "run"}', '{head = "run", show = "run", run = 2}'
+            ),
+            'column "run" picks run 2, row 1 has 1',
+        ),  # fmt: skip
+    ],
+)
+def test_a_bad_tables_file_is_one_line(tmp_path: Path, spec: str, words: str) -> None:
+    record = _record_of(tmp_path, H200 / "demo_orders" / "runs" / "rnn", spec)
+    result = run_here("hornn_dist.report", str(record), "--record")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert words in lines[0], lines[0]
