@@ -27,6 +27,9 @@ from pathlib import Path
 
 import torch
 
+from hornn_dist.checkpoint import list_checkpoints
+from hornn_dist.run_state import TrainerState
+
 from common import REPO, run_meta, write_json
 
 CONFIG = "configs/demo.toml"
@@ -73,11 +76,11 @@ def time_demo(steps: int, threads: int, logs: Path, label: str) -> dict:
         (logs / f"{label}-threads{threads}.log").write_text(text)
         speeds = [int(m) for m in LOG_SPEED.findall(text)]
         row["log_tokens_per_sec_median"] = statistics.median(speeds) if speeds else None
-    states = sorted((scratch / "run" / "checkpoints").glob("step_*/trainer_state.json"))
-    if states:
-        state = json.loads(states[-1].read_text())
-        row["tokens_per_sec"] = round(state["tokens_per_sec"])
-        row["hardware"] = state["hardware"]
+    checkpoints = list_checkpoints(scratch / "run", warn=False)
+    if checkpoints:
+        state = TrainerState.read(checkpoints[-1])
+        row["tokens_per_sec"] = round(state.tokens_per_sec)
+        row["hardware"] = state.hardware
     if proc.returncode != 0:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
     shutil.rmtree(scratch, ignore_errors=True)

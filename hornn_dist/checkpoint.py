@@ -1,11 +1,11 @@
-"""Checkpoints: atomic save on every rank, DONE marker, newest/best lookup, pruning and compatibility checks.
+"""Checkpoints: atomic save on every rank, DONE marker, newest/best lookup and pruning.
 
 Layout of one checkpoint (`output_dir/checkpoints/step_00001200/`)::
 
     model.safetensors    the model's weights, written by the main process
     optimizer.bin  random_states_<r>.pkl  [scaler.pt]   <- accelerator.save_state
     rank_<r>.pt          per-rank stream position and carried hidden history, written by rank r
-    trainer_state.json   step, epoch, lr schedule, best validation loss, vocabulary hash
+    trainer_state.json   step, epoch, lr schedule, validations, test results (run_state.py)
     config.toml          the resolved run config
     checksums.json       size and sha256 of every file above, written after them
     DONE                 written last, after a barrier; a folder without it is ignored
@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -38,8 +37,8 @@ from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
 from hornn_dist.files import CHECKSUMS
-from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, RUN_LOG, TENSORBOARD
+from hornn_dist.run_state import STATE_FILE, STEP_DIR, TrainerState
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +46,8 @@ DONE = "DONE"
 CHECKPOINT_ARG_HELP = (
     "a checkpoint folder, a run directory (newest checkpoint), or <run>/checkpoints/latest|best"
 )
-STATE_FILE = "trainer_state.json"
 WEIGHTS = "model.safetensors"
 REQUIRED = (WEIGHTS, STATE_FILE, CONFIG_FILE)  # files checksums.json must list
-_STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
@@ -142,7 +139,7 @@ def step_folders(output_dir: str | Path) -> list[Path]:
         return []
     found = []
     for folder in root.iterdir():
-        match = _STEP_DIR.match(folder.name)
+        match = STEP_DIR.match(folder.name)
         if match:
             found.append((int(match.group(1)), folder))
     return [folder for _, folder in sorted(found)]
@@ -177,7 +174,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return _latest_or_best(path, "latest")
     if path.name == CHECKPOINTS and path.is_dir():
         return _latest_or_best(path.parent, "latest")
-    if _STEP_DIR.match(path.name):
+    if STEP_DIR.match(path.name):
         raise CheckpointError(f"checkpoint {path} is incomplete: {problem}; use an older one")
     raise CheckpointError(
         f"{path} is neither a complete checkpoint (no {DONE}) nor a run directory"
@@ -191,9 +188,9 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
             f"no complete checkpoint under {checkpoint_root(run_dir)}; train first"
         )
     if which == "best":
-        state = read_trainer_state(complete[-1])
-        best = state.get("best_checkpoint")
-        if not best:  # else a step_N name, never a path (read_trainer_state checked)
+        state = TrainerState.read(complete[-1])
+        best = state.best_checkpoint
+        if not best:  # else a step_N name, never a path (TrainerState.read checked)
             why = "no best checkpoint recorded yet"
         elif not is_complete(checkpoint_root(run_dir) / best):
             why = f"best checkpoint {best} is missing"
@@ -202,7 +199,7 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
                 "%s is %s%s",
                 checkpoint_root(run_dir) / "best",
                 best,
-                _valid_note(state.get("best_valid")),
+                _valid_note(state.best_valid),
             )
             return checkpoint_root(run_dir) / best
         logger.warning("%s: using the newest checkpoint %s as best", why, complete[-1].name)
@@ -213,10 +210,10 @@ def describe_checkpoint(folder: Path) -> str:
     """Return which of its run's checkpoints `folder` is, in words: its step, and whether it is
     the newest (the last weights) and the best by validation (whose test score the run reports)."""
     complete = list_checkpoints(folder.parent.parent, warn=False)
-    match = _STEP_DIR.match(folder.name)
+    match = STEP_DIR.match(folder.name)
     if match is None or folder.resolve() not in [c.resolve() for c in complete]:
         return "a checkpoint outside its run's checkpoints folder"
-    best = read_trainer_state(complete[-1]).get("best_checkpoint") or ""
+    best = TrainerState.read(complete[-1]).best_checkpoint
     roles = []
     if folder.name == complete[-1].name:
         roles.append("the newest, the last weights")
@@ -228,86 +225,11 @@ def describe_checkpoint(folder: Path) -> str:
     return text
 
 
-def _valid_note(loss: Any) -> str:
+def _valid_note(loss: float) -> str:
     """Return " (valid loss L, ppl P)" for a recorded validation loss, else ""."""
-    if not isinstance(loss, int | float) or not math.isfinite(loss):
+    if not math.isfinite(loss):
         return ""
     return f" (valid loss {loss:.4f}, ppl {math.exp(loss) if loss < 700 else math.inf:.2f})"
-
-
-def read_trainer_state(folder: Path) -> dict[str, Any]:
-    """Return the trainer state stored in a checkpoint, checked before any use (the one reader
-    of trainer_state.json): its fields' types and ranges, and its step against the folder's
-    name `step_N`; raise one CheckpointError naming the file and the field."""
-    path = folder / STATE_FILE
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"cannot read {path}: {err}") from None
-    problem = _state_problem(state, folder.name)
-    if problem is not None:
-        raise CheckpointError(
-            f"{path}: {problem}; the file was changed after its save: use another checkpoint "
-            "of the run (an older step_N)"
-        )
-    return state
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
-
-
-def _state_problem(state: Any, folder_name: str) -> str | None:
-    """Return what is wrong with a trainer state read from folder `folder_name`, or None.
-
-    Checked: every field the trainer, resume, report, evaluate and export read, when present
-    (`step` always); a folder named `step_N` holds the state of step N."""
-    if not isinstance(state, dict):
-        return f"holds a {type(state).__name__}, not a JSON object"
-    step = state.get("step")
-    if not _is_int(step) or step < 0:
-        return f'field "step" must be a whole number >= 0, got {step!r}'
-    named = _STEP_DIR.match(folder_name)
-    if named and int(named.group(1)) != step:
-        return (
-            f'field "step" is {step}, but the folder {folder_name} holds step {int(named.group(1))}'
-        )
-    whole = {"epoch": 0, "world_size": 1, "last_valid_step": -1}
-    for key, low in whole.items():
-        if key in state and (not _is_int(state[key]) or not low <= state[key]):
-            return f'field "{key}" must be a whole number >= {low}, got {state[key]!r}'
-    if state.get("last_valid_step", -1) > step:
-        return f'field "last_valid_step" is {state["last_valid_step"]}, after the step {step}'
-    for key in ("train_seconds", "paused_seconds", "tokens_per_sec"):
-        if key in state and (not _is_number(state[key]) or not 0 <= state[key] < math.inf):
-            return f'field "{key}" must be a finite number >= 0, got {state[key]!r}'
-    if "best_valid" in state and (not _is_number(state["best_valid"]) or state["best_valid"] < 0):
-        return f'field "best_valid" must be a loss >= 0 (or Infinity), got {state["best_valid"]!r}'
-    for key in ("best_checkpoint", "test_checkpoint"):
-        name = state.get(key, "")
-        match = _STEP_DIR.match(name) if isinstance(name, str) else None
-        if name != "" and (match is None or int(match.group(1)) > step):
-            return (
-                f'field "{key}" must be "" or a step_N folder name up to step {step}, got {name!r}'
-            )
-    for key in ("vocab_hash", "corpus_hash", "stop_reason", "hardware"):
-        if key in state and not isinstance(state[key], str):
-            return f'field "{key}" must be a string, got {state[key]!r}'
-    for key in ("schedule", "test", "test_last"):
-        if state.get(key) is not None and not isinstance(state[key], dict):
-            return f'field "{key}" must be a JSON object, got {state[key]!r}'
-    history = state.get("valid_history", [])
-    if not isinstance(history, list):
-        return f'field "valid_history" must be a list, got {history!r}'
-    for entry in history:
-        ok = isinstance(entry, dict) and _is_int(entry.get("step"))
-        if not ok or not 0 <= entry["step"] <= step or not _is_number(entry.get("loss")):
-            return f'field "valid_history" holds {entry!r}, not a validation up to step {step}'
-    return None
 
 
 def read_config(folder: Path) -> RunConfig:
@@ -318,19 +240,19 @@ def read_config(folder: Path) -> RunConfig:
 def save_checkpoint(
     accelerator: Any,
     output_dir: str | Path,
-    step: int,
-    trainer_state: dict[str, Any],
+    state: TrainerState,
     rank_state: dict[str, Any],
     cfg: RunConfig,
     model: torch.nn.Module,
 ) -> Path:
-    """Write a complete checkpoint of `model` and the accelerator's optimizer, scaler and
-    random states from every rank and return its folder (call on all ranks).
+    """Write a complete checkpoint of `model`, the trainer `state` (of step `state.step`) and
+    the accelerator's optimizer, scaler and random states from every rank and return its
+    folder (call on all ranks).
 
     A rank that cannot write (a full disk, say) makes every rank raise one CheckpointError,
     after the partial folder is removed; the previous checkpoints stay as they were.
     """
-    root = checkpoint_root(output_dir)
+    root, step = checkpoint_root(output_dir), state.step
     final = root / step_dir_name(step)
     tmp = root / f".tmp_{step_dir_name(step)}"
     if accelerator.is_main_process:
@@ -353,7 +275,7 @@ def save_checkpoint(
     if accelerator.is_main_process:
         try:
             files.write_text(tmp / CONFIG_FILE, cfg.to_toml())
-            files.write_json(tmp / STATE_FILE, trainer_state, indent=2)
+            state.write(tmp)
             write_checksums(tmp)
             files.fsync_folder(tmp)
             files.write_text(tmp / DONE, f"step {step}\n")
@@ -529,14 +451,14 @@ def _torch_load(path: Path) -> Any:
         ) from None
 
 
-def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
-    """Return rank `rank` of `world_size`'s stream position and hidden history from a checkpoint.
+def load_rank_state(folder: Path, rank: int, world_size: int, saved: int) -> dict[str, Any]:
+    """Return rank `rank` of `world_size`'s stream position and hidden history from a checkpoint
+    written by `saved` processes (its trainer state's world_size).
 
     The checkpoint may come from another number of processes: the saved per-rank histories are
     joined along the batch dimension (streams in rank order) and this rank's streams sliced out,
     which is exact because every process count sees the same global data order.
     """
-    saved = read_trainer_state(folder).get("world_size", 1)
     states = []
     for saved_rank in range(saved):
         path = folder / f"rank_{saved_rank}.pt"
@@ -558,62 +480,3 @@ def load_rank_state(folder: Path, rank: int, world_size: int) -> dict[str, Any]:
     width = batch // world_size
     history = tuple(h[:, rank * width : (rank + 1) * width].clone() for h in joined)
     return {"stream": states[0]["stream"], "history": history}
-
-
-def check_compatible(
-    folder: Path, cfg: RunConfig, vocab_hash: str, corpus_hash: str | None = None
-) -> list[str]:
-    """Raise CheckpointError listing every difference that makes `folder` unusable for this run.
-
-    `corpus_hash` is the prepared corpus's identity (`Corpus.content_hash`): training on another
-    corpus than the checkpoint's is a difference unless `train.allow_corpus_change` (logged).
-    Return the execution keys (`EXECUTION_MODEL_KEYS`) that differ, as "key: old -> new".
-    """
-    saved_cfg = read_config(folder)
-    state = read_trainer_state(folder)
-    changed = [
-        (key, old, getattr(cfg.model, key))
-        for key, old in saved_cfg.to_dict()["model"].items()
-        if getattr(cfg.model, key) != old
-    ]
-    diffs = [
-        f"model.{key}: checkpoint {old!r} != config {new!r}"
-        for key, old, new in changed
-        if key not in EXECUTION_MODEL_KEYS
-    ]
-    if state.get("vocab_hash") != vocab_hash:
-        diffs.append(f"vocabulary hash: checkpoint {state.get('vocab_hash')} != data {vocab_hash}")
-    elif corpus_hash is not None and state.get("corpus_hash", corpus_hash) != corpus_hash:
-        if not cfg.train.allow_corpus_change:
-            diffs.append(
-                f"prepared corpus: checkpoint {state['corpus_hash'][:16]} != data "
-                f"{corpus_hash[:16]} (the training text changed; to go on training on it, "
-                "set train.allow_corpus_change = true)"
-            )
-        else:
-            logger.warning(
-                "the training text changed since %s (prepared corpus %s then, %s now): "
-                "training resumes from its step %s at the same place in an epoch of the new "
-                "text (which must have as many tokens), as train.allow_corpus_change = true "
-                "allows",
-                folder,
-                state["corpus_hash"][:16],
-                corpus_hash[:16],
-                state.get("step"),
-            )
-    for key in ("batch_size", "bptt"):
-        if getattr(saved_cfg.train, key) != getattr(cfg.train, key):
-            diffs.append(
-                f"train.{key}: checkpoint {getattr(saved_cfg.train, key)} != config {getattr(cfg.train, key)}"
-            )
-    if diffs:
-        raise CheckpointError(
-            f"cannot resume from {folder}: "
-            + "; ".join(diffs)
-            + " (use --no-resume or another train.output_dir)"
-        )
-    return [
-        f"model.{key}: {old!r} -> {new!r}"
-        for key, old, new in changed
-        if key in EXECUTION_MODEL_KEYS
-    ]

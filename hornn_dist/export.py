@@ -26,6 +26,7 @@ from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.files import new_folder_beside, remove_stale_beside, write_bytes, write_json
 from hornn_dist.loading import load_model_for, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from hornn_dist.training.scoring import EvalResult, score_split
 from hornn_dist.writable import check_writable_folder
@@ -78,7 +79,7 @@ def write_model_folder(
 
     hub = PretrainedLM(cfg.model, corpus.vocab_size)
     hub.load_state_dict(model.state_dict())
-    step = ckpt.read_trainer_state(checkpoint)["step"]
+    step = TrainerState.read(checkpoint).step
     scores = {"tokens": result.tokens, "loss": result.loss, "ppl": result.ppl}
     config = {
         "model": dataclasses.asdict(cfg.model),

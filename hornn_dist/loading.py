@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.checkpoint import WEIGHTS, read_trainer_state
+from hornn_dist.checkpoint import WEIGHTS
 from hornn_dist.config import RunConfig, config_from_dict
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder
@@ -27,6 +27,7 @@ from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
 from hornn_dist.errors import CheckpointError, DataError, described, naming_path
 from hornn_dist.models import LayerPlan, build_model, plan_for
+from hornn_dist.run_state import TrainerState
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +153,13 @@ def load_model(
     (train.eval_batch_size, train.mixed_precision). Where the run's engine cannot run there
     (triton on a CPU), the fused engine runs, with a warning."""
     exported = is_exported(folder)
-    trained = read_exported(folder) if exported else read_trainer_state(folder)
-    if trained.get("vocab_hash") != corpus.vocab_hash:
+    if exported:
+        trained = read_exported(folder)["vocab_hash"]
+    else:
+        trained = TrainerState.read(folder).vocab_hash
+    if trained != corpus.vocab_hash:
         raise CheckpointError(
-            f"{folder} was trained with vocabulary {trained.get('vocab_hash')} but the data has "
+            f"{folder} was trained with vocabulary {trained} but the data has "
             f"{corpus.vocab_hash}; point data.cache_dir at the shards used for training"
         )
     plan = _evaluation_plan(cfg, device, mixed_precision, batch)

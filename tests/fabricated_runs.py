@@ -3,9 +3,9 @@
 The product has no writer of a whole checkpoint short of a trained model and an Accelerator
 (`checkpoint.save_checkpoint`), so `write_run` writes what its main process writes, each file
 through the product's own code where it has one: the weights of a real (tiny) model with
-`checkpoint.save_weights`, `config.toml` with `RunConfig.to_toml`, `trainer_state.json` with the
-keys `Trainer._write_checkpoint` writes (its schedule and validation history made by
-`LrSchedule.end_epoch` itself, epoch by epoch, from a validation curve), `checksums.json` with
+`checkpoint.save_weights`, `config.toml` with `RunConfig.to_toml`, `trainer_state.json` with
+`TrainerState.write` (its schedule and validation history made by `LrSchedule.end_epoch`
+itself, epoch by epoch, from a validation curve), `checksums.json` with
 `checkpoint.write_checksums`, and `DONE` last. The per-rank files (random states, stream
 position) are left out: the report never reads them, and a checkpoint is complete without them.
 """
@@ -13,13 +13,15 @@ position) are left out: the report never reads them, and a checkpoint is complet
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
-from hornn_dist.files import write_json, write_text
+from hornn_dist.files import write_text
 from hornn_dist.models import build_model
 from hornn_dist.run_layout import CONFIG_FILE
+from hornn_dist.run_state import TrainerState
 from hornn_dist.training.optim import LrSchedule
 
 STEPS_PER_EPOCH = 10
@@ -52,7 +54,7 @@ def write_run(
 ) -> dict:
     """Write one checkpoint of a run into `out` after the epochs of `valid_ppls` (stopping
     earlier where the config's stopping rule does), with the test result `test_ppl` stored
-    (None: an unfinished run); return its trainer state."""
+    (None: an unfinished run); return its trainer state as the file holds it."""
     schedule = LrSchedule.from_config(config.optim)
     history, best, best_step = [], math.inf, 0
     for epoch, ppl in enumerate(valid_ppls, 1):
@@ -73,32 +75,30 @@ def write_run(
             break
     step = history[-1]["step"]
     model = build_model(config.model, VOCAB)
-    state = {
-        "step": step,
-        "epoch": len(history),
-        "schedule": schedule.state_dict(),
-        "best_valid": best,
-        "best_checkpoint": ckpt.step_dir_name(best_step),
-        "test": _result(test_ppl) if test_ppl is not None else None,
-        "test_checkpoint": ckpt.step_dir_name(best_step) if test_ppl is not None else "",
-        "test_last": _result(test_ppl) if test_ppl is not None else None,
-        "stop_reason": schedule.stopped or ("" if test_ppl is None else "trained"),
-        "train_seconds": 1.0 * len(history),
-        "paused_seconds": 0.0,
-        "tokens_per_sec": tokens_per_sec,
-        "hardware": "cpu (fabricated)",
-        "parameters": model.num_parameters(),
-        "valid_history": history,
-        "last_valid_step": step,
-        "vocab_hash": "0" * 64,
-        "corpus_hash": "0" * 64,
-        "world_size": 1,
-    }
+    state = TrainerState(
+        step=step,
+        epoch=len(history),
+        schedule=schedule.state_dict(),
+        best_valid=best,
+        best_checkpoint=ckpt.step_dir_name(best_step),
+        test=_result(test_ppl) if test_ppl is not None else None,
+        test_checkpoint=ckpt.step_dir_name(best_step) if test_ppl is not None else "",
+        test_last=_result(test_ppl) if test_ppl is not None else None,
+        stop_reason=schedule.stopped or ("" if test_ppl is None else "trained"),
+        train_seconds=1.0 * len(history),
+        tokens_per_sec=tokens_per_sec,
+        hardware="cpu (fabricated)",
+        parameters=model.num_parameters(),
+        valid_history=history,
+        last_valid_step=step,
+        vocab_hash="0" * 64,
+        corpus_hash="0" * 64,
+    )
     folder = ckpt.checkpoint_root(out) / ckpt.step_dir_name(step)
     folder.mkdir(parents=True)
     ckpt.save_weights(model, folder / ckpt.WEIGHTS)
     write_text(folder / CONFIG_FILE, config.to_toml())
-    write_json(folder / ckpt.STATE_FILE, state, indent=2)
+    state.write(folder)
     ckpt.write_checksums(folder)
     write_text(folder / ckpt.DONE, f"step {step}\n")
-    return state
+    return asdict(state)

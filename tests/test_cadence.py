@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist.checkpoint import list_checkpoints, read_trainer_state
+from hornn_dist.checkpoint import list_checkpoints
 from hornn_dist.config import load_config
+from hornn_dist.run_state import TrainerState
 from hornn_dist.training.cadence import STOP_CHECK_S, AfterStep, Cadence
 from tests.train_helpers import (
     check_ok,
@@ -143,14 +144,14 @@ def test_two_ranks_stop_within_the_bound_whatever_log_every(tmp_path: Path) -> N
     assert proc.returncode == 0, log[-3000:]
     assert "received: checkpointing at step" in log and "test:" not in log
     stopped = list_checkpoints(out)[-1]
-    state = read_trainer_state(stopped)
+    state = TrainerState.read(stopped)
     # stopped at a timed check, mid-epoch: not at a log step or an epoch end
-    assert state["step"] % every == 0 and state["epoch"] == 0, (state["step"], every)
-    assert state["world_size"] == 2
+    assert state.step % every == 0 and state.epoch == 0, (state.step, every)
+    assert state.world_size == 2
     # the bound is STOP_CHECK_S of training; the rest is the checkpoint, the exit and a busy
     # machine (without the timed checks the run would train on to its epoch end, minutes)
     assert took < STOP_CHECK_S + 25, took
-    resumed = run_module("hornn_dist.train", *args, "--set", f"train.max_steps={state['step'] + 2}")
+    resumed = run_module("hornn_dist.train", *args, "--set", f"train.max_steps={state.step + 2}")
     check_ok(resumed)
     assert f"resuming from {stopped}" in resumed.stderr
-    assert f"step {state['step'] + 2}: valid loss" in resumed.stderr
+    assert f"step {state.step + 2}: valid loss" in resumed.stderr

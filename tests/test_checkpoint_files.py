@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -14,6 +13,8 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, load_config, to_toml
 from hornn_dist.errors import CheckpointError
 from hornn_dist.run_layout import CONFIG_FILE
+from hornn_dist.run_state import TrainerState
+from hornn_dist.training.resume import check_compatible
 
 VOCAB_HASH = "abc123"
 
@@ -27,28 +28,33 @@ def make_checkpoint(
     cfg: RunConfig | None = None,
     world_size: int = 1,
     vocab_hash: str = VOCAB_HASH,
-    corpus_hash: str | None = None,
+    corpus_hash: str = "",
 ) -> Path:
     """Return a hand-built checkpoint folder of `run` after `step` steps (DONE written last)."""
     folder = ckpt.checkpoint_root(run) / ckpt.step_dir_name(step)
     folder.mkdir(parents=True)
-    state = {
-        "step": step,
-        "epoch": 0,
-        "best_valid": 5.0,
-        "best_checkpoint": best,
-        "vocab_hash": vocab_hash,
-        "world_size": world_size,
-    }
-    if corpus_hash is not None:
-        state["corpus_hash"] = corpus_hash
-    (folder / ckpt.STATE_FILE).write_text(json.dumps(state))
+    TrainerState(
+        step=step,
+        best_valid=5.0,
+        best_checkpoint=best,
+        vocab_hash=vocab_hash,
+        corpus_hash=corpus_hash,
+        world_size=world_size,
+    ).write(folder)
     (folder / CONFIG_FILE).write_text(to_toml((cfg or RunConfig()).to_dict()))
     save_file({"w": torch.full((3,), float(step))}, str(folder / ckpt.WEIGHTS))
     ckpt.write_checksums(folder)
     if done:
         (folder / ckpt.DONE).write_text(f"step {step}\n")
     return folder
+
+
+def compatible(
+    folder: Path, cfg: RunConfig, vocab_hash: str, corpus_hash: str | None = None
+) -> list[str]:
+    """Return what resume's compatibility check returns for `folder` under `cfg`."""
+    state, saved = TrainerState.read(folder), ckpt.read_config(folder)
+    return check_compatible(folder, state, saved, cfg, vocab_hash, corpus_hash)
 
 
 def names(folders: list[Path]) -> list[str]:
@@ -297,7 +303,7 @@ def test_compatible_checkpoint_passes(tmp_path: Path) -> None:
     folder = make_checkpoint(tmp_path, 10, cfg=cfg, world_size=2)
     # Keys that do not affect the saved state may change on resume.
     now = load_config(None, ["train.epochs=9", "optim.lr=0.1", "train.output_dir=elsewhere"])
-    ckpt.check_compatible(folder, now, VOCAB_HASH)
+    compatible(folder, now, VOCAB_HASH)
 
 
 def test_another_corpus_is_refused_unless_allowed_and_then_logged(
@@ -305,31 +311,29 @@ def test_another_corpus_is_refused_unless_allowed_and_then_logged(
 ) -> None:
     folder = make_checkpoint(tmp_path, 10, corpus_hash="a" * 64)
     cfg = load_config(None, [])
-    assert ckpt.check_compatible(folder, cfg, VOCAB_HASH, "a" * 64) == []
+    assert compatible(folder, cfg, VOCAB_HASH, "a" * 64) == []
     with pytest.raises(CheckpointError) as info:
-        ckpt.check_compatible(folder, cfg, VOCAB_HASH, "b" * 64)
+        compatible(folder, cfg, VOCAB_HASH, "b" * 64)
     assert f"prepared corpus: checkpoint {'a' * 16} != data {'b' * 16}" in str(info.value)
     assert "set train.allow_corpus_change = true" in str(info.value)
     allowed = load_config(None, ["train.allow_corpus_change=true"])
-    with caplog.at_level(logging.WARNING, logger="hornn_dist.checkpoint"):
-        assert ckpt.check_compatible(folder, allowed, VOCAB_HASH, "b" * 64) == []
+    with caplog.at_level(logging.WARNING, logger="hornn_dist.train"):
+        assert compatible(folder, allowed, VOCAB_HASH, "b" * 64) == []
     assert "train.allow_corpus_change = true allows" in caplog.text
-    older = make_checkpoint(tmp_path, 20)  # written before checkpoints recorded their corpus
-    assert ckpt.check_compatible(older, cfg, VOCAB_HASH, "b" * 64) == []
 
 
 def test_engine_and_precision_may_change_on_resume(tmp_path: Path) -> None:
     folder = make_checkpoint(tmp_path, 10)
     same = load_config(None, [])
-    assert ckpt.check_compatible(folder, same, VOCAB_HASH) == []
+    assert compatible(folder, same, VOCAB_HASH) == []
     now = load_config(None, ["model.engine=loop", "model.recurrence_precision=autocast"])
-    assert ckpt.check_compatible(folder, now, VOCAB_HASH) == [
+    assert compatible(folder, now, VOCAB_HASH) == [
         "model.engine: 'auto' -> 'loop'",
         "model.recurrence_precision: 'fp16' -> 'autocast'",
     ]
     both = load_config(None, ["model.engine=loop", "model.order=2"])
     with pytest.raises(CheckpointError) as info:  # a real difference is still refused, alone
-        ckpt.check_compatible(folder, both, VOCAB_HASH)
+        compatible(folder, both, VOCAB_HASH)
     assert "model.order: checkpoint 3 != config 2" in str(info.value)
     assert "model.engine" not in str(info.value) and str(info.value).count(" != ") == 1
 
@@ -347,7 +351,7 @@ def test_incompatible_checkpoint_lists_every_difference_in_one_line(tmp_path: Pa
         ],
     )
     with pytest.raises(CheckpointError) as info:
-        ckpt.check_compatible(folder, now, "ffff00")
+        compatible(folder, now, "ffff00")
     message = str(info.value)
     assert "\n" not in message
     for part in (
@@ -375,6 +379,6 @@ def test_each_difference_alone_is_reported(
 ) -> None:
     folder = make_checkpoint(tmp_path, 10)
     with pytest.raises(CheckpointError) as info:
-        ckpt.check_compatible(folder, load_config(None, [override]), vocab)
+        compatible(folder, load_config(None, [override]), vocab)
     assert expected in str(info.value)
     assert str(info.value).count(" != ") == 1

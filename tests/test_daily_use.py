@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import load_config, read_toml
 from hornn_dist.experiments.tables import short_stop
+from hornn_dist.run_state import TrainerState
 from hornn_dist.wording import counted
 from tests.train_helpers import (
     REPO,
@@ -59,8 +59,8 @@ def test_a_run_names_its_folder_and_each_save_and_keeps_train_log(workdir: Path)
         f"step_{STEPS_PER_EPOCH:08d}"
     ] * 2  # the epoch end, then the final save with the test result
     assert saves[0][1] == "step 5, not validated"
-    state = ckpt.read_trainer_state(run / "checkpoints" / f"step_{STEPS_PER_EPOCH:08d}")
-    ppl = state["valid_history"][-1]["ppl"]
+    state = TrainerState.read(run / "checkpoints" / f"step_{STEPS_PER_EPOCH:08d}")
+    ppl = state.valid_history[-1]["ppl"]
     assert saves[2][1] == f"valid ppl {ppl:.2f}, best"  # the only validation is the best
     assert "epoch 1 of 1 done" in first.stderr and ", 1 epoch |" in first.stderr
     assert "trained train.epochs = 1 epoch" in first.stderr

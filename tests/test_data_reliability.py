@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import load_config
 from hornn_dist.data import pipeline, prepare_wait, vocab
 from hornn_dist.data.config import DataConfig
@@ -25,7 +24,7 @@ from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import open_corpus
 from hornn_dist.errors import ConfigError, DataError
 from hornn_dist.runtime import StopFlag
-from tests.test_checkpoint_files import VOCAB_HASH, make_checkpoint
+from tests.test_checkpoint_files import VOCAB_HASH, compatible, make_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "hello world\nthe cat sat on the mat\nhello cat\n" * 3
@@ -114,8 +113,8 @@ def test_allow_corpus_change_says_the_text_changed_and_what_happens(
 ) -> None:
     folder = make_checkpoint(tmp_path, 10, corpus_hash="a" * 64)
     allowed = load_config(None, ["train.allow_corpus_change=true"])
-    with caplog.at_level(logging.WARNING, logger="hornn_dist.checkpoint"):
-        ckpt.check_compatible(folder, allowed, VOCAB_HASH, "b" * 64)
+    with caplog.at_level(logging.WARNING, logger="hornn_dist.train"):
+        compatible(folder, allowed, VOCAB_HASH, "b" * 64)
     assert "training text changed" in caplog.text and "step 10" in caplog.text
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist.checkpoint import list_checkpoints, read_trainer_state
+from hornn_dist.checkpoint import list_checkpoints
+from hornn_dist.run_state import TrainerState
 from tests.train_helpers import REPO, check_ok, run_module
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -55,8 +56,8 @@ def test_readme_demo_command_trains_end_to_end(tmp_path: Path) -> None:
     ppl = float(test_line.rsplit("ppl", 1)[1])
     vocab = int(re.search(r"vocabulary (\d+)", proc.stderr).group(1))
     assert 1.0 < ppl < vocab  # better than uniform after a few steps
-    state = read_trainer_state(list_checkpoints(out)[-1])
-    assert state["step"] == 15
+    state = TrainerState.read(list_checkpoints(out)[-1])
+    assert state.step == 15
 
 
 def test_docs_document_every_config_key_with_its_default() -> None:

@@ -18,6 +18,7 @@ from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.data.shards import TOKENIZER, open_corpus
 from hornn_dist.errors import DataError
 from hornn_dist.run_layout import CONFIG_FILE
+from hornn_dist.run_state import TrainerState
 from tests.train_helpers import check_ok, prepared_tiny, run_here, train_into, write_tiny_config
 
 PRECIOUS = "a user's file, not the run's\n"
@@ -198,10 +199,10 @@ def test_a_resume_on_a_rebuilt_changed_corpus_is_refused_unless_allowed(tmp_path
     config = write_tiny_config(tmp_path)
     out = tmp_path / "run"
     check_ok(train_into(tmp_path, out, "--set", "train.max_steps=4"))
-    saved = ckpt.read_trainer_state(ckpt.list_checkpoints(out)[-1])
+    saved = TrainerState.read(ckpt.list_checkpoints(out)[-1])
     folder = corpus_folder(load_config(config).data)
     before = open_corpus(folder)
-    assert saved["corpus_hash"] == before.content_hash
+    assert saved.corpus_hash == before.content_hash
     # the same words in another order: same vocabulary, another corpus
     train_txt = tmp_path / "train.txt"
     lines = train_txt.read_text().splitlines()
@@ -220,8 +221,8 @@ def test_a_resume_on_a_rebuilt_changed_corpus_is_refused_unless_allowed(tmp_path
     check_ok(allowed)
     assert "the training text changed since" in allowed.stderr
     assert "train.allow_corpus_change = true allows" in allowed.stderr
-    newest = ckpt.read_trainer_state(ckpt.list_checkpoints(out)[-1])
-    assert newest["step"] == 8 and newest["corpus_hash"] == after.content_hash
+    newest = TrainerState.read(ckpt.list_checkpoints(out)[-1])
+    assert newest.step == 8 and newest.corpus_hash == after.content_hash
     # the same corpus rebuilt from the same text is the same corpus
     shutil.rmtree(folder)
     check_ok(run_here("hornn_dist.prepare", str(config)))

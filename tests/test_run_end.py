@@ -20,7 +20,8 @@ from safetensors.torch import load_file
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import OptimConfig, load_config
 from hornn_dist.errors import ConfigError
-from hornn_dist.training import optim
+from hornn_dist.run_state import TrainerState
+from hornn_dist.training import optim, resume
 from tests.train_helpers import (
     REPO,
     check_ok,
@@ -97,7 +98,7 @@ def test_resume_applies_changed_optim_settings_and_names_them(workdir: Path) -> 
         assert note in proc.stderr, note
     assert "step 6: loss" in proc.stderr and ", lr 0.25," in proc.stderr
     folder = newest(workdir, "retuned")
-    schedule = ckpt.read_trainer_state(folder)["schedule"]
+    schedule = TrainerState.read(folder).schedule
     assert schedule["lr"] == 0.25 and schedule["min_lr"] == 0.01
     groups = torch.load(folder / "optimizer.bin", weights_only=True)["param_groups"]
     assert all(g["momentum"] == 0.9 and g["lr"] == 0.25 for g in groups)
@@ -110,7 +111,7 @@ def test_resume_applies_changed_optim_settings_and_names_them(workdir: Path) -> 
 
 def test_every_optim_key_has_a_way_to_apply_on_resume() -> None:
     keys = {f.name for f in dataclasses.fields(OptimConfig)}
-    ways = {"lr", *optim.SCHEDULE_KEYS, *optim.OPTIMIZER_KEYS, *optim.STEP_KEYS}
+    ways = {"lr", *resume.SCHEDULE_KEYS, *resume.OPTIMIZER_KEYS, *resume.STEP_KEYS}
     assert ways == keys
 
 
@@ -123,7 +124,7 @@ def test_changed_schedule_keeps_its_history() -> None:
     cfg = OptimConfig(
         lr=0.1, schedule="fixed_then_halve", halve_after=1, weight_decay=0.0, stop_improvement=0.0
     )
-    notes = optim.apply_changed_settings(saved, cfg, schedule, opt)
+    notes = resume.apply_changed_settings(saved, cfg, schedule, opt)
     assert notes[0] == "optim.lr 0.5 -> 0.1 (the schedule had reached 0.25)"
     assert schedule.lr == 0.1 and schedule.epochs_done == 2 and schedule.previous_valid == 6.0
     assert opt.param_groups[0]["weight_decay"] == 0.0
@@ -138,7 +139,7 @@ def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
     assert "lr for next epoch" in epoch_lines[0]
     assert "lr for next epoch" not in epoch_lines[1]  # there is no next epoch
     folder = newest(workdir, "finished")
-    test = ckpt.read_trainer_state(folder)["test"]
+    test = TrainerState.read(folder).test
     assert test["tokens"] == 216  # 217 test tokens: every one but the first is predicted
     assert "test: 216 predicted tokens (the split's 217 but the first)" in first.stderr
     assert f"ppl {test['ppl']:.2f}" in first.stderr
@@ -164,7 +165,7 @@ def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
     more = train(workdir, "finished", "--set", "train.epochs=3")
     check_ok(more)
     assert "resuming from" in more.stderr
-    assert ckpt.read_trainer_state(newest(workdir, "finished"))["step"] == 3 * STEPS_PER_EPOCH
+    assert TrainerState.read(newest(workdir, "finished")).step == 3 * STEPS_PER_EPOCH
 
 
 def test_a_max_steps_run_validates_at_its_end_and_best_names_its_step(
@@ -173,12 +174,12 @@ def test_a_max_steps_run_validates_at_its_end_and_best_names_its_step(
     proc = train(workdir, "short", "--set", "train.max_steps=7")  # mid-epoch, saves at 5 and 7
     check_ok(proc)
     assert "step 7: valid loss" in proc.stderr
-    state = ckpt.read_trainer_state(newest(workdir, "short"))
-    assert state["best_checkpoint"] == "step_00000007" and math.isfinite(state["best_valid"])
+    state = TrainerState.read(newest(workdir, "short"))
+    assert state.best_checkpoint == "step_00000007" and math.isfinite(state.best_valid)
     with caplog.at_level(logging.INFO, logger="hornn_dist.checkpoint"):
         best = ckpt.resolve_checkpoint(workdir / "short" / "checkpoints" / "best")
     assert best.name == "step_00000007"
-    note = f"is step_00000007 (valid loss {state['best_valid']:.4f}, ppl"
+    note = f"is step_00000007 (valid loss {state.best_valid:.4f}, ppl"
     assert note in caplog.text
     evaluated = run_here("hornn_dist.evaluate", str(workdir / "short" / "checkpoints" / "best"))
     check_ok(evaluated)
@@ -215,11 +216,11 @@ def test_a_converged_run_stops_says_why_in_log_and_tensorboard(workdir: Path) ->
     assert "lr for next epoch" not in proc.stderr.split("epoch 2 of 6 done")[1].splitlines()[0]
     [(step, reason)] = _stop_reasons(workdir / "converged")
     assert step == end and reason.startswith("converged: epoch 2 lowered")
-    state = ckpt.read_trainer_state(newest(workdir, "converged"))
-    assert state["stop_reason"] == reason and state["test"]["tokens"] == 216
-    assert [round(h["epoch"], 6) for h in state["valid_history"]] == [1.0, 2.0]
-    assert state["train_seconds"] > 0 and state["tokens_per_sec"] > 0 and state["parameters"] > 0
-    assert state["hardware"]
+    state = TrainerState.read(newest(workdir, "converged"))
+    assert state.stop_reason == reason and state.test["tokens"] == 216
+    assert [round(h["epoch"], 6) for h in state.valid_history] == [1.0, 2.0]
+    assert state.train_seconds > 0 and state.tokens_per_sec > 0 and state.parameters > 0
+    assert state.hardware
 
     again = train(workdir, "converged", *settings)  # converged counts as finished
     check_ok(again)
@@ -257,7 +258,7 @@ def test_a_converged_run_resumed_under_halve_before_stop_is_that_rule_from_the_s
     rule = ("--set", "optim.halve_before_stop=true")
     check_ok(train(workdir, "halve_first", *settings))  # the default
     check_ok(train(workdir, "stopped_first", *settings, "--set", "optim.halve_before_stop=false"))
-    assert ckpt.read_trainer_state(newest(workdir, "stopped_first"))["epoch"] == 2
+    assert TrainerState.read(newest(workdir, "stopped_first")).epoch == 2
     resumed = train(workdir, "stopped_first", *settings, *rule)
     check_ok(resumed)  # the stop no longer stands: the run trains on to its third epoch
     assert "optim.halve_before_stop False -> True; lr now" in resumed.stderr
@@ -270,8 +271,8 @@ def test_a_converged_run_resumed_under_halve_before_stop_is_that_rule_from_the_s
     assert fresh.name == again.name
     a, b = (load_file(str(p / "model.safetensors")) for p in (fresh, again))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    states = [ckpt.read_trainer_state(p) for p in (fresh, again)]
-    assert states[0]["schedule"] == states[1]["schedule"] and states[0]["test"] == states[1]["test"]
+    states = [TrainerState.read(p) for p in (fresh, again)]
+    assert states[0].schedule == states[1].schedule and states[0].test == states[1].test
 
 
 def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Path) -> None:
@@ -291,38 +292,42 @@ def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Pat
 
 
 @pytest.fixture(scope="module")
-def two_epochs(workdir: Path) -> dict:
+def two_epochs(workdir: Path) -> TrainerState:
     """The trainer state of an uninterrupted 2-epoch run."""
     check_ok(train(workdir, "two_epochs", "--set", "train.epochs=2"))
-    return ckpt.read_trainer_state(newest(workdir, "two_epochs"))
+    return TrainerState.read(newest(workdir, "two_epochs"))
 
 
-def _same_end(state: dict, straight: dict, weights: Path, straight_weights: Path) -> None:
+def _same_end(
+    state: TrainerState, straight: TrainerState, weights: Path, straight_weights: Path
+) -> None:
     """Assert a run ended like the uninterrupted one: history, schedule, test and weights."""
-    assert [h["step"] for h in state["valid_history"]] == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
-    assert state["valid_history"] == straight["valid_history"]
-    assert state["schedule"] == straight["schedule"] and state["test"] == straight["test"]
+    assert [h["step"] for h in state.valid_history] == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
+    assert state.valid_history == straight.valid_history
+    assert state.schedule == straight.schedule and state.test == straight.test
     a, b = (load_file(str(p / "model.safetensors")) for p in (weights, straight_weights))
     assert all(torch.equal(a[key], b[key]) for key in b)
 
 
-def test_max_steps_on_an_epochs_last_batch_ends_that_epoch(workdir: Path, two_epochs: dict) -> None:
+def test_max_steps_on_an_epochs_last_batch_ends_that_epoch(
+    workdir: Path, two_epochs: TrainerState
+) -> None:
     capped = train(
         workdir, "capped", "--set", "train.epochs=2", "--set", f"train.max_steps={STEPS_PER_EPOCH}"
     )
     check_ok(capped)
     assert "epoch 1 of 2 done: valid ppl" in capped.stderr
     assert capped.stderr.count(f"step {STEPS_PER_EPOCH}: valid loss") == 1
-    state = ckpt.read_trainer_state(newest(workdir, "capped"))
-    assert state["epoch"] == 1 and state["schedule"]["epochs_done"] == 1  # the epoch counted
-    assert state["stop_reason"] == f"reached train.max_steps = {STEPS_PER_EPOCH}"
-    assert [h["step"] for h in state["valid_history"]] == [STEPS_PER_EPOCH]
+    state = TrainerState.read(newest(workdir, "capped"))
+    assert state.epoch == 1 and state.schedule["epochs_done"] == 1  # the epoch counted
+    assert state.stop_reason == f"reached train.max_steps = {STEPS_PER_EPOCH}"
+    assert [h["step"] for h in state.valid_history] == [STEPS_PER_EPOCH]
     resumed = train(workdir, "capped", "--set", "train.epochs=2")
     check_ok(resumed)
     assert f"step {STEPS_PER_EPOCH}: valid loss" not in resumed.stderr  # not validated again
     assert "epoch 2 of 2 done: valid ppl" in resumed.stderr
     end = newest(workdir, "capped")
-    _same_end(ckpt.read_trainer_state(end), two_epochs, end, newest(workdir, "two_epochs"))
+    _same_end(TrainerState.read(end), two_epochs, end, newest(workdir, "two_epochs"))
 
 
 _KILL_AT_TEST = """
@@ -344,7 +349,7 @@ run_cli(train.main, sys.argv[1:])
 
 @pytest.mark.integration
 def test_a_kill_before_the_test_score_does_not_validate_again(
-    workdir: Path, two_epochs: dict
+    workdir: Path, two_epochs: TrainerState
 ) -> None:
     out = f"train.output_dir={workdir / 'killed_at_test'}"
     args = [str(workdir / "config.toml"), "--set", out, "--set", "train.epochs=2"]
@@ -357,11 +362,11 @@ def test_a_kill_before_the_test_score_does_not_validate_again(
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     last = newest(workdir, "killed_at_test")
-    assert ckpt.read_trainer_state(last)["test"] is None
+    assert TrainerState.read(last).test is None
     assert last.name == f"step_{2 * STEPS_PER_EPOCH:08d}"
     rerun = run_here("hornn_dist.train", *args)
     check_ok(rerun)
     assert f"resuming from {last}" in rerun.stderr
     assert "valid loss" not in rerun.stderr and "test: 216 predicted tokens" in rerun.stderr
     end = newest(workdir, "killed_at_test")
-    _same_end(ckpt.read_trainer_state(end), two_epochs, end, newest(workdir, "two_epochs"))
+    _same_end(TrainerState.read(end), two_epochs, end, newest(workdir, "two_epochs"))

@@ -12,6 +12,7 @@ import pytest
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.errors import CheckpointError
+from hornn_dist.run_state import VERSION, TrainerState
 from tests.train_helpers import check_ok, prepared_tiny, train_into
 
 STEP = 6
@@ -63,6 +64,7 @@ def _error_line(proc) -> str:
         ({"valid_history": [{"step": 7, "loss": 1.0}]}, "valid_history"),
         ({"world_size": 0}, "world_size"),
         ({"schedule": [1]}, "schedule"),
+        ({"version": "2"}, "version"),
     ],
 )
 def test_a_tampered_trainer_state_is_refused_before_use(trained, tmp_path, fields, field):
@@ -78,13 +80,28 @@ def test_every_reader_checks_the_state(trained, tmp_path):
     run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, _state_with(trained, step=-5))
     folder = ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)
     for read in (
-        lambda: ckpt.read_trainer_state(folder),
+        lambda: TrainerState.read(folder),
         lambda: ckpt.resolve_checkpoint(run / "checkpoints" / "best"),
         lambda: ckpt.describe_checkpoint(folder),
     ):
         with pytest.raises(CheckpointError, match=r'trainer_state.json: field "step"') as info:
             read()
         assert "\n" not in str(info.value)
+
+
+def test_a_checkpoint_of_the_previous_version_is_refused_naming_both(trained, tmp_path):
+    """A trainer state without the version field (as the commits before it wrote) is not
+    resumed: one line names its version and the one this code reads."""
+    folder = ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP)
+    state = json.loads((folder / ckpt.STATE_FILE).read_text())
+    assert state.pop("version") == VERSION == 2
+    run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, json.dumps(state).encode())
+    before = sorted(p.name for p in ckpt.checkpoint_root(run).iterdir())
+    line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
+    assert "trainer state version 1; this code resumes version 2" in line
+    assert "the commit that wrote it" in line and "--no-resume" in line
+    assert sorted(p.name for p in ckpt.checkpoint_root(run).iterdir()) == before
+    assert TrainerState.read(ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)).step == STEP
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.experiments.results import read_run
 from hornn_dist.loading import load_model, open_prepared_corpus, resolve_trained
 from hornn_dist.models.pretrained import PretrainedLM
+from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator
 from hornn_dist.training.scoring import EvalResult, score_split
 from tests.train_helpers import check_ok, final_weights, run_here, scalars, write_tiny_config
@@ -71,10 +72,10 @@ def test_the_runs_test_score_is_its_best_checkpoints_and_the_last_is_beside_it(
     kicked: tuple[Path, str],
 ) -> None:
     run, log = kicked
-    state = ckpt.read_trainer_state(ckpt.list_checkpoints(run)[-1])
-    assert state["step"] == 32 and state["best_checkpoint"] == "step_00000028"
-    assert state["test_checkpoint"] == "step_00000028"
-    test, last = EvalResult.from_record(state["test"]), EvalResult.from_record(state["test_last"])
+    state = TrainerState.read(ckpt.list_checkpoints(run)[-1])
+    assert state.step == 32 and state.best_checkpoint == "step_00000028"
+    assert state.test_checkpoint == "step_00000028"
+    test, last = EvalResult.from_record(state.test), EvalResult.from_record(state.test_last)
 
     folder, at_best = evaluated(run / "checkpoints" / "best")
     assert folder.name == "step_00000028"
@@ -110,11 +111,11 @@ def test_tied_weights_are_saved_once_and_resume_bit_exact(workdir: Path, straigh
     assert "decoder.weight" not in weights and "embedding.weight" in weights
     check_ok(train(workdir, "resumed", "--set", f"train.max_steps={K_FIRST}"))
     # its best checkpoint is its last, scored from the weights in memory before it is saved
-    state = ckpt.read_trainer_state(ckpt.list_checkpoints(workdir / "resumed")[-1])
-    assert state["test_checkpoint"] == f"step_{K_FIRST:08d}" and state["test"] == state["test_last"]
+    state = TrainerState.read(ckpt.list_checkpoints(workdir / "resumed")[-1])
+    assert state.test_checkpoint == f"step_{K_FIRST:08d}" and state.test == state.test_last
     folder, at_best = evaluated(workdir / "resumed" / "checkpoints" / "best")
-    assert folder.name == state["test_checkpoint"]
-    assert at_best.loss_sum == EvalResult.from_record(state["test"]).loss_sum
+    assert folder.name == state.test_checkpoint
+    assert at_best.loss_sum == EvalResult.from_record(state.test).loss_sum
     second = train(workdir, "resumed", "--set", f"train.max_steps={K_STEPS}")
     check_ok(second)
     assert f"step_{K_FIRST:08d}" in second.stderr  # resumed mid-epoch, dropout masks and all
@@ -122,8 +123,8 @@ def test_tied_weights_are_saved_once_and_resume_bit_exact(workdir: Path, straigh
     assert resumed.keys() == weights.keys()
     for key in weights:
         assert torch.equal(resumed[key], weights[key]), key
-    state = ckpt.read_trainer_state(ckpt.list_checkpoints(straight)[-1])
-    assert all(math.isfinite(v["ppl"]) for v in state["valid_history"])
+    state = TrainerState.read(ckpt.list_checkpoints(straight)[-1])
+    assert all(math.isfinite(v["ppl"]) for v in state.valid_history)
 
 
 def test_tied_export_round_trip(straight: Path) -> None:

@@ -20,6 +20,7 @@ from hornn_dist.config import RunConfig, load_config
 from hornn_dist.files import new_folder_beside
 from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
+from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from tests.train_helpers import REPO, write_tiny_config
 
@@ -38,16 +39,15 @@ def _save(cfg: RunConfig, step: int, fill: float | None = None) -> Path:
         with torch.no_grad():
             for p in model.parameters():
                 p.fill_(fill)
-    state = {
-        "step": step,
-        "best_valid": 3.7,
-        "best_checkpoint": ckpt.step_dir_name(step),
-        "valid_history": [],
-        "vocab_hash": corpus.vocab_hash,
-        "corpus_hash": corpus.content_hash,
-    }
+    state = TrainerState(
+        step=step,
+        best_valid=3.7,
+        best_checkpoint=ckpt.step_dir_name(step),
+        vocab_hash=corpus.vocab_hash,
+        corpus_hash=corpus.content_hash,
+    )
     rank_state = {"stream": {}, "history": ()}
-    return ckpt.save_checkpoint(acc, cfg.train.output_dir, step, state, rank_state, cfg, model)
+    return ckpt.save_checkpoint(acc, cfg.train.output_dir, state, rank_state, cfg, model)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hornn_dist.checkpoint import list_checkpoints, read_trainer_state
+from hornn_dist.checkpoint import list_checkpoints
+from hornn_dist.run_state import TrainerState
 from tests.train_helpers import (
     check_ok,
     children,
@@ -82,8 +83,8 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     main_log, _ = _finish(_both(config, straight, port=free_port()))
     assert main_log.count("data: prepared") == 1  # machine 0's; machine 1 logs warnings only
     assert len(list((tmp_path / "cache1").glob("tiny-*/manifest.json"))) == 1  # its own copy
-    state = read_trainer_state(list_checkpoints(straight)[-1])
-    assert state["world_size"] == 2 and state["step"] == STEPS and state["test"]
+    state = TrainerState.read(list_checkpoints(straight)[-1])
+    assert state.world_size == 2 and state.step == STEPS and state.test
     _close(final_weights(straight), final_weights(one))
 
     killed = tmp_path / "killed"
@@ -105,7 +106,7 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     assert took < TIMEOUT + 30, took
     assert machines[1].returncode != 0
     last = list_checkpoints(killed)[-1]
-    assert read_trainer_state(last)["step"] < STEPS
+    assert TrainerState.read(last).step < STEPS
 
     main_log, _ = _finish(_both(config, killed, port=free_port()))
     assert f"resuming from {last}" in main_log
@@ -113,6 +114,6 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     for key in uninterrupted:
         assert torch.equal(resumed[key], uninterrupted[key]), key
     assert (
-        read_trainer_state(list_checkpoints(killed)[-1])["valid_history"]
-        == read_trainer_state(list_checkpoints(straight)[-1])["valid_history"]
+        TrainerState.read(list_checkpoints(killed)[-1]).valid_history
+        == TrainerState.read(list_checkpoints(straight)[-1]).valid_history
     )

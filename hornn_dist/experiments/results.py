@@ -13,6 +13,7 @@ from hornn_dist.config import RunConfig
 from hornn_dist.errors import ConfigError, HornnError
 from hornn_dist.experiments.plan import RUNS_FILE, run_name_problem
 from hornn_dist.run_layout import CONFIG_FILE
+from hornn_dist.run_state import STATE_FILE, TrainerState
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.resume import completion
 
@@ -58,11 +59,10 @@ def read_run(
     if found is None:
         return None
     config, state = found
-    history = list(state.get("valid_history") or [])
-    schedule = state.get("schedule") if isinstance(state.get("schedule"), dict) else {}
-    test = state.get("test") or {}
-    last = state.get("test_last") or ({} if state.get("test_checkpoint") else test)
-    best = float(state.get("best_valid", math.inf))
+    history = state.valid_history
+    test = state.test or {}
+    # a run recorded before test_last: its one test result is the last weights'
+    last = state.test_last or ({} if state.test_checkpoint else test)
     return RunRecord(
         name=name or folder.name,
         folder=folder,
@@ -70,36 +70,36 @@ def read_run(
         model=model or folder.name,
         recipe=recipe,
         finished=bool(completion(state, planned or config)),
-        step=int(state.get("step", 0)),
-        epochs=float(history[-1]["epoch"]) if history else float(state.get("epoch", 0)),
-        best_valid_ppl=perplexity(best, 1),  # best is a mean loss
+        step=state.step,
+        epochs=float(history[-1]["epoch"]) if history else float(state.epoch),
+        best_valid_ppl=perplexity(state.best_valid, 1),  # best_valid is a mean loss
         test_ppl=float(test.get("ppl", math.nan)),
-        test_checkpoint=str(state.get("test_checkpoint") or ""),
+        test_checkpoint=state.test_checkpoint,
         last_test_ppl=float(last.get("ppl", math.nan)),
-        parameters=int(state.get("parameters", 0)),
-        tokens_per_sec=float(state.get("tokens_per_sec", 0.0)),
-        train_seconds=float(state.get("train_seconds", 0.0)),
-        hardware=str(state.get("hardware", "")),
-        stop_reason=str(state.get("stop_reason", "")),
+        parameters=state.parameters,
+        tokens_per_sec=float(state.tokens_per_sec),
+        train_seconds=float(state.train_seconds),
+        hardware=state.hardware,
+        stop_reason=state.stop_reason,
         valid_history=history,
-        final_lr=_final_lr(schedule, history, config),
-        halvings=int(schedule.get("halvings", 0) or 0),
+        final_lr=_final_lr(state.schedule, history, config),
+        halvings=int(state.schedule.get("halvings", 0) or 0),
         damage="; ".join(damaged),
     )
 
 
-def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, dict[str, Any]] | None, list[str]]:
+def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, TrainerState] | None, list[str]]:
     """Return (config, trainer state) of the run's newest checkpoint whose files are all there
     and whose state and config verify and read (None if none does), and what is wrong with each
     newer checkpoint folder, newest first."""
     damaged: list[str] = []
     for step in reversed(ckpt.step_folders(folder) if folder.is_dir() else []):
         problem = ckpt.problem_with(step, deep=False) or ckpt.problem_with(
-            step, deep=True, only=(ckpt.STATE_FILE, CONFIG_FILE)
+            step, deep=True, only=(STATE_FILE, CONFIG_FILE)
         )
         if problem is None:
             try:
-                return (ckpt.read_config(step), ckpt.read_trainer_state(step)), damaged
+                return (ckpt.read_config(step), TrainerState.read(step)), damaged
             except HornnError as err:
                 problem = str(err)
         damaged.append(f"checkpoint {step.name} is damaged: {problem}")

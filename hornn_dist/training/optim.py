@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -188,45 +187,10 @@ class LrSchedule:
         """Return the schedule's state as plain values."""
         return asdict(self)
 
-    def load_state_dict(self, state: dict, history: list[dict] | None = None) -> None:
-        """Restore the schedule's state (a checkpoint from before a field existed keeps its
-        default; one from before `stop_patience` was judged under patience 1; one from before
-        `epoch_lr` takes the lrs from its run's `history`, the trainer state's
-        `valid_history`), then clear a convergence stop that this schedule's rule has not
-        reached."""
-        initial_lr = self.lr
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the schedule's state from `state_dict()`'s values."""
         for key, value in state.items():
             setattr(self, key, value)
-        if "stop_patience" not in state and self.stopped:
-            self.small_epochs = 1
-            if self._halving_was_due():  # that code skipped the halving of the epoch it stopped at
-                self._halve()
-        if "epoch_lr" not in state:
-            self._lrs_from_history(history or [], initial_lr)
-        self.judge_stop_again()
-
-    def _lrs_from_history(self, history: list[dict], initial_lr: float) -> None:
-        """Set `epoch_lr` and `streak_lr` of a checkpoint from before they existed: from the lr
-        its history logged after each epoch, else from its lr (no halving in the streak)."""
-        after = [e["lr"] for e in history if float(e["epoch"]).is_integer()]
-        during = [initial_lr, *after[:-1]]  # the lr each epoch trained at
-        if self.epochs_done and len(during) >= self.epochs_done:
-            self.epoch_lr = during[self.epochs_done - 1]
-            start = self.epochs_done - self.small_epochs
-            self.streak_lr = during[start] if self.small_epochs else 0.0
-            return
-        halved_at_stop = bool(self.stopped) and self._halving_was_due()
-        self.epoch_lr = self.lr * 2 if halved_at_stop else self.lr
-        self.streak_lr = self.epoch_lr if self.small_epochs else 0.0
-
-    def _halving_was_due(self) -> bool:
-        """Whether the epoch a checkpoint stopped at called for a halving: a fixed_then_halve
-        epoch past `halve_after`, or a plateau epoch whose validation loss did not decrease
-        (its stop message gives the improvement)."""
-        if self.schedule != "plateau":
-            return self.epochs_done >= self.halve_after
-        found = re.search(r"lowered the validation loss by (-?[\d.]+)%", self.stopped)
-        return found is not None and float(found.group(1)) <= 0
 
     def judge_stop_again(self) -> None:
         """Clear `stopped` when it was a small-improvement stop that this rule no longer
@@ -242,69 +206,8 @@ class LrSchedule:
                 self._halve()
 
 
-def stop_stands(state: dict, cfg: OptimConfig, history: list[dict] | None = None) -> bool:
-    """Return whether a checkpoint's schedule state (`state`, with its run's validation
-    `history`) ended its run under the stopping rule of `cfg` (a longer `stop_patience`, or
-    `halve_before_stop` where the run's last streak kept one lr, trains it on)."""
-    schedule = LrSchedule.from_config(cfg)
-    schedule.load_state_dict(state, history)
-    schedule.stop_patience = cfg.stop_patience
-    schedule.halve_before_stop = cfg.halve_before_stop
-    schedule.judge_stop_again()
-    return bool(schedule.stopped)
-
-
 def relative_improvement(previous: float, current: float) -> float:
     """Return the fraction by which `current` lowers `previous` (inf after the first epoch)."""
     if not math.isfinite(previous):
         return math.inf
     return (previous - current) / abs(previous) if previous else 0.0
-
-
-# How a resume applies an [optim] key the config changed since the checkpoint (besides `lr`):
-SCHEDULE_KEYS = (
-    "min_lr",
-    "schedule",
-    "halve_after",
-    "stop_improvement",
-    "stop_patience",
-    "halve_below",
-    "halve_before_stop",
-)  # into the restored schedule
-OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
-STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step
-
-
-def apply_changed_settings(
-    saved: OptimConfig, cfg: OptimConfig, schedule: LrSchedule, optimizer: torch.optim.Optimizer
-) -> list[str]:
-    """Apply the [optim] keys where this run's config differs from a checkpoint's (`saved`) to
-    the restored schedule and optimizer; return one "optim.key old -> new" note per change.
-
-    A resume restores the lr schedule and the optimizer's settings from the checkpoint; a key
-    the config changed since then wins, as nanoGPT takes its lr from the command line on
-    resume: `lr` becomes the current lr (the schedule halves on from it), the schedule keeps
-    its epochs done and last validation loss. A resume with the same config changes nothing,
-    so it stays bit-identical to an uninterrupted run. Call `schedule.apply` afterwards.
-    """
-    notes = []
-    restored_lr = schedule.lr
-    for key in (f.name for f in fields(OptimConfig)):
-        old, new = getattr(saved, key), getattr(cfg, key)
-        if old == new:
-            continue
-        note = f"optim.{key} {old!r} -> {new!r}"
-        if key == "lr":
-            schedule.lr = new
-            if restored_lr != old:
-                note += f" (the schedule had reached {restored_lr:.4g})"
-        elif key in SCHEDULE_KEYS:
-            setattr(schedule, key, new)
-            if key == "stop_improvement":
-                schedule.stopped = ""  # judged afresh under the new threshold
-            schedule.judge_stop_again()
-        elif key in OPTIMIZER_KEYS:
-            for group in optimizer.param_groups:
-                group[key] = new
-        notes.append(note)
-    return notes

@@ -1,27 +1,143 @@
-"""Where a run starts: its output folder locked, the checkpoint to resume from, or a finished run.
+"""Resume: where a run starts, and what a resumed run restores, checks and changes.
 
-Each decision is made on the main process (it reads and verifies the files) and handed to every
-rank, so all ranks resume from the same checkpoint or stop with the same error.
+The trainer builds its objects for this run's config (model, optimizer, lr schedule, streams,
+step), then calls `start_run` once: it starts afresh, or resumes from a checkpoint (the one
+given by --resume, else the newest of train.output_dir whose files verify), or finds the run
+complete. Each decision is made on the main process (it reads and verifies the files) and
+handed to every rank, so all ranks resume from the same checkpoint or stop with the same error.
+
+Checks, before anything is loaded (each refusal is one line naming the fix):
+  - every file of the checkpoint matches its sha256 (checksums.json);
+  - its trainer_state.json is of this code's format (`run_state.VERSION`): a run of an older
+    format is finished with the commit that wrote it, or started over (--no-resume);
+  - the model (`model.*` but the execution keys), the vocabulary, the prepared corpus (unless
+    train.allow_corpus_change), train.batch_size and train.bptt are the checkpoint's;
+  - the checkpoint's step lies within this config's train.epochs;
+  - a complete run (its test split scored, and train.epochs, train.max_steps or the stopping
+    rule reached under this config) is reported, and nothing is trained or written.
+
+Restores, so that a resume with the same config is bit-identical to an uninterrupted run:
+  - the weights, the optimizer's state, each rank's random states and the GradScaler;
+  - the trainer state (step, best validation, validation history, training time); the test
+    results and stop reason of a run's end are not kept: the resumed run ends again;
+  - the lr schedule (its lr, epochs done, last validation loss, halvings, convergence streak);
+  - each rank's stream position and carried hidden state; a checkpoint written by another
+    number of processes is re-sliced (elastic resume: every process count reads the same
+    global data order).
+
+Changes, each named in the log:
+  - model.engine / model.recurrence_precision (`EXECUTION_MODEL_KEYS`): the same parameters
+    computed another way, so not bit-identical;
+  - an [optim] key the config changed since the checkpoint wins: `lr` becomes the current lr
+    (the schedule halves on from it), schedule keys go into the restored schedule (whose stop
+    is judged again), momentum and weight decay into the optimizer, the clip keys apply at
+    every step;
+  - the optimizer's `fused` is this run's choice; a changed train.seed is named and has no
+    effect (a resumed run goes on from the checkpoint's weights and random state).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.config import RunConfig
+from hornn_dist.config import OptimConfig, RunConfig
 from hornn_dist.data.shards import Corpus
+from hornn_dist.data.streams import TBPTTStream
 from hornn_dist.errors import CheckpointError, ConfigError
+from hornn_dist.models.config import EXECUTION_MODEL_KEYS
+from hornn_dist.run_state import STATE_FILE, VERSION, WRITTEN_BY, TrainerState
 from hornn_dist.training.metrics import perplexity
-from hornn_dist.training.optim import stop_stands
+from hornn_dist.training.optim import LrSchedule, keep_fused
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult
 from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
+
+# How a resume applies an [optim] key the config changed since the checkpoint (besides `lr`):
+SCHEDULE_KEYS = (
+    "min_lr",
+    "schedule",
+    "halve_after",
+    "stop_improvement",
+    "stop_patience",
+    "halve_below",
+    "halve_before_stop",
+)  # into the restored schedule
+OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
+STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step
+
+
+@dataclass
+class Resumable:
+    """The trainer's objects, built for this run's config, that a resume restores into."""
+
+    accelerator: Any
+    cfg: RunConfig
+    corpus: Corpus
+    out: Path  # train.output_dir
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    fused_sgd: bool  # this run's choice (training/step_setup.py)
+    schedule: LrSchedule
+    stream: TBPTTStream  # this rank's training streams
+    step: Any  # the training step (training/step.py): its carried state and step count
+
+
+@dataclass
+class Start:
+    """How a run starts: afresh (`folder` None), resumed from `folder`, or complete (`result`)."""
+
+    folder: Path | None = None
+    state: TrainerState = field(default_factory=TrainerState)  # the loop's progress
+    result: EvalResult | None = None  # a complete run's stored test result: nothing to train
+
+
+def start_run(run: Resumable, resume_from: str | None, fresh: bool) -> Start:
+    """Return how the run starts, with `run`'s objects restored where it resumes (call on
+    every rank); --no-resume (`fresh`) sets a previous run in train.output_dir aside."""
+    acc, cfg, corpus = run.accelerator, run.cfg, run.corpus
+    if fresh:
+        if acc.is_main_process:
+            moved = ckpt.set_aside_previous_run(run.out)
+            if moved is not None:
+                logger.info(
+                    "--no-resume: moved the previous run's checkpoints, logs and config to %s",
+                    moved,
+                )
+        return Start()
+    folder = find_resume_point(acc, run.out, resume_from)
+    if folder is None:
+        return Start()
+    state = TrainerState.read(folder)
+    check_version(folder, state)
+    saved = ckpt.read_config(folder)
+    changed = check_compatible(folder, state, saved, cfg, corpus.vocab_hash, corpus.content_hash)
+    done = completion(state, cfg)
+    if done:
+        return Start(folder, state, _report_complete(folder, state, done, cfg))
+    if changed:
+        logger.info(
+            "resuming with another way to compute the same model (%s): same parameters, "
+            "different rounding, so not bit-identical to an uninterrupted run",
+            "; ".join(changed),
+        )
+    _check_within_epochs(folder, state.step, run)
+    _restore(run, folder, state)
+    _apply_changed_settings(run, saved, state)
+    # the run's end is scored and told again when the resumed run ends
+    progress = replace(state, test=None, test_checkpoint="", test_last=None, stop_reason="")
+    return Start(folder, progress)
+
+
+# ---------------------------------------------------------------- where a run starts
 
 
 def from_main(accelerator: Any, value: Any) -> Any:
@@ -70,51 +186,156 @@ def find_resume_point(accelerator: Any, out: Path, resume_from: str | None) -> P
     return Path(found) if found else None
 
 
-def completion(state: dict[str, Any], cfg: RunConfig) -> dict[str, Any]:
+# ---------------------------------------------------------------- checks
+
+
+def check_version(folder: Path, state: TrainerState) -> None:
+    """Raise CheckpointError unless `folder`'s trainer state is of the format this code resumes."""
+    if state.version == VERSION:
+        return
+    writer = WRITTEN_BY.get(state.version)
+    which = f"e.g. commit {writer} writes version {state.version}" if writer else "a newer one"
+    raise CheckpointError(
+        f"{folder / STATE_FILE} is trainer state version {state.version}; this code resumes "
+        f"version {VERSION}: finish that run with the commit that wrote it ({which}), or "
+        "start it over with --no-resume"
+    )
+
+
+def check_compatible(
+    folder: Path,
+    state: TrainerState,
+    saved: RunConfig,
+    cfg: RunConfig,
+    vocab_hash: str,
+    corpus_hash: str | None = None,
+) -> list[str]:
+    """Raise CheckpointError listing every difference that makes `folder` (its trainer
+    `state`, its config `saved`) unusable for this run.
+
+    `corpus_hash` is the prepared corpus's identity (`Corpus.content_hash`): training on another
+    corpus than the checkpoint's is a difference unless `train.allow_corpus_change` (logged).
+    Return the execution keys (`EXECUTION_MODEL_KEYS`) that differ, as "key: old -> new".
+    """
+    changed = [
+        (key, old, getattr(cfg.model, key))
+        for key, old in saved.to_dict()["model"].items()
+        if getattr(cfg.model, key) != old
+    ]
+    diffs = [
+        f"model.{key}: checkpoint {old!r} != config {new!r}"
+        for key, old, new in changed
+        if key not in EXECUTION_MODEL_KEYS
+    ]
+    if state.vocab_hash != vocab_hash:
+        diffs.append(f"vocabulary hash: checkpoint {state.vocab_hash} != data {vocab_hash}")
+    elif corpus_hash is not None and state.corpus_hash != corpus_hash:
+        if not cfg.train.allow_corpus_change:
+            diffs.append(
+                f"prepared corpus: checkpoint {state.corpus_hash[:16]} != data "
+                f"{corpus_hash[:16]} (the training text changed; to go on training on it, "
+                "set train.allow_corpus_change = true)"
+            )
+        else:
+            logger.warning(
+                "the training text changed since %s (prepared corpus %s then, %s now): "
+                "training resumes from its step %s at the same place in an epoch of the new "
+                "text (which must have as many tokens), as train.allow_corpus_change = true "
+                "allows",
+                folder,
+                state.corpus_hash[:16],
+                corpus_hash[:16],
+                state.step,
+            )
+    for key in ("batch_size", "bptt"):
+        if getattr(saved.train, key) != getattr(cfg.train, key):
+            diffs.append(
+                f"train.{key}: checkpoint {getattr(saved.train, key)} != config {getattr(cfg.train, key)}"
+            )
+    if diffs:
+        raise CheckpointError(
+            f"cannot resume from {folder}: "
+            + "; ".join(diffs)
+            + " (use --no-resume or another train.output_dir)"
+        )
+    return [
+        f"model.{key}: {old!r} -> {new!r}"
+        for key, old, new in changed
+        if key in EXECUTION_MODEL_KEYS
+    ]
+
+
+def _check_within_epochs(folder: Path, step: int, run: Resumable) -> None:
+    """Raise ConfigError when `folder`'s step lies past this config's train.epochs (a run
+    trained with more, resumed without them): it would validate mid-epoch and end."""
+    per_epoch, epochs = run.stream.steps_per_epoch, run.cfg.train.epochs
+    if step <= per_epoch * epochs:
+        return
+    in_epoch = math.ceil(step / per_epoch)
+    raise ConfigError(
+        f"the checkpoint {folder} is at step {step}, in epoch {in_epoch}, past train.epochs "
+        f"= {epochs} ({per_epoch * epochs} steps): pass --set train.epochs={in_epoch} (or "
+        "more) to train it on, or --no-resume to start over"
+    )
+
+
+def completion(state: TrainerState, cfg: RunConfig) -> dict[str, Any]:
     """Return the config keys whose end a checkpoint's trainer state reached with its test
-    result stored ({"train.epochs": 15}, ...); empty when the run has training left to do."""
+    result stored ({"train.epochs": 15}, ...); empty when the run has training left to do.
+
+    A state of an older format counts as converged where its own rule stopped it (reports
+    read such runs; none is resumed)."""
     train = cfg.train
     try:
-        EvalResult.from_record(state.get("test") or {})
-        step, epoch = int(state["step"]), int(state["epoch"])
-    except (KeyError, TypeError, ValueError):  # no result stored (stopped, or older)
+        EvalResult.from_record(state.test or {})
+    except (KeyError, TypeError, ValueError):  # no result stored (stopped, or not yet ended)
         return {}
-    done: dict[str, Any] = {"train.epochs": train.epochs} if epoch >= train.epochs else {}
-    if train.max_steps and step >= train.max_steps:
+    done: dict[str, Any] = {"train.epochs": train.epochs} if state.epoch >= train.epochs else {}
+    if train.max_steps and state.step >= train.max_steps:
         done["train.max_steps"] = train.max_steps
-    schedule = state.get("schedule")
-    converged = stop_stands(schedule, cfg.optim, state.get("valid_history")) if schedule else False
+    if state.version == VERSION:
+        converged = stop_stands(state.schedule, cfg.optim)
+    else:
+        converged = bool(state.schedule.get("stopped"))
     if converged and cfg.optim.stop_improvement > 0:
         done["optim.stop_improvement"] = cfg.optim.stop_improvement
     return done
 
 
-def test_source(state: dict[str, Any]) -> str:
+def stop_stands(schedule_state: dict[str, Any], cfg: OptimConfig) -> bool:
+    """Return whether a checkpoint's schedule state ended its run under the stopping rule of
+    `cfg` (a longer `stop_patience`, or `halve_before_stop` where the run's last streak kept
+    one lr, trains it on)."""
+    if not schedule_state:
+        return False
+    schedule = LrSchedule.from_config(cfg)
+    schedule.load_state_dict(schedule_state)
+    schedule.stop_patience = cfg.stop_patience
+    schedule.halve_before_stop = cfg.halve_before_stop
+    schedule.judge_stop_again()
+    return bool(schedule.stopped)
+
+
+def test_source(state: TrainerState) -> str:
     """Return which weights a trainer state's `test` result scored, in words."""
-    name = state.get("test_checkpoint")
-    if name:
-        return f"the best checkpoint by validation ({name})"
+    if state.test_checkpoint:
+        return f"the best checkpoint by validation ({state.test_checkpoint})"
     return "the last weights (a run recorded before the best checkpoint was scored)"
 
 
-def stored_result(folder: Path, cfg: RunConfig, corpus: Corpus) -> EvalResult | None:
-    """Return the test result stored in `folder` when its run is complete under `cfg` (epochs
-    or max_steps done), after saying so; None when there is training left to do."""
-    state = ckpt.read_trainer_state(folder)
-    done = completion(state, cfg)
-    if not done:
-        return None
-    result = EvalResult.from_record(state["test"])
-    step = int(state["step"])
-    train = cfg.train
-    ckpt.check_compatible(folder, cfg, corpus.vocab_hash, corpus.content_hash)  # same data
-    best = float(state.get("best_valid", math.inf))
+def _report_complete(
+    folder: Path, state: TrainerState, done: dict[str, Any], cfg: RunConfig
+) -> EvalResult:
+    """Say that the run in `folder` is complete under `cfg` and what to change to train it on;
+    return its stored test result."""
+    result = EvalResult.from_record(state.test or {})
+    best = state.best_valid
     logger.info(
         "the run in %s is complete at step %d (%s): %s",
-        train.output_dir,
-        step,
+        cfg.train.output_dir,
+        state.step,
         folder,
-        state.get("stop_reason")
+        state.stop_reason
         or " and ".join(f"{key} = {value} reached" for key, value in done.items()),
     )
     logger.info(
@@ -123,8 +344,7 @@ def stored_result(folder: Path, cfg: RunConfig, corpus: Corpus) -> EvalResult | 
         result.loss,
         result.ppl,
         test_source(state),
-        f"; best valid loss {best:.4f}, ppl {perplexity(best, 1):.2f} "
-        f"({state.get('best_checkpoint', '')})"
+        f"; best valid loss {best:.4f}, ppl {perplexity(best, 1):.2f} ({state.best_checkpoint})"
         if math.isfinite(best)
         else "",
     )
@@ -135,12 +355,112 @@ def stored_result(folder: Path, cfg: RunConfig, corpus: Corpus) -> EvalResult | 
     return result
 
 
-def _train_on(key: str, value: Any, state: dict[str, Any]) -> str:
+def _train_on(key: str, value: Any, state: TrainerState) -> str:
     """Return what to change to train a complete run on: what it did, and the key to raise."""
     if key == "train.epochs":
-        epochs = int(state["epoch"])
+        epochs = state.epoch
         return f"the run trained {counted(epochs, 'epoch')}; raise train.epochs above {epochs}"
     if key == "train.max_steps":
-        steps = int(state["step"])
+        steps = state.step
         return f"the run took {counted(steps, 'step')}; raise train.max_steps above {steps}"
     return f"the run converged; set {key} = 0 (now {value})"
+
+
+# ---------------------------------------------------------------- restores
+
+
+def _restore(run: Resumable, folder: Path, state: TrainerState) -> None:
+    """Load `folder`'s weights, optimizer, random states, lr schedule, stream positions and
+    carried hidden state into `run`'s objects."""
+    acc = run.accelerator
+    ckpt.load_state(acc, folder, run.model)
+    keep_fused(run.optimizer, run.fused_sgd)  # the checkpoint's run may have chosen otherwise
+    run.schedule.load_state_dict(state.schedule)
+    rank_state = ckpt.load_rank_state(
+        folder, acc.process_index, acc.num_processes, state.world_size
+    )
+    run.stream.load_state_dict(rank_state["stream"])
+    run.step.load_state(tuple(h.to(acc.device) for h in rank_state["history"]), state.step)
+    epochs = run.cfg.train.epochs
+    logger.info(
+        "resuming from %s (step %d, in epoch %d of %d, batch %d of %d)%s",
+        folder,
+        state.step,
+        min(run.stream.epoch + 1, epochs),  # 1-based, as logged
+        epochs,
+        run.stream.step,
+        run.stream.steps_per_epoch,
+        f"; written by {state.world_size} processes, now {acc.num_processes}"
+        if state.world_size != acc.num_processes
+        else "",
+    )
+
+
+# ---------------------------------------------------------------- changes
+
+
+def _apply_changed_settings(run: Resumable, saved: RunConfig, state: TrainerState) -> None:
+    """Apply and name the [optim] keys this run's config changed since the checkpoint (its
+    config `saved`), name a changed seed, which a resumed run cannot apply, and set the lr."""
+    cfg, schedule = run.cfg, run.schedule
+    notes = apply_changed_settings(saved.optim, cfg.optim, schedule, run.optimizer)
+    if notes:
+        logger.info(
+            "the config changes the checkpoint's [optim] settings, applied from step %d on: "
+            "%s; lr now %.4g",
+            state.step,
+            "; ".join(notes),
+            schedule.lr,
+        )
+    if saved.train.seed != cfg.train.seed:
+        logger.info(
+            "train.seed %d -> %d does not apply: the seed only initialises a run, a resumed "
+            "one goes on from the checkpoint's weights and random state",
+            saved.train.seed,
+            cfg.train.seed,
+        )
+    if state.schedule.get("stopped") and not schedule.stopped:
+        logger.info(
+            "the checkpoint's run had stopped (%s); under this config's stopping rule "
+            "(optim.stop_patience %d, optim.halve_before_stop %s) it trains on at lr %.4g",
+            state.schedule["stopped"],
+            schedule.stop_patience,
+            str(schedule.halve_before_stop).lower(),
+            schedule.lr,
+        )
+    schedule.apply(run.optimizer)
+
+
+def apply_changed_settings(
+    saved: OptimConfig, cfg: OptimConfig, schedule: LrSchedule, optimizer: torch.optim.Optimizer
+) -> list[str]:
+    """Apply the [optim] keys where this run's config differs from a checkpoint's (`saved`) to
+    the restored schedule and optimizer; return one "optim.key old -> new" note per change.
+
+    A resume restores the lr schedule and the optimizer's settings from the checkpoint; a key
+    the config changed since then wins, as nanoGPT takes its lr from the command line on
+    resume: `lr` becomes the current lr (the schedule halves on from it), the schedule keeps
+    its epochs done and last validation loss. A resume with the same config changes nothing,
+    so it stays bit-identical to an uninterrupted run. Call `schedule.apply` afterwards.
+    """
+    notes = []
+    restored_lr = schedule.lr
+    for key in (f.name for f in fields(OptimConfig)):
+        old, new = getattr(saved, key), getattr(cfg, key)
+        if old == new:
+            continue
+        note = f"optim.{key} {old!r} -> {new!r}"
+        if key == "lr":
+            schedule.lr = new
+            if restored_lr != old:
+                note += f" (the schedule had reached {restored_lr:.4g})"
+        elif key in SCHEDULE_KEYS:
+            setattr(schedule, key, new)
+            if key == "stop_improvement":
+                schedule.stopped = ""  # judged afresh under the new threshold
+            schedule.judge_stop_again()
+        elif key in OPTIMIZER_KEYS:
+            for group in optimizer.param_groups:
+                group[key] = new
+        notes.append(note)
+    return notes

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.streams import TBPTTStream
-from hornn_dist.errors import ConfigError, HornnError
+from hornn_dist.errors import HornnError
 from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
 from hornn_dist.run_layout import CONFIG_FILE, RUN_LOG, TENSORBOARD
+from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import (
     StopFlag,
     build_accelerator,
@@ -41,13 +42,8 @@ from hornn_dist.training import dashboard, trackers
 from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cadence
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
-from hornn_dist.training.optim import (
-    LrSchedule,
-    apply_changed_settings,
-    build_optimizer,
-    keep_fused,
-)
-from hornn_dist.training.resume import find_resume_point, stored_result, take_run_folder
+from hornn_dist.training.optim import LrSchedule, build_optimizer
+from hornn_dist.training.resume import Resumable, start_run, take_run_folder
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import RunLog
 from hornn_dist.training.scoring import EvalResult, score_split, split_stream
@@ -59,25 +55,6 @@ logger = logging.getLogger("hornn_dist.train")
 
 class NonFiniteLossError(HornnError):
     """The training loss became NaN or infinite."""
-
-
-@dataclass
-class Progress:
-    """What the loop has done so far; saved in every checkpoint's trainer_state.json."""
-
-    step: int = 0  # optimizer steps taken
-    best_valid: float = math.inf
-    best_checkpoint: str = ""
-    last_valid_step: int = -1  # the step of the last validation (a resume does not repeat it)
-    # the final test results, saved with the last checkpoint: the run's (`test`) is its best
-    # checkpoint's by validation, as word_language_model reports; `test_last` the last weights'
-    test: EvalResult | None = None
-    test_checkpoint: str = ""  # the checkpoint `test` scored
-    test_last: EvalResult | None = None
-    stop_reason: str = ""  # why training ended (epochs, max_steps, converged, a signal)
-    train_seconds: float = 0.0  # wall-clock time in the training loop, over all resumes
-    paused_seconds: float = 0.0  # of which validating and checkpointing (not in tokens/s)
-    valid_history: list[dict[str, float]] = field(default_factory=list)  # one entry per validation
 
 
 class Trainer:
@@ -103,7 +80,7 @@ class Trainer:
         from accelerate.utils import set_seed
 
         set_seed(cfg.train.seed)
-        self.progress = Progress()
+        self.progress = TrainerState()  # what the loop has done; saved in every checkpoint
         self._loop_started: float | None = None  # perf_counter at the training loop's start
         self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
@@ -119,7 +96,7 @@ class Trainer:
         optimizer = build_optimizer(self.core, cfg.optim, fused=self.fused_sgd)
         self.optimizer = acc.prepare_optimizer(optimizer)
         rank, world = acc.process_index, acc.num_processes
-        self.hardware = describe_hardware(acc.device, world)  # for trainer_state.json
+        self.hardware = describe_hardware(acc.device, world)  # for the trainer state
         # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
         self.train_stream = TBPTTStream(
             self.corpus.split("train"), cfg.train.batch_size, cfg.train.bptt, rank, world
@@ -164,19 +141,10 @@ class Trainer:
     def _run(self, resume_from: str | None, fresh: bool) -> EvalResult | None:
         acc = self.accelerator
         self.phase = "resuming"
-        resumed = None if fresh else find_resume_point(acc, self.out, resume_from)
-        if resumed is not None:
-            stored = stored_result(resumed, self.cfg, self.corpus)
-            if stored is not None:  # a finished run: nothing to train, nothing to write
-                return stored
-            self._restore(resumed)
-        elif fresh and acc.is_main_process:
-            moved = ckpt.set_aside_previous_run(self.out)
-            if moved is not None:
-                logger.info(
-                    "--no-resume: moved the previous run's checkpoints, logs and config to %s",
-                    moved,
-                )
+        start = start_run(self._resumable(), resume_from, fresh)
+        if start.result is not None:  # a finished run: nothing to train, nothing to write
+            return start.result
+        self.progress, resumed = start.state, start.folder
         acc.wait_for_everyone()
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -227,7 +195,8 @@ class Trainer:
             last.loss,
             last.ppl,
         )
-        progress.test, progress.test_checkpoint, progress.test_last = result, best, last
+        progress.test, progress.test_checkpoint = result.record(), best
+        progress.test_last = last.record()
         self._write_checkpoint()  # the loss was checked at this step's validation or save
         return result
 
@@ -244,96 +213,20 @@ class Trainer:
             model = load_model(folder, cfg, self.corpus, acc.device)
         return self._score(model, "test")
 
-    def _restore(self, folder: Path) -> None:
-        acc = self.accelerator
-        corpus = self.corpus
-        changed = ckpt.check_compatible(folder, self.cfg, corpus.vocab_hash, corpus.content_hash)
-        if changed:
-            logger.info(
-                "resuming with another way to compute the same model (%s): same parameters, "
-                "different rounding, so not bit-identical to an uninterrupted run",
-                "; ".join(changed),
-            )
-        state = ckpt.read_trainer_state(folder)
-        self._check_within_epochs(folder, state["step"])
-        ckpt.load_state(acc, folder, self.core)
-        keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
-        history = list(state.get("valid_history", []))
-        self.progress = Progress(
-            step=state["step"],
-            best_valid=state["best_valid"],
-            best_checkpoint=state["best_checkpoint"],
-            # older checkpoints lack the key: their history's last entry says the same
-            last_valid_step=int(
-                state.get("last_valid_step", history[-1]["step"] if history else -1)
-            ),
-            train_seconds=float(state.get("train_seconds", 0.0)),
-            paused_seconds=float(state.get("paused_seconds", 0.0)),
-            valid_history=history,
+    def _resumable(self) -> Resumable:
+        """Return the objects a resume restores into."""
+        return Resumable(
+            accelerator=self.accelerator,
+            cfg=self.cfg,
+            corpus=self.corpus,
+            out=self.out,
+            model=self.core,
+            optimizer=self.optimizer,
+            fused_sgd=self.fused_sgd,
+            schedule=self.schedule,
+            stream=self.train_stream,
+            step=self.step,
         )
-        self.schedule.load_state_dict(state["schedule"], history)
-        rank_state = ckpt.load_rank_state(folder, acc.process_index, acc.num_processes)
-        self.train_stream.load_state_dict(rank_state["stream"])
-        self.step.load_state(
-            tuple(h.to(acc.device) for h in rank_state["history"]), self.progress.step
-        )
-        saved_world = state.get("world_size", 1)
-        logger.info(
-            "resuming from %s (step %d, in epoch %d of %d, batch %d of %d)%s",
-            folder,
-            self.progress.step,
-            min(self.train_stream.epoch + 1, self.cfg.train.epochs),  # 1-based, as logged
-            self.cfg.train.epochs,
-            self.train_stream.step,
-            self.train_stream.steps_per_epoch,
-            f"; written by {saved_world} processes, now {acc.num_processes}"
-            if saved_world != acc.num_processes
-            else "",
-        )
-        self._apply_changed_settings(ckpt.read_config(folder))
-        if state["schedule"].get("stopped") and not self.schedule.stopped:
-            logger.info(
-                "the checkpoint's run had stopped (%s); under this config's stopping rule "
-                "(optim.stop_patience %d, optim.halve_before_stop %s) it trains on at lr %.4g",
-                state["schedule"]["stopped"],
-                self.schedule.stop_patience,
-                str(self.schedule.halve_before_stop).lower(),
-                self.schedule.lr,
-            )
-        self.schedule.apply(self.optimizer)
-
-    def _check_within_epochs(self, folder: Path, step: int) -> None:
-        """Raise ConfigError when `folder`'s step lies past this config's train.epochs (a run
-        trained with more, resumed without them): it would validate mid-epoch and end."""
-        per_epoch, epochs = self.train_stream.steps_per_epoch, self.cfg.train.epochs
-        if step <= per_epoch * epochs:
-            return
-        in_epoch = math.ceil(step / per_epoch)
-        raise ConfigError(
-            f"the checkpoint {folder} is at step {step}, in epoch {in_epoch}, past train.epochs "
-            f"= {epochs} ({per_epoch * epochs} steps): pass --set train.epochs={in_epoch} (or "
-            "more) to train it on, or --no-resume to start over"
-        )
-
-    def _apply_changed_settings(self, saved: RunConfig) -> None:
-        """Apply and name the [optim] keys this run's config changed since the checkpoint;
-        name a changed seed, which a resumed run cannot apply."""
-        notes = apply_changed_settings(saved.optim, self.cfg.optim, self.schedule, self.optimizer)
-        if notes:
-            logger.info(
-                "the config changes the checkpoint's [optim] settings, applied from step %d on: "
-                "%s; lr now %.4g",
-                self.progress.step,
-                "; ".join(notes),
-                self.schedule.lr,
-            )
-        if saved.train.seed != self.cfg.train.seed:
-            logger.info(
-                "train.seed %d -> %d does not apply: the seed only initialises a run, a resumed "
-                "one goes on from the checkpoint's weights and random state",
-                saved.train.seed,
-                self.cfg.train.seed,
-            )
 
     def _start_trackers(self, resumed: bool) -> None:
         if not self.trackers:
@@ -487,7 +380,7 @@ class Trainer:
         )
 
     def _record_stop(self, by_signal: bool) -> None:
-        """Say in TensorBoard why training ended; keep it for trainer_state.json and the log's
+        """Say in TensorBoard why training ended; keep it for the trainer state and the log's
         last line."""
         if by_signal:
             reason = f"stopped by {self.stop.signal_name or 'a stop signal'}; run again to resume"
@@ -651,35 +544,24 @@ class Trainer:
         seconds = self._train_seconds()  # in the loop so far, validation included
         training = seconds - self.progress.paused_seconds  # what tokens/s counts
         tokens = step * self.cfg.train.batch_size * self.cfg.train.bptt
-        trainer_state = {
-            "step": step,
-            "epoch": self.train_stream.epoch,
-            "schedule": self.schedule.state_dict(),
-            "best_valid": self.progress.best_valid,
-            "best_checkpoint": self.progress.best_checkpoint,
-            "test": self.progress.test.record() if self.progress.test else None,
-            "test_checkpoint": self.progress.test_checkpoint,
-            "test_last": self.progress.test_last.record() if self.progress.test_last else None,
-            "stop_reason": self.progress.stop_reason,
-            "train_seconds": seconds,
-            "paused_seconds": self.progress.paused_seconds,
-            "tokens_per_sec": tokens / training if training > 0 else 0.0,
-            "hardware": self.hardware,
-            "parameters": self.core.num_parameters(),
-            "valid_history": self.progress.valid_history,
-            "last_valid_step": self.progress.last_valid_step,
-            "vocab_hash": self.corpus.vocab_hash,
-            "corpus_hash": self.corpus.content_hash,  # which prepared corpus, checked on resume
-            "world_size": acc.num_processes,
-        }
+        state = replace(
+            self.progress,
+            epoch=self.train_stream.epoch,
+            schedule=self.schedule.state_dict(),
+            train_seconds=seconds,
+            tokens_per_sec=tokens / training if training > 0 else 0.0,
+            hardware=self.hardware,
+            parameters=self.core.num_parameters(),
+            vocab_hash=self.corpus.vocab_hash,
+            corpus_hash=self.corpus.content_hash,
+            world_size=acc.num_processes,
+        )
         rank_state = {
             "stream": self.train_stream.state_dict(),
             "history": tuple(h.detach().cpu() for h in self.step.state),
         }
         with self._doing("saving a checkpoint"), self._off_the_clock():
-            folder = ckpt.save_checkpoint(
-                acc, self.out, step, trainer_state, rank_state, self.cfg, self.core
-            )
+            folder = ckpt.save_checkpoint(acc, self.out, state, rank_state, self.cfg, self.core)
         if acc.is_main_process:
             ckpt.prune_checkpoints(
                 self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint

@@ -1,0 +1,139 @@
+"""trainer_state.json: what a run has done, one dataclass that writes and reads the file.
+
+Every checkpoint holds one (`checkpoint.py`). `TrainerState.write` is the file's one writer and
+`TrainerState.read` its one reader: it checks every field it holds before any use (types,
+ranges, the step against the folder's `step_N`) and fills a field the file lacks with the
+dataclass's default, so a report can read the files of older runs (benchmarks/records/).
+
+`version` says which format a file holds; files without the field are version 1. Only a file
+of this `VERSION` can be resumed (training/resume.py refuses others in one line): the format
+has no release to keep, so an older run is finished with the commit that wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from hornn_dist import files
+from hornn_dist.errors import CheckpointError
+
+STATE_FILE = "trainer_state.json"
+VERSION = 2  # 1: the files before the version field, read by their commits' own shims
+# a commit that writes each older version, to finish that version's runs with
+WRITTEN_BY = {1: "75b372c"}
+STEP_DIR = re.compile(r"^step_(\d{8,})$")  # a checkpoint folder's name (checkpoint.step_dir_name)
+
+
+@dataclass
+class TrainerState:
+    """What a run has done so far: the training loop's progress and what a report reads."""
+
+    version: int = VERSION
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # epochs finished
+    schedule: dict[str, Any] = field(default_factory=dict)  # LrSchedule.state_dict()
+    best_valid: float = math.inf
+    best_checkpoint: str = ""
+    last_valid_step: int = -1  # the step of the last validation (a resume does not repeat it)
+    # the final test results (EvalResult.record()), saved with the last checkpoint: the run's
+    # (`test`) is its best checkpoint's by validation, as word_language_model reports;
+    # `test_last` the last weights'
+    test: dict[str, float] | None = None
+    test_checkpoint: str = ""  # the checkpoint `test` scored
+    test_last: dict[str, float] | None = None
+    stop_reason: str = ""  # why training ended (epochs, max_steps, converged, a signal)
+    train_seconds: float = 0.0  # wall-clock time in the training loop, over all resumes
+    paused_seconds: float = 0.0  # of which validating and checkpointing (not in tokens/s)
+    tokens_per_sec: float = 0.0  # over train_seconds less paused_seconds
+    hardware: str = ""
+    parameters: int = 0
+    valid_history: list[dict[str, float]] = field(default_factory=list)  # one per validation
+    vocab_hash: str = ""
+    corpus_hash: str = ""  # which prepared corpus, checked on resume
+    world_size: int = 1  # the processes that wrote the checkpoint (one rank_<r>.pt each)
+
+    def write(self, folder: Path) -> None:
+        """Write this state as `folder`/trainer_state.json (atomically)."""
+        files.write_json(folder / STATE_FILE, asdict(self), indent=2)
+
+    @classmethod
+    def read(cls, folder: Path) -> TrainerState:
+        """Return the state in `folder`/trainer_state.json, checked before any use; raise one
+        CheckpointError naming the file and the field."""
+        path = folder / STATE_FILE
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"cannot read {path}: {err}") from None
+        problem = _problem(stored, folder.name)
+        if problem is not None:
+            raise CheckpointError(
+                f"{path}: {problem}; the file was changed after its save: use another "
+                "checkpoint of the run (an older step_N)"
+            )
+        known = {f.name for f in fields(cls)}
+        return cls(**{"version": 1, **{k: v for k, v in stored.items() if k in known}})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _problem(state: Any, folder_name: str) -> str | None:
+    """Return what is wrong with a trainer state read from folder `folder_name`, or None.
+
+    Checked: every field, when present (`step` always); a folder named `step_N` holds the
+    state of step N."""
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a JSON object"
+    step = state.get("step")
+    if not _is_int(step) or step < 0:
+        return f'field "step" must be a whole number >= 0, got {step!r}'
+    named = STEP_DIR.match(folder_name)
+    if named and int(named.group(1)) != step:
+        return (
+            f'field "step" is {step}, but the folder {folder_name} holds step {int(named.group(1))}'
+        )
+    whole = {"version": 1, "epoch": 0, "world_size": 1, "last_valid_step": -1, "parameters": 0}
+    for key, low in whole.items():
+        if key in state and (not _is_int(state[key]) or not low <= state[key]):
+            return f'field "{key}" must be a whole number >= {low}, got {state[key]!r}'
+    if state.get("last_valid_step", -1) > step:
+        return f'field "last_valid_step" is {state["last_valid_step"]}, after the step {step}'
+    for key in ("train_seconds", "paused_seconds", "tokens_per_sec"):
+        if key in state and (not _is_number(state[key]) or not 0 <= state[key] < math.inf):
+            return f'field "{key}" must be a finite number >= 0, got {state[key]!r}'
+    if "best_valid" in state and (not _is_number(state["best_valid"]) or state["best_valid"] < 0):
+        return f'field "best_valid" must be a loss >= 0 (or Infinity), got {state["best_valid"]!r}'
+    for key in ("best_checkpoint", "test_checkpoint"):
+        name = state.get(key, "")
+        match = STEP_DIR.match(name) if isinstance(name, str) else None
+        if name != "" and (match is None or int(match.group(1)) > step):
+            return (
+                f'field "{key}" must be "" or a step_N folder name up to step {step}, got {name!r}'
+            )
+    for key in ("vocab_hash", "corpus_hash", "stop_reason", "hardware"):
+        if key in state and not isinstance(state[key], str):
+            return f'field "{key}" must be a string, got {state[key]!r}'
+    if "schedule" in state and not isinstance(state["schedule"], dict):
+        return f'field "schedule" must be a JSON object, got {state["schedule"]!r}'
+    for key in ("test", "test_last"):
+        if state.get(key) is not None and not isinstance(state[key], dict):
+            return f'field "{key}" must be a JSON object, got {state[key]!r}'
+    history = state.get("valid_history", [])
+    if not isinstance(history, list):
+        return f'field "valid_history" must be a list, got {history!r}'
+    for entry in history:
+        ok = isinstance(entry, dict) and _is_int(entry.get("step"))
+        if not ok or not 0 <= entry["step"] <= step or not _is_number(entry.get("loss")):
+            return f'field "valid_history" holds {entry!r}, not a validation up to step {step}'
+    return None
