@@ -1,12 +1,13 @@
 """The benchmark records: each record that declares its tables (tables.toml) has them printed by
 `python -m hornn_dist.report RECORD --record` from its own run folders, its README names that
 command, and every table README.md, docs/ or a record's README quotes from it is what the
-command prints."""
+command prints; every JSON record names its commit."""
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -105,6 +106,24 @@ def test_the_seed_table_is_the_mean_of_its_runs() -> None:
     ratio = statistics.fmean(tests("hornn3-gated")) / statistics.fmean(tests("rnn"))
     row = next(r for r in printed(H200).splitlines() if r.startswith("| HORNN-3 `gated` |"))
     assert f"| {ratio:.3f} |" in row
+
+
+def test_every_json_record_names_its_commit() -> None:
+    """Each benchmark JSON's meta names the commit it measured, or says it is unknown and names
+    the commit that added the record (`added_in`) with a note of what is known."""
+    sha = re.compile(r"[0-9a-f]{40}")
+    found = 0
+    for path in sorted(RECORDS.rglob("*.json")):
+        meta = json.loads(path.read_text()).get("meta")
+        if not isinstance(meta, dict):
+            continue  # not a benchmark's JSON (a trainer state, a sweep, a manifest)
+        found += 1
+        commit = meta.get("commit")
+        assert commit == "unknown" or sha.fullmatch(str(commit)), (path, commit)
+        assert meta.get("dirty") in (True, False, None), path
+        if commit == "unknown":
+            assert sha.fullmatch(str(meta.get("added_in"))) and meta.get("commit_note"), path
+    assert found >= 19
 
 
 def _record_of(tmp_path: Path, run: Path, spec: str) -> Path:
