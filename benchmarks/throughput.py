@@ -138,8 +138,8 @@ VARIANTS: dict[str, ModelConfig] = {
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:
 TRITON_VARIANTS = "hornn-sum-triton,hornn-max-triton,hornn-fofe-triton,hornn-gated-triton"
 PRECISIONS = {"fp32": None, **AUTOCAST_DTYPES}  # autocast dtype
-# The *-ar modes give the step `reduce=True` (TrainStep's multi-process path: one all-reduce
-# of the flat gradients) and eager-ddp wraps the model in DDP instead (the trainer's earlier
+# The *-ar modes give the step `reduce=True` (TrainStep's multi-process path: the gradient
+# exchange, training/exchange.py) and eager-ddp wraps the model in DDP instead (the trainer's earlier
 # multi-process step, the peer), in a one-process group (NCCL on CUDA, gloo on CPU) unless
 # launched with more: what a rank runs, less the wire time that scaling.py adds. Each maps to
 # the one-process mode it is compared with.
@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print("\n== best mode of each variant (the ratio the speed issue asks for)")
         print_best([r for r in rows if r["mode"] not in ALL_REDUCE_MODES])
     if any("ratio_to_one_process" in r for r in rows):
-        print("\n== the multi-process path (one all-reduce of the flat gradients) vs one process")
+        print("\n== the multi-process path (the gradient exchange) vs one process")
         print_all_reduce(rows)
     print(f"wrote {args.json}")
     return rows

@@ -34,6 +34,7 @@ else:  # pragma: no cover
 CLIP_MODES = ("auto", "value", "norm")
 SCHEDULES = ("plateau", "fixed_then_halve")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
+REDUCE_DTYPES = ("fp32", "bf16")  # train.reduce_dtype (training/exchange.py maps them to dtypes)
 # Accelerate's trackers (accelerate.tracking.LOGGER_TYPE_TO_CLASS), each with the module it
 # imports; the pyproject extra of the same name installs it
 TRACKER_MODULES = {
@@ -140,6 +141,11 @@ class TrainConfig:
     # `mixed_precision` and with any number of processes (then two graphs, the gradient
     # all-reduce between them; training/step.py); `false` = always eager
     cuda_graph: bool = True
+    # several processes: the dtype the dense gradients travel in, fp32 | bf16 (half the bytes:
+    # all-reduced in bf16, cast back into the fp32 gradients; clip, momentum and update stay
+    # fp32). The embedding's touched rows always travel in fp32 (training/exchange.py;
+    # docs/scaling.md)
+    reduce_dtype: str = "fp32"
     seed: int = 1234  # random seed (weights init)
     output_dir: str = "runs/demo"  # run directory: checkpoints, TensorBoard, resolved config
     checkpoint_every: int = 1000  # steps (0 = only at epoch ends and at the end)
@@ -171,6 +177,7 @@ class TrainConfig:
             "train.collective_timeout", self.collective_timeout, 10, MAX_COLLECTIVE_TIMEOUT
         )
         check_choice("train.mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
+        check_choice("train.reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         check_in_range("train.seed", self.seed, 0, 2**32 - 1)  # numpy's seed range
         if not self.output_dir:
             raise ConfigError("train.output_dir must not be empty; set it to a folder for this run")

@@ -9,7 +9,7 @@ tensors, NCCL refuses two ranks on one GPU) and trains, from the same seeded mod
 batches, the runs below; each rank saves `OUT_DIR/<run>.rank<r>.pt` = {"losses", "params"}:
 
     ddp      the model wrapped in DistributedDataParallel, the step eager (the trainer's old path)
-    flat     TrainStep(reduce=True) eager: one all-reduce of the flat gradients
+    flat     TrainStep(reduce=True) eager: the gradient exchange (training/exchange.py)
     graphed  (CUDA) TrainStep(reduce=True) replaying its two graphs, the all-reduce between
     one      (rank 0) one process on both ranks' batches side by side (batch 2b), eager
 """

@@ -4,7 +4,9 @@
 parts:
 
     forward_backward: forward -> cross-entropy -> backward -> carry the state
-    reduce:           (several processes) average the gradients: one all-reduce of a flat buffer
+    reduce:           (several processes) average the gradients (exchange.py: the output
+                      layer's all-reduce, started during an eager backward; the rest; the
+                      embedding's touched rows, all-gathered)
     update:           (fp16: unscale) -> gradient norms -> clip -> SGD -> zero the gradients
                       -> max-norm (column normalisation)
 
@@ -17,13 +19,14 @@ then waits for nothing on the host (no `.item()`), as PyTorch's whole-network ca
 asks (https://pytorch.org/docs/stable/notes/cuda.html#whole-network-capture).
 
 Several processes average their gradients here, not in DDP: the trainer does not wrap the
-model in DistributedDataParallel. The gradients of all parameters are one flat buffer, which
-one `torch.distributed.all_reduce` averages after the backward, scaled first by 1/processes as
-DDP's reducer does, so two ranks step exactly as DDP's two ranks would. With a graph, one
-process captures its whole step in one graph; several capture `forward_backward` and `update`
-as two graphs sharing one memory pool and run the all-reduce eagerly between them (any
-backend: NCCL, or gloo over CUDA tensors); docs/performance.md ("Graphed multi-process step")
-says why this route.
+model in DistributedDataParallel. The gradients of all parameters are views of one flat
+buffer, which `exchange.GradientExchange` averages (scaled first by 1/processes as DDP's
+reducer does): in fp32, two ranks step exactly as DDP's two ranks would. With a graph, one
+process captures its whole step in one graph; several capture `forward_backward` (ending with
+the exchange's `pack`) and `update` (starting with its `unpack`) as two graphs sharing one
+memory pool and run the exchange's collectives eagerly between them (any backend: NCCL, or
+gloo over CUDA tensors); docs/performance.md ("Graphed multi-process step") says why this
+route. Only an eager step starts the output layer's all-reduce during its backward.
 
 When a graph applies (CUDA and `train.cuda_graph = true`),
 the first `WARMUP_STEPS` steps of a run (and of a resumed run) run eagerly on a side stream
@@ -39,7 +42,8 @@ The step knows nothing of the run's config or of Accelerate: it takes the model,
 optimizer, the sizes, the `OptimConfig` (clip, max-norm) and what a launcher adds as plain
 callables (`backward`: Accelerate's, with fp16's loss scaling; `unscale`: fp16's unscaling;
 `autocast`: the forward's autocast where the model does not autocast itself), whether to
-average over the processes of `torch.distributed`'s default group, and the graph decision.
+average over the processes of `torch.distributed`'s default group (and in which dtype the
+dense gradients travel), and the graph decision.
 `step_setup.step_for_accelerator` builds the trainer's step from its config and Accelerator, and
 `benchmarks/throughput.py` builds the same step around a bare model, so the benchmark times
 what the trainer runs.
@@ -59,32 +63,13 @@ from torch import Tensor
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models import RecurrentLM, column_normalize_
+from hornn_dist.training.exchange import GradientExchange, plan_exchange
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import clip_gradients, resolve_clip
 
 logger = logging.getLogger("hornn_dist")
 
 WARMUP_STEPS = 3  # eager steps before capture (momentum buffers, cuBLAS/cuDNN handles, NCCL)
-
-
-def flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:
-    """Give every parameter a `.grad` that is a view of one zeroed buffer; return the buffer.
-
-    The backward accumulates into the views in place, so one kernel zeroes every gradient and
-    one all-reduce averages them, at addresses a CUDA graph can hold.
-    """
-    kinds = {(p.dtype, p.device) for p in params}
-    if len(kinds) != 1:
-        raise ValueError(
-            f"the parameters must share one dtype and device, not {sorted(map(str, kinds))}"
-        )
-    dtype, device = kinds.pop()
-    flat = torch.zeros(sum(p.numel() for p in params), dtype=dtype, device=device)
-    offset = 0
-    for p in params:
-        p.grad = flat[offset : offset + p.numel()].view_as(p)
-        offset += p.numel()
-    return flat
 
 
 class TrainStep:
@@ -100,6 +85,8 @@ class TrainStep:
         only); the trainer's comes from `step_setup.graph_unavailable_reason`.
     reduce: average the gradients over the processes of torch.distributed's default group
         (which must be initialised); the processes start from rank 0's weights.
+    reduce_dtype: with `reduce`, the dtype the dense gradients travel in ("fp32" or "bf16",
+        `train.reduce_dtype`; exchange.py).
     backward: runs the backward of the loss (default `Tensor.backward`).
     unscale: called after the gradients are averaged, before they are read (fp16's unscaling).
     autocast: returns the context the forward runs in (default none).
@@ -117,6 +104,7 @@ class TrainStep:
         optim: OptimConfig,
         graph_reason: str | None,
         reduce: bool = False,
+        reduce_dtype: str = "fp32",
         backward: Callable[[Tensor], Any] = Tensor.backward,
         unscale: Callable[[], Any] | None = None,
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
@@ -127,13 +115,19 @@ class TrainStep:
         self.optim = resolve_clip(core.cfg, optim)  # clip_mode "auto" chosen for this model
         self._backward, self._unscale, self._autocast = backward, unscale, autocast
         self.params = [p for p in core.parameters() if p.requires_grad]
+        T = bptt
+        self.graph_reason = graph_reason
+        self.use_graph = self.graph_reason is None
         # One process: no flat buffer, so the backward hands its outputs over as the gradients
         # (set to None after each step) instead of adding them into a buffer.
-        self.flat_grad = flat_gradients(self.params) if reduce else None
+        self.exchange: GradientExchange | None = None
         self.processes = dist.get_world_size() if reduce else 1
         if reduce:
+            plan = plan_exchange(core, batch_size * T, self.processes, reduce_dtype)
+            # a graph cannot start a collective from inside its backward: eager steps only
+            self.exchange = GradientExchange(core, plan, overlap=not self.use_graph)
             self._start_from_rank_0()
-        T = bptt
+        self.flat_grad = self.exchange.flat if self.exchange is not None else None
         self.xy = torch.zeros(2, T, batch_size, dtype=torch.int64, device=device)  # (2, T, b)
         self.state = core.init_state(batch_size, device)  # carried state, copied in place
         self.loss = torch.zeros((), device=device)  # the last step's mean loss
@@ -143,8 +137,6 @@ class TrainStep:
         self.norms = torch.zeros(len(self.norm_names), device=device)
         self.step_id = torch.zeros((), dtype=torch.int64, device=device)  # steps taken
         self.bad_step = torch.zeros((), dtype=torch.int64, device=device)  # first non-finite
-        self.graph_reason = graph_reason
-        self.use_graph = self.graph_reason is None
         self.graphs: list[torch.cuda.CUDAGraph] = []  # replayed in order, all-reduce between
         self.graph_lr: float | None = None
         self.eager_steps = 0  # eager steps since the set-up (warm-up before capture)
@@ -164,7 +156,7 @@ class TrainStep:
     @property
     def reduce(self) -> bool:
         """Whether the step averages its gradients over the processes."""
-        return self.flat_grad is not None
+        return self.exchange is not None
 
     def describe(self) -> str:
         """Return one line saying how the step runs."""
@@ -173,12 +165,9 @@ class TrainStep:
             how = f"{graphs} (captured after {WARMUP_STEPS} eager warm-up steps)"
         else:
             how = f"eager ({self.graph_reason})"
-        if not self.reduce:
+        if self.exchange is None:
             return how
-        return (
-            f"{how}, gradients averaged over {self.processes} processes by one all-reduce "
-            "between backward and update"
-        )
+        return f"{how}, {self.exchange.describe()}"
 
     def reset_state(self) -> None:
         """Zero the carried state (a new epoch starts from a zero history)."""
@@ -288,7 +277,11 @@ class TrainStep:
         with self._autocast():
             logits, new_state = self.model(x, self.state)  # (T, b, V)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        if self.exchange is not None:
+            self.exchange.arm()
         self._backward(loss)
+        if self.exchange is not None:
+            self.exchange.pack(x)
         with torch.no_grad():
             self.step_id.add_(1)
             first_bad = (self.bad_step == 0) & ~torch.isfinite(loss)
@@ -298,13 +291,15 @@ class TrainStep:
                 buf.copy_(new)  # after backward: the old state was saved for it
 
     def _reduce(self) -> None:
-        """Average the flat gradients over the processes (scaled first, as DDP's reducer does)."""
-        if self.reduce:
-            self.flat_grad.mul_(1.0 / self.processes)
-            dist.all_reduce(self.flat_grad)
+        """Run the exchange's collectives (between the two graphs of a graphed step)."""
+        if self.exchange is not None:
+            self.exchange.communicate()
 
     def _update(self, measure: bool) -> None:
-        """Unscale (fp16), measure, clip, SGD, zero the gradients, max-norm."""
+        """(Several processes: the averaged gradients in place), unscale (fp16), measure, clip,
+        SGD, zero the gradients, max-norm."""
+        if self.exchange is not None:
+            self.exchange.unpack()
         if self._unscale is not None:
             self._unscale()
         if measure:
@@ -317,7 +312,7 @@ class TrainStep:
         column_normalize_(self.core, self.optim.max_col_norm)
 
     def _zero_grad(self) -> None:
-        if self.reduce:
-            self.flat_grad.zero_()
+        if self.exchange is not None:
+            self.exchange.flat.zero_()
         else:
             self.optimizer.zero_grad(set_to_none=True)

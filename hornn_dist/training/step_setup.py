@@ -2,8 +2,8 @@
 
 `TrainStep` (step.py) knows nothing of the config or of Accelerate; this module decides, once
 per run, what the step is handed: Accelerate's backward (with fp16's loss scaling) and
-unscaling, the forward's autocast, whether to average over the processes, and whether the
-step may be CUDA graphs.
+unscaling, the forward's autocast, whether to average over the processes (and in which dtype
+the dense gradients travel, `train.reduce_dtype`), and whether the step may be CUDA graphs.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def step_for_accelerator(
         optim=cfg.optim,
         graph_reason=graph_unavailable_reason(cfg, accelerator),
         reduce=accelerator.num_processes > 1,
+        reduce_dtype=cfg.train.reduce_dtype,
         backward=accelerator.backward,
         unscale=accelerator.unscale_gradients if fp16 else None,
         autocast=accelerator.autocast,
