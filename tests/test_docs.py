@@ -1,6 +1,6 @@
 """The docs hang together: docs/config.md is what the code generates, every page is one link
 from README, every relative link resolves, and every record the docs name exists (README's
-results tables: tests/test_h200_record.py)."""
+results tables: tests/test_records.py)."""
 
 from __future__ import annotations
 
