@@ -559,7 +559,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def parse_config_tiles(p: argparse.ArgumentParser, value: str) -> dict[str, tuple[int, ...]]:
     """Return {config: tiles} of --triton-tiles "paper=32x16x32x4x4,big=64x32x32x8"."""
-    from hornn_dist.models.triton_scan import parse_tiles
+    from hornn_dist.models.triton_tiles import parse_tiles
 
     tiles = {}
     for item in (v for v in value.split(",") if v):
@@ -640,13 +640,13 @@ def measure_group_with_tiles(
     """measure_group with the triton engine's tiles of --triton-tiles for `config`, if any."""
     if config not in args.triton_tiles:
         return measure_group(cases, shape, args, device)
-    from hornn_dist.models import triton_scan
+    from hornn_dist.models import triton_tiles
 
-    triton_scan.TILES = args.triton_tiles[config]
+    triton_tiles.TILES = args.triton_tiles[config]
     try:
         return measure_group(cases, shape, args, device)
     finally:
-        triton_scan.TILES = None
+        triton_tiles.TILES = None
 
 
 if __name__ == "__main__":

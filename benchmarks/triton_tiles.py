@@ -4,7 +4,7 @@ CUDA only. For each config, precision and pooling it times one HornnLayer (order
 = H) forward and backward, `out, hist = layer(x, hist0); out.backward(grad)`, captured in a
 CUDA graph (3 warm-up iterations on a side stream, then the capture, as in PyTorch's "whole
 network capture" example) and replayed: once with engine "fused" (the baseline), then with
-engine "triton" for every tile choice of the grid, set through `triton_scan.TILES`:
+engine "triton" for every tile choice of the grid, set through `models.triton_tiles.TILES`:
 
     BLOCK_B in 16, 32, 64 (only <= the batch rounded up to a power of 2, at least 16)
     BLOCK_H in 16, 32, 64 (only <= H)   BLOCK_K in 32, 64   num_warps in 2, 4
@@ -23,7 +23,7 @@ ms/iter is the median over --rounds of the mean of --iters replays, timed with C
 `/fused` is ms over the fused row's ms (below 1: faster than fused); `diff` is the largest
 absolute difference of the forward outputs from the fused engine's (same weights, eager). The
 fastest triton row of each (config, precision, pooling) is marked `*` (JSON: "best"), the one
-with the engine's default tiles (`triton_scan._tiles`) `d` ("default"); each group ends with
+with the engine's default tiles (`choose_tiles`) `d` ("default"); each group ends with
 a line `-> config precision pooling: fused ...; best ...; default ...`, and a last table
 repeats the fused, best and default rows. A row that fails (compile error, out of
 resources, capture error) keeps its error and the run goes on; the JSON (--json) is rewritten
@@ -175,12 +175,12 @@ def run_group(
     emit: Callable[[dict], None],
 ) -> list[dict]:
     """Return the rows of one (config, precision, pooling): fused, then triton per tile choice."""
-    from hornn_dist.models import triton_scan
+    from hornn_dist.models import triton_tiles
 
     head = {"config": config, **asdict(size), "precision": precision, "pooling": pooling}
-    triton_scan.TILES = None
-    sms = triton_scan._multiprocessors(torch.device("cuda", torch.cuda.current_device()))
-    default = triton_scan._tiles(size.batch, size.hidden, sms)
+    triton_tiles.TILES = None
+    sms = triton_tiles.multiprocessors(torch.device("cuda", torch.cuda.current_device()))
+    default = triton_tiles.choose_tiles(size.batch, size.hidden, sms)
     default = tuple(default[k] for k in ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT"))
     rows: list[dict] = []
     ref: Tensor | None = None
@@ -192,7 +192,7 @@ def run_group(
         if tiles:
             row["default"] = tiles == default
         try:
-            triton_scan.TILES = tiles
+            triton_tiles.TILES = tiles
             fields, out = measure(size, pooling, engine, precision, args, ref)
             row.update(fields)
             if engine == "fused":
@@ -202,7 +202,7 @@ def run_group(
         except Exception as exc:  # e.g. out of resources, a capture error: record, go on
             row["error"] = error_line(exc)
         finally:
-            triton_scan.TILES = None
+            triton_tiles.TILES = None
         rows.append(row)
         emit(row)
     timed = [r for r in rows if r["engine"] == "triton" and "ms_per_iter" in r]
@@ -259,7 +259,7 @@ HEADER = (
 
 def parse_tiles(p: argparse.ArgumentParser, value: str) -> list[tuple[int, ...]]:
     """Return the tile choices of a comma list of BLOCK_BxBLOCK_HxBLOCK_Kxwarps[xsplit]."""
-    from hornn_dist.models.triton_scan import parse_tiles as parse_one
+    from hornn_dist.models.triton_tiles import parse_tiles as parse_one
 
     try:
         return [parse_one(item, "--tiles") for item in value.split(",") if item]
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"triton_tiles.py: {reason}", file=sys.stderr)
         return 2
-    from hornn_dist.models import triton_scan
+    from hornn_dist.models import triton_scan, triton_tiles
 
     meta = run_meta(
         "triton_tiles.py",
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.json is not None:
                         write_json(args.json, meta, rows)  # with the group's best mark
     finally:
-        triton_scan.TILES = None
+        triton_tiles.TILES = None
     print("\n== fused, best and default tiles of each (config, precision, pooling)")
     print(HEADER)
     for group in groups:

@@ -215,7 +215,7 @@ def test_triton_variants_are_cuda_defaults_only_where_the_engine_runs(monkeypatc
 def test_triton_variant_runs_under_the_interpreter(tmp_path):
     if triton_cpu_reason() is not None:
         pytest.skip(triton_cpu_reason())
-    from hornn_dist.models import triton_scan
+    from hornn_dist.models import triton_tiles
 
     argv = [*FAST, "--variants", "hornn-fofe-triton,hornn-fofe", "--json", str(tmp_path / "t.json")]
     rows = tp.main([*argv, "--triton-tiles", "paper=16x16x16x4x2"])  # K split over 2 programs
@@ -228,7 +228,7 @@ def test_triton_variant_runs_under_the_interpreter(tmp_path):
         assert r["tokens_per_s"] > 0 and r["params"] == rows[1]["params"]
     meta = json.loads((tmp_path / "t.json").read_text())["meta"]
     assert meta["args"]["triton_tiles"] == {"paper": [16, 16, 16, 4, 2]}
-    assert triton_scan.TILES is None  # only while the group ran
+    assert triton_tiles.TILES is None  # only while the group ran
     with pytest.raises(SystemExit):
         tp.parse_args(["--triton-tiles", "paper=16x16"])
 
@@ -313,7 +313,7 @@ def test_profile_adds_launches_and_time_per_step(tmp_path):
 @cuda
 def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
     tt = load_benchmark("triton_tiles")
-    from hornn_dist.models import triton_scan
+    from hornn_dist.models import triton_tiles
 
     out = tmp_path / "tiles.json"
     argv = ["--configs", "paper", "--hidden", "32", "--batch", "4", "--bptt", "5"]
@@ -326,7 +326,7 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
         "16x16x32x4,16x32x32x2x2",
     ]
     assert tt.main([*argv, "--rounds", "2", "--iters", "2", "--json", str(out)]) == 0
-    assert triton_scan.TILES is None
+    assert triton_tiles.TILES is None
     rows = json.loads(out.read_text())["results"]
     got = [(r["precision"], r["engine"], r["tiles"]) for r in rows]
     tiles = [None, [16, 16, 32, 4, 1], [16, 32, 32, 2, 2]]  # 4 parts: split 1

@@ -302,9 +302,9 @@ def test_cuda_graph_replay_equals_eager_steps_triton(make_accelerator, pooling):
 def test_cuda_graph_replay_equals_eager_steps_triton_bf16(make_accelerator, monkeypatch, tiles):
     """Also with K split over programs: the arrival counters and partials live in the graph."""
     pytest.importorskip("triton")
-    from hornn_dist.models import triton_scan
+    from hornn_dist.models import triton_tiles
 
-    monkeypatch.setattr(triton_scan, "TILES", tiles)
+    monkeypatch.setattr(triton_tiles, "TILES", tiles)
     _graph_vs_eager(make_accelerator, "max", "bf16", rtol=1e-2, engine="triton")
 
 

@@ -24,6 +24,7 @@ from hornn_dist.config import config_from_dict  # noqa: E402
 from hornn_dist.errors import ConfigError  # noqa: E402
 from hornn_dist.models import HornnLayer, build_model, plan_for  # noqa: E402
 from hornn_dist.models import triton_scan as ts  # noqa: E402
+from hornn_dist.models import triton_tiles as tt  # noqa: E402
 from hornn_dist.models.config import ACTIVATIONS, POOLINGS  # noqa: E402
 from hornn_dist.models.hornn import hornn_forward  # noqa: E402
 from hornn_dist.models.plan import resolve_plan  # noqa: E402
@@ -119,7 +120,7 @@ def check_layer_against_reference(
 def test_split_k_matches_reference(monkeypatch, pooling, tiles):
     """K split over programs (the last of a tile sums the partials): the same values, also
     where a split is short (hidden 40 = 16 + 16 + 8) or empty (40 in 32-chunks over 4)."""
-    monkeypatch.setattr(ts, "TILES", tiles)
+    monkeypatch.setattr(tt, "TILES", tiles)
     check_layer_against_reference(pooling, order=3, T=5, batch=18, hidden=40, seed=12)
 
 
@@ -262,15 +263,15 @@ def test_auto_engine_on_cpu_does_not_import_triton():
 
 def test_tiles_from_the_environment_and_their_errors(monkeypatch):
     """$HORNN_TRITON_TILES overrides the engine's tiles; a bad value is one config error line."""
-    monkeypatch.setenv(ts.TILES_ENV, "16x32x64x2x3")
-    assert ts._tiles(20, 400) == {
+    monkeypatch.setenv(tt.TILES_ENV, "16x32x64x2x3")
+    assert tt.choose_tiles(20, 400) == {
         "BLOCK_B": 16, "BLOCK_H": 32, "BLOCK_K": 64, "SPLIT": 3, "num_warps": 2
     }  # fmt: skip
-    monkeypatch.setenv(ts.TILES_ENV, "32x16x32x4")  # no split given: 1
-    assert ts._tiles(20, 400)["SPLIT"] == 1
+    monkeypatch.setenv(tt.TILES_ENV, "32x16x32x4")  # no split given: 1
+    assert tt.choose_tiles(20, 400)["SPLIT"] == 1
     cfg = config_from_dict({"model": {"engine": "triton"}}).model
     for bad in ("32x16x32", "32x15x32x4", "8x16x32x4", "32x16x32x4x0", "big"):
-        monkeypatch.setenv(ts.TILES_ENV, bad)
+        monkeypatch.setenv(tt.TILES_ENV, bad)
         here = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: the interpreter runs it
         for engine, device in (("triton", here), ("auto", "cuda")):
             cfg.engine = engine
@@ -281,7 +282,7 @@ def test_tiles_from_the_environment_and_their_errors(monkeypatch):
             assert "\n" not in str(e.value)
         cfg.engine = "auto"
         plan_for(cfg, torch.device("cpu"), 20, "bf16")  # fused there: the variable is not read
-    monkeypatch.delenv(ts.TILES_ENV)
+    monkeypatch.delenv(tt.TILES_ENV)
     tiles = ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT")
     for (batch, hidden, sms), want in {
         (20, 400, 132): (32, 16, 32, 4, 4),  # the fastest of the H100 sweep (8: as fast)
@@ -289,7 +290,7 @@ def test_tiles_from_the_environment_and_their_errors(monkeypatch):
         (128, 1024, 16): (32, 32, 32, 4, 1),  # no more programs than 4 per multiprocessor
         (8, 64, 132): (16, 16, 32, 4, 1),  # two BLOCK_K chunks: nothing to split
     }.items():
-        chosen = ts._tiles(batch, hidden, sms)
+        chosen = tt.choose_tiles(batch, hidden, sms)
         assert tuple(chosen[k] for k in tiles) == want, (batch, hidden, sms)
 
 
@@ -348,7 +349,7 @@ def test_cuda_triton_agrees_with_fused(monkeypatch, pooling, autocast, precision
     sums run in another order (an H100 run with K split gave 7e-5 for W_in's gradient). With
     the default tiles (K split over 4 programs per tile, their partials summed by the last to
     arrive, in a fixed order: a second run gives the same bits) and without a split."""
-    monkeypatch.setattr(ts, "TILES", tiles)
+    monkeypatch.setattr(tt, "TILES", tiles)
     torch.manual_seed(8)
     kwargs = {"order": 3, "pooling": pooling, "init_std": 0.04, "precision": precision}
     fused = HornnLayer(64, 400, engine="fused", **kwargs).cuda()

@@ -100,8 +100,9 @@ def resolve_plan(
         runs = "fused"
         if device_type == "cuda":  # elsewhere the triton package is not even imported
             from hornn_dist.models import triton_scan
+            from hornn_dist.models.triton_tiles import tiles_error
 
-            tiles = triton_scan.tiles_error()
+            tiles = tiles_error()
             if tiles is not None and strict:
                 raise ConfigError(tiles)
             runs = auto_engine(device_type, autocast_dtype is not None, batch, hidden)

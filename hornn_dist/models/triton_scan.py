@@ -43,7 +43,8 @@ BLOCK_K chunks); each stores its partial sums (per path for max and gated, whose
 not linear), counts its arrival with one atomic, and the last to arrive sums the partials in
 split order (deterministic whatever the arrival order) and finishes the step (pool, f,
 store). No program ever waits for another, so this needs no co-residency; on the H100 it made
-one layer's step faster at the paper's size (measured: the same section).
+one layer's step faster at the paper's size (measured: the same section). The tile sizes
+and the split of each step shape come from `triton_tiles.py`.
 
 Precision: the state, the accumulators and all element-wise math are float32 (float64 for
 float64 inputs). The GEMMs use TF32 under CUDA autocast (as the fused engine and cuDNN do) and
@@ -67,6 +68,7 @@ from torch.autograd.function import once_differentiable
 
 from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.precision import low_precision_dtype, recurrence_dtype
+from hornn_dist.models.triton_tiles import choose_tiles, multiprocessors, tiles_error
 
 try:
     import triton
@@ -418,90 +420,6 @@ if triton is not None:
                 )  # fmt: skip
 
 
-TILES_ENV = "HORNN_TRITON_TILES"
-
-
-def parse_tiles(text: str, source: str = TILES_ENV) -> tuple[int, ...]:
-    """Return (BLOCK_B, BLOCK_H, BLOCK_K, warps, split) of "BxHxKxW[xS]", e.g. "32x16x32x4x4";
-    a one-line ValueError naming `source` if it is not that."""
-    try:
-        values = tuple(int(v) for v in text.lower().split("x"))
-    except ValueError:
-        values = ()
-    powers = all(v >= 1 and v & (v - 1) == 0 for v in values[:4])
-    if (
-        len(values) not in (4, 5)
-        or not powers
-        or values[0] < 16
-        or values[1] < 16
-        or (values[2] < 16 or values[-1] < 1)
-    ):
-        raise ValueError(
-            f"{source}={text!r}: expected BLOCK_BxBLOCK_HxBLOCK_Kxwarps[xsplit] with powers of "
-            "2, blocks >= 16 and split >= 1, e.g. 32x16x32x4x4 (benchmarks/triton_tiles.py "
-            "measures them)"
-        )
-    return values if len(values) == 5 else (*values, 1)
-
-
-TILES: tuple[int, ...] | None = None  # tiles for every call instead of _tiles': benchmarks
-
-
-def tiles_error() -> str | None:
-    """Return the one-line error of a malformed TILES or $HORNN_TRITON_TILES, or None."""
-    try:
-        _forced_tiles()
-    except ValueError as err:
-        return str(err)
-    return None
-
-
-def _forced_tiles() -> tuple[int, ...] | None:
-    """Return TILES, else the tiles of $HORNN_TRITON_TILES, else None (the engine chooses)."""
-    if TILES is not None:
-        return parse_tiles("x".join(map(str, TILES)), "TILES")
-    text = os.environ.get(TILES_ENV, "")
-    return parse_tiles(text) if text else None
-
-
-def _tiles(batch: int, hidden: int, sms: int = 132) -> dict[str, int]:
-    """Return the tile sizes, warps and K split for a step of B x H outputs on `sms`
-    multiprocessors (TILES or $HORNN_TRITON_TILES win).
-
-    From the tile sweep on one H100 (benchmarks/records/2026-11-26-h100-run3/, bf16, fofe and gated): 16 or 32 batch
-    rows, 16 hidden columns up to H 512 (32 above), BLOCK_K 32, 4 warps, and K split over 2-8
-    programs per tile, as many as keep about 4 programs per multiprocessor and 3+ BLOCK_K chunks
-    per program: B 20 x H 400 gets 32x16x32x4x4, B 128 x H 1024 32x32x32x4x4, the fastest or
-    near it at each size (measured: docs/performance.md, "Numbers behind the code's
-    choices"; the fused engine stays the faster at the larger size)."""
-    forced = _forced_tiles()
-    if forced is not None:
-        block_b, block_h, block_k, warps, split = forced
-    else:
-        block_b = 16 if batch <= 16 else 32
-        block_h, block_k, warps = (16 if hidden <= 512 else 32), 32, 4
-        tiles = triton.cdiv(batch, block_b) * triton.cdiv(hidden, block_h)
-        chunks = triton.cdiv(hidden, block_k)
-        split = 1
-        while split < 8 and tiles * split * 2 <= 4 * sms and split * 2 * 3 <= chunks:
-            split *= 2
-    return {
-        "BLOCK_B": block_b,
-        "BLOCK_H": block_h,
-        "BLOCK_K": block_k,
-        "SPLIT": split,
-        "num_warps": warps,
-    }
-
-
-@functools.cache
-def _multiprocessors(device: torch.device) -> int:
-    """Return the device's streaming multiprocessors (the interpreter: an H100's 132)."""
-    if device.type != "cuda":
-        return 132
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 class _Launch:
     """The grid of one pass and, when K is split, its partial-sum and arrival buffers."""
 
@@ -673,7 +591,7 @@ def _meta(
         "PRECISION": "tf32" if tf32 else "ieee",
         "ACC": tl.float64 if dtype == torch.float64 else tl.float32,
         "UPCAST": INTERPRETED and weight_dtype != dtype,
-        **_tiles(batch, hidden, _multiprocessors(device)),
+        **choose_tiles(batch, hidden, multiprocessors(device)),
     }
 
 
@@ -695,7 +613,7 @@ def triton_scan(
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
     T, B, _ = xp.shape
     N, _, H = history.shape
-    split = _tiles(B, H, _multiprocessors(xp.device))["SPLIT"]
+    split = choose_tiles(B, H, multiprocessors(xp.device))["SPLIT"]
     # (T + 2N) rows of B x H per path: the backward's operands (gated: + its gate gradients)
     paths = {"max": N, "gated": N + 1}.get(pooling, 1)
     largest = max((T + 2 * N) * paths, split * _partials(pooling, N)) * B * H
