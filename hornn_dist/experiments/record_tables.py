@@ -131,6 +131,17 @@ def _epochs(runs: list[RecordRun], _refs: list[RecordRun], _column: Column) -> s
     return str(low) if low == high else f"{low}–{high}"
 
 
+def _span(values: Sequence[float], fmt: str) -> str:
+    """Return one value, or "min–max" of several."""
+    low, high = min(values), max(values)
+    return format(low, fmt) if low == high else f"{low:{fmt}}–{high:{fmt}}"
+
+
+def _schedule(run: RecordRun, key: str) -> float:
+    """Return one value of the run's lr schedule at its end (its trainer state's `schedule`)."""
+    return float(run.state.get("schedule", {}).get(key, math.nan))
+
+
 def _setting(runs: list[RecordRun], _refs: list[RecordRun], column: Column) -> str:
     values = [r.setting(column.key) for r in runs]
     return _same([f"{v:g}" if isinstance(v, int | float) else str(v) for v in values], column)
@@ -176,6 +187,16 @@ QUANTITIES: dict[str, Quantity] = {
     ),
     "config": Quantity(_setting, False, "the value of `key` (section.key) in its config.toml"),
     "epochs": Quantity(_epochs, False, "the epochs it trained (several runs: min–max)"),
+    "halvings": Quantity(
+        lambda runs, _, c: _span([_schedule(r, "halvings") for r in runs], ".0f"),
+        False,
+        "how often its lr was halved (several runs: min–max)",
+    ),
+    "final lr": Quantity(
+        lambda runs, _, c: _span([_schedule(r, "lr") for r in runs], "g"),
+        False,
+        "the lr its schedule ended at (several runs: min–max)",
+    ),
     "steps": Quantity(
         lambda runs, _, c: str(_one(runs, c).state.get("step", 0)), False, "its last step"
     ),
