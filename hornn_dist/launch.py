@@ -1,91 +1,83 @@
-"""`accelerate launch` without torchrun's noise: `python -m hornn_dist.launch [accelerate launch options] -m hornn_dist.train CONFIG ...`.
+"""`accelerate launch` with torchrun's failure report as one line: `python -m hornn_dist.launch [accelerate launch options] -m hornn_dist.train CONFIG ...`.
 
-Runs `accelerate launch` with the same arguments and passes its output through, except what
-torchrun adds when a rank fails or a signal stops the run: its elastic log lines, and the
-launcher's `ChildFailedError` / `SignalException` traceback with its failure summary (about 40
-lines), which become one `launch:` line. The ranks' own lines, errors included, pass
-unchanged; the exit code is the launcher's. Its output goes through a pipe, so the progress
-bar is off unless `log.progress = true` (then drawn a line at a time).
+Runs Accelerate's launch command in this process, so torchrun's agent runs here and hands its
+failures over as the exceptions it raises: a `ChildFailedError` holding each failed rank's exit
+code, a `SignalException` holding the signal it got and passed on to the ranks. Each becomes one
+`launch:` line in place of torchrun's traceback and failure summary (about 40 lines), and the
+agent's own log records (closing signals, the failure it saw) stop at their logger. The ranks
+write to this process's stdout and stderr, as under `accelerate launch`, errors included; the
+exit code is 1 after a failure, as `accelerate launch`'s. Other launchers (one process, a
+DeepSpeed or TPU launch) fail as they do under `accelerate launch`.
+
+Why not the routes torchrun offers for this (read in torch 2.13's torch/distributed/run.py and
+elastic/multiprocessing/errors/): `--redirects`/`--tee` with `--log-dir` move the ranks' output
+into files, but the agent's own report still goes to its stderr, to be told apart by its text;
+the error file (`@record`, TORCHELASTIC_ERROR_FILE) holds the first failure's message only,
+without its rank, and Accelerate calls `torch.distributed.run.run`, not the `@record`-wrapped
+`main` that would write it.
 """
 
 from __future__ import annotations
 
-import re
+import logging
 import signal
-import subprocess
 import sys
-from collections.abc import Iterable, Iterator
-from types import FrameType
+from collections.abc import Mapping
 
-# e.g. "E1127 02:18:52.926000 29664 site-packages/torch/distributed/elastic/...] failed (..."
-ELASTIC_LOG = re.compile(r"^[DIWE]\d{4} [\d:.]+ +\d+ \S*torch/distributed/elastic/")
-TRACEBACK = "Traceback (most recent call last):"
-LAUNCHER_ERRORS = (
-    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
-    "torch.distributed.elastic.multiprocessing.api.SignalException",
-)
-_RANK = re.compile(r"^\s*rank\s*: (\d+)")
-_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+)")
-_SIGNAL = re.compile(r"got signal: (\d+)")
+from accelerate.commands.launch import launch_command, launch_command_parser
+from torch.distributed.elastic.multiprocessing import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+ELASTIC_LOGGER = "torch.distributed.elastic"  # the parent of every logger of torchrun's agent
 
 
-def summary(error: str, rest: list[str]) -> str:
-    """Return the one line that stands for the launcher's traceback ending in `error` and the
-    failure summary `rest` after it."""
-    found = _SIGNAL.search(error)
-    if found:
-        name = signal.Signals(int(found.group(1))).name
-        return f"launch: the launcher got {name} and passed it on to the ranks"
-    ranks, failures = "", []
-    for line in rest:
-        if match := _RANK.match(line):
-            ranks = match.group(1)
-        elif (match := _EXIT.match(line)) and ranks:
-            code = int(match.group(1))
-            how = f"ended by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-            failures.append(f"rank {ranks} {how}")
-            ranks = ""
-    return f"launch: failed ({', '.join(sorted(set(failures))) or 'a rank exited non-zero'})"
+def failure_line(failures: Mapping[int, ProcessFailure]) -> str:
+    """Return the one line that stands for torchrun's report of failed ranks: each rank (global,
+    in order) with its exit code or the signal that ended it (`ProcessFailure.exitcode` < 0)."""
+    parts = []
+    for rank, failure in sorted(failures.items()):
+        code = failure.exitcode
+        how = f"ended by {_signal_name(-code)}" if code < 0 else f"exit {code}"
+        parts.append(f"rank {rank} {how}")
+    return f"launch: failed ({', '.join(parts)})"
 
 
-def filtered(lines: Iterable[str]) -> Iterator[str]:
-    """Yield the launcher's output lines less torchrun's noise (see the module docstring)."""
-    block: list[str] = []  # a traceback being read, held until its last line says whose it is
-    source = iter(lines)
-    for line in source:
-        if block:
-            block.append(line)
-            if line.startswith((" ", "\t")):
-                continue
-            if line.startswith(LAUNCHER_ERRORS):
-                yield summary(line, list(source)) + "\n"  # the launcher ends after it
-                return
-            yield from block
-            block = []
-        elif line.startswith(TRACEBACK):
-            block = [line]
-        elif not ELASTIC_LOG.match(line):
-            yield line
-    yield from block
+def signal_line(signum: int) -> str:
+    """Return the one line that stands for torchrun's report of a signal it passed on."""
+    return f"launch: the launcher got {_signal_name(signum)} and passed it on to the ranks"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # a number with no name on this platform
+        return f"signal {signum}"
+
+
+def quiet_agent_logs() -> None:
+    """Keep the log records of torchrun's agent off the console: the `launch:` line says what
+    failed. Its loggers each set their own level, so the records stop at their common parent
+    (a handler there, so that Python's last-resort handler does not print them instead)."""
+    elastic = logging.getLogger(ELASTIC_LOGGER)
+    elastic.addHandler(logging.NullHandler())
+    elastic.propagate = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `accelerate launch ARGS` with its output filtered; return its exit code."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    command = [sys.executable, "-m", "accelerate.commands.launch", *args]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace")
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        process.send_signal(signum)
-
-    # Ctrl-C reaches the launcher and the ranks from the terminal already: keep reading
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, forward)
-    assert process.stderr is not None
-    for line in filtered(process.stderr):
-        sys.stderr.write(line)
-        sys.stderr.flush()
-    return process.wait()
+    """Run `accelerate launch ARGS` in this process; return its exit code (1 after a failure of
+    the ranks or a signal, with one `launch:` line)."""
+    args = launch_command_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    quiet_agent_logs()
+    try:
+        launch_command(args)
+    except ChildFailedError as err:
+        line = failure_line(err.failures)
+    except SignalException as err:  # the agent has stopped the ranks with the same signal
+        line = signal_line(err.sigval)
+    else:
+        return 0
+    print(line, file=sys.stderr, flush=True)
+    return 1
 
 
 if __name__ == "__main__":
