@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from hornn_dist.checkpoint import list_checkpoints
+from hornn_dist.run_layout import RUN_LOG
 from hornn_dist.run_state import TrainerState
 
 from common import REPO, run_meta, write_json
@@ -70,7 +71,7 @@ def time_demo(steps: int, threads: int, logs: Path, label: str) -> dict:
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
     }
-    log = scratch / "run" / "train.log"
+    log = scratch / "run" / RUN_LOG
     if log.is_file():
         text = log.read_text()
         (logs / f"{label}-threads{threads}.log").write_text(text)
