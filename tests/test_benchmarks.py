@@ -459,11 +459,39 @@ def test_shard_check_benchmark_times_every_row_cold_and_warm(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
 
 
+def test_scaling_projects_what_the_exchange_sends_and_what_the_step_waits_for():
+    """The projection's arithmetic on a real plan: eager steps hide the output layer's
+    all-reduce up to the window, graphed steps all-reduce the dense parts as one."""
+    sc = load_benchmark("scaling")
+    from hornn_dist.training.exchange import plan_exchange
+
+    model = runner("hornn-fofe").model
+    plan = plan_exchange(model, tokens=20, processes=8, reduce_dtype="bf16")
+    sizes = plan.bytes_per_process()
+    assert plan.rows is None and sizes["rows"] == 0  # 8 x 20 rows of 17 floats > 50 x 16 bf16
+    ring = lambda b, n: 2 * (n - 1) / n * b / 450e9 + 2 * (n - 1) * 5e-6  # noqa: E731
+    eager = sc.project_exchange(plan, 8, 450.0, 5.0, window_s=1e-5)
+    assert eager["early"] == pytest.approx(ring(sizes["early"], 8))
+    assert eager["hidden"] == pytest.approx(1e-5)
+    assert eager["exposed"] == pytest.approx(eager["early"] - 1e-5 + ring(sizes["late"], 8))
+    graphed = sc.project_exchange(plan, 8, 450.0, 5.0, window_s=None)
+    assert graphed["hidden"] == 0
+    assert graphed["exposed"] == pytest.approx(ring(sizes["early"] + sizes["late"], 8))
+    two = plan_exchange(model, tokens=20, processes=2, reduce_dtype="fp32")
+    assert two.rows == "embedding.weight"  # 2 x 20 rows of 17 floats < 50 x 16 fp32
+    gathered = sc.project_exchange(two, 2, 450.0, 5.0, window_s=1.0)
+    assert gathered["rows"] == pytest.approx(20 * 17 * 4 / 450e9 + 5e-6)
+    assert gathered["exposed"] == pytest.approx(gathered["late"] + gathered["rows"])  # hidden
+
+
 @pytest.mark.integration
-def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path, capsys):
-    """benchmarks/scaling.py at a tiny size on CPU: the step, the fp32 gradient bytes and a real
-    2-process gloo all-reduce are measured; the table and the JSON hold a projected row for
-    1, 2, 4, 8, 16 and 64 GPUs, efficiency 1 at one GPU and non-increasing after."""
+def test_scaling_measures_the_step_its_window_and_real_collectives_and_projects_them(
+    tmp_path, capsys
+):
+    """benchmarks/scaling.py at a tiny size on CPU: the step, its overlap window, what the
+    exchange sends and real 2-process gloo collectives are measured; the table and the JSON
+    hold a projected row for 1, 2, 4, 8, 16 and 64 GPUs per reduce dtype, efficiency 1 at one
+    GPU and non-increasing after."""
     sc = load_benchmark("scaling")
     out = tmp_path / "s.json"
     argv = ["--vocab", "50", "--hidden", "16", "--batch-per-process", "4", "--bptt", "5",
@@ -476,24 +504,35 @@ def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path
     (m,) = rows
     params = sum(p.numel() for p in runner("hornn-fofe").model.parameters())
     assert m["config"] == "paper" and m["batch_per_process"] == 4 and m["params"] == params
-    assert m["grad_bytes"] == 4 * params and m["step_ms"] > 0
-    assert m["allreduce_backend"] == "gloo" and m["allreduce_ranks"] == 2
-    assert len(m["allreduce_times_ms"]) == 2 and m["allreduce_ms"] > 0
-    proj = m["projection"]
-    assert [r["gpus"] for r in proj] == [1, 2, 4, 8, 16, 64]
-    assert [r["link"] for r in proj] == ["intra-node"] * 4 + ["inter-node"] * 2
-    effs = [r["projected_efficiency"] for r in proj]
-    assert effs[0] == pytest.approx(1.0) and all(0 < e <= 1 for e in effs)
-    assert effs == sorted(effs, reverse=True)
-    assert all(r["projected_tokens_per_s"] > 0 for r in proj)
-    assert proj[1]["projected_allreduce_ms"] == pytest.approx(
-        (2 * 1 / 2 * 4 * params / 450e9 + 2 * 5e-6) * 1e3
-    )
+    assert m["grad_bytes"] == 4 * params and m["step_ms"] > 0 and m["mode"] == "eager"
+    assert m["window_ms"] > 0 and len(m["window_steps_ms"]) == 2
+    ops = [(c["op"], c["dtype"], c["backend"], c["ranks"]) for c in m["collectives"]]
+    assert ops == [("allreduce", "fp32", "gloo", 2), ("allreduce", "bf16", "gloo", 2),
+                   ("allgather", "fp32", "gloo", 2)]  # fmt: skip
+    assert all(c["ms"] > 0 and len(c["times_ms"]) == 2 for c in m["collectives"])
+    assert list(m["projection"]) == ["fp32", "bf16"]
+    for dtype, proj in m["projection"].items():
+        assert [r["gpus"] for r in proj] == [1, 2, 4, 8, 16, 64]
+        assert [r["link"] for r in proj] == ["intra-node"] * 4 + ["inter-node"] * 2
+        assert all(r["reduce_dtype"] == dtype for r in proj)
+        effs = [r["projected_efficiency"] for r in proj]
+        assert effs[0] == pytest.approx(1.0) and all(0 < e <= 1 for e in effs)
+        assert effs == sorted(effs, reverse=True)
+        two = proj[1]
+        assert two["rows_exchanged"] and two["projected_rows_ms"] > 0
+        hidden = min(two["projected_early_ms"], m["window_ms"])
+        assert two["projected_hidden_ms"] == pytest.approx(hidden)
+        waited = two["projected_early_ms"] - hidden + two["projected_late_ms"]
+        assert two["projected_exposed_ms"] == pytest.approx(waited + two["projected_rows_ms"])
+        assert two["projected_step_ms"] == pytest.approx(
+            m["step_ms"] + waited + two["projected_rows_ms"]
+        )
     table = capsys.readouterr().out.splitlines()
-    head = next(i for i, line in enumerate(table) if line.lstrip().startswith("GPUs"))
-    assert table[head + 1].split() == ["projected"] * 4
-    counts = [int(line.split()[0]) for line in table[head + 2 : head + 8]]
-    assert counts == [1, 2, 4, 8, 16, 64]
+    heads = [i for i, line in enumerate(table) if line.lstrip().startswith("GPUs")]
+    assert len(heads) == 2
+    for head in heads:
+        counts = [int(line.split()[0]) for line in table[head + 1 : head + 7]]
+        assert counts == [1, 2, 4, 8, 16, 64]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -501,7 +540,9 @@ def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path
     for bad, message in (
         (["--batch-per-process", "0"], "scaling.py: --batch-per-process must be >= 1, got 0"),
         (["--configs", "huge"], "scaling.py: --configs: unknown 'huge'; choose from paper, big"),
-    ):
+        (["--reduce-dtypes", "fp16"],
+         "scaling.py: --reduce-dtypes: unknown 'fp16'; choose from fp32, bf16"),
+    ):  # fmt: skip
         done = subprocess.run(
             [sys.executable, "benchmarks/scaling.py", *bad],
             cwd=REPO,
@@ -512,6 +553,21 @@ def test_scaling_measures_a_real_allreduce_and_projects_every_gpu_count(tmp_path
         )
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.strip().splitlines() == [message]
+
+
+def test_scaling_reprojects_a_records_compute_without_timing_it(tmp_path, capsys):
+    """--compute-from takes another run's step time (a GPU record on a CPU machine); with no
+    window measured, its graphed projection overlaps nothing."""
+    sc = load_benchmark("scaling")
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"meta": {}, "results": [
+        {"config": "paper", "step_ms": 1.2, "step_round_ms": [1.2], "mode": "graphed"}]}))  # fmt: skip
+    args = sc.parse_args(["--compute-from", str(record), "--vocab", "50", "--hidden", "16",
+                          "--batch-per-process", "4", "--bptt", "5"])  # fmt: skip
+    assert args.recorded["paper"]["step_ms"] == 1.2
+    with pytest.raises(SystemExit):
+        sc.parse_args(["--compute-from", str(record), "--configs", "big"])
+    assert "no big config in it" in capsys.readouterr().err
 
 
 @pytest.mark.integration
