@@ -1,4 +1,5 @@
-"""Session set-up: without a GPU, the Triton engine's kernels run under Triton's interpreter.
+"""Session set-up: without a GPU, the Triton engine's kernels run under Triton's interpreter;
+under pytest-xdist, the longest files start first.
 
 TRITON_INTERPRET must be set before triton.jit decorates the kernels, that is before
 `hornn_dist.models.triton_scan` is first imported; child processes inherit it.
@@ -17,6 +18,27 @@ from tests.train_helpers import fill_disk, mount_tmpfs, unmount
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the file order of `pytest_collection_modifyitems` under `--dist loadfile`."""
+    if hasattr(config.option, "loadscopereorder"):  # xdist would order files by test count
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order files longest first, so no long file starts last: files with integration tests
+    (real launches, sweeps: tens of seconds each), most of them first, then the others, most
+    tests first; a file's tests keep their order. Two workers then end within seconds."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(tests: list[pytest.Item]) -> tuple[int, int]:
+        return sum(t.get_closest_marker("integration") is not None for t in tests), len(tests)
+
+    ordered = sorted(files.values(), key=weight, reverse=True)  # stable: ties keep their order
+    items[:] = [item for tests in ordered for item in tests]
 
 
 @pytest.fixture(scope="session")
