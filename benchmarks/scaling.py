@@ -355,12 +355,14 @@ def measure_window(runner: Runner, steps: int) -> dict:
 
     params = [p for p in model.parameters() if p.requires_grad]
     hooks = [p.register_post_accumulate_grad_hook(mark) for p in params]
-    windows = []
+    windows, whole = [], []
     try:
         for _ in range(steps):
             marks.clear()
+            start = time.perf_counter()
             runner.step()
             sync(device)
+            whole.append(time.perf_counter() - start)
             ready = max(marks[i] for i in early)
             windows.append(max(marks.values()) - ready)
     finally:
@@ -369,6 +371,8 @@ def measure_window(runner: Runner, steps: int) -> dict:
     return {
         "window_ms": statistics.median(windows) * 1e3,
         "window_steps_ms": [w * 1e3 for w in windows],
+        # the same steps' own time (hooks and synchronizes included): the window's context
+        "window_step_ms": statistics.median(whole) * 1e3,
     }
 
 
@@ -381,6 +385,7 @@ def measure_config(config: str, args: argparse.Namespace, device: torch.device) 
         shape = replace(shape, batch=args.batch_per_process)
     graphed = MODE[device.type] == "graphed"
     recorded = args.recorded.get(config)
+    precision = args.precision if recorded is None else recorded.get("precision", "?")
     if recorded is not None:  # another run's compute: the step and window are not timed here
         step_s, window = recorded["step_ms"] / 1e3, None
         rounds = [r / 1e3 for r in recorded["step_round_ms"]]
@@ -420,7 +425,7 @@ def measure_config(config: str, args: argparse.Namespace, device: torch.device) 
         **asdict(shape),
         "batch_per_process": shape.batch,
         "variant": args.variant,
-        "precision": args.precision,
+        "precision": precision,
         "mode": "graphed" if graphed else "eager",
         "compute_from": str(args.compute_from) if recorded is not None else None,
         "params": params,
@@ -430,6 +435,7 @@ def measure_config(config: str, args: argparse.Namespace, device: torch.device) 
         "tokens_per_s": tokens / step_s,
         "window_ms": window["window_ms"] if window else None,
         "window_steps_ms": window["window_steps_ms"] if window else None,
+        "window_step_ms": window["window_step_ms"] if window else None,
         "window_source": None if window is None else "eager one-process step",
         "collectives": collectives,
         "projection": {
@@ -450,7 +456,8 @@ HEADER = (
 def print_config(m: dict) -> None:
     """Print one config's measurements and its projection tables (one per reduce dtype)."""
     window = (
-        f"overlap window {m['window_ms']:.2f} ms ({m['window_source']})"
+        f"overlap window {m['window_ms']:.2f} ms of a {m['window_step_ms']:.2f} ms step "
+        f"({m['window_source']})"
         if m["window_ms"] is not None
         else "overlap window not measured (compute from a record: no overlap)"
     )

@@ -505,7 +505,7 @@ def test_scaling_measures_the_step_its_window_and_real_collectives_and_projects_
     params = sum(p.numel() for p in runner("hornn-fofe").model.parameters())
     assert m["config"] == "paper" and m["batch_per_process"] == 4 and m["params"] == params
     assert m["grad_bytes"] == 4 * params and m["step_ms"] > 0 and m["mode"] == "eager"
-    assert m["window_ms"] > 0 and len(m["window_steps_ms"]) == 2
+    assert m["window_ms"] > 0 and len(m["window_steps_ms"]) == 2 and m["window_step_ms"] > 0
     ops = [(c["op"], c["dtype"], c["backend"], c["ranks"]) for c in m["collectives"]]
     assert ops == [("allreduce", "fp32", "gloo", 2), ("allreduce", "bf16", "gloo", 2),
                    ("allgather", "fp32", "gloo", 2)]  # fmt: skip
