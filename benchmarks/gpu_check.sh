@@ -23,8 +23,9 @@
 #                                    eager-ddp (the old path); the goal: graphed-ar >= 0.9x
 #                                    graphed
 #   scaling.log / .json          (0) benchmarks/scaling.py, paper+big, bf16: per-GPU graphed
-#                                    step, gradient bytes, 1-rank NCCL all-reduce, projected
-#                                    tokens/s and efficiency for 1-64 GPUs
+#                                    step, the eager step's overlap window, what the exchange
+#                                    sends, 1-rank NCCL collectives, projected tokens/s and
+#                                    efficiency for 1-64 GPUs
 #   cuda_tests.log               (a) pytest -k cuda: model on CUDA vs CPU reference, graphed
 #                                    benchmark step == eager, trainer's graphed step == eager,
 #                                    triton engine vs fused; (a2) benchmarks/precision.py:
@@ -116,7 +117,7 @@ if want scaleout; then
     --modes graphed,graphed-ar,eager-ar,eager-ddp --variants hornn-fofe,lstm --rounds 3 \
     --json "$OUT/scaleout.json"
   sed -n '/^== the multi-process path/,$p' "$OUT/scaleout.log" >>"$SUMMARY"
-  step scaling 90 "$OUT/scaling.log" \
+  step scaling 120 "$OUT/scaling.log" \
     "$PY" benchmarks/scaling.py --device cuda --configs paper,big --json "$OUT/scaling.json"
   grep -e "^measured:" "$OUT/scaling.log" >>"$SUMMARY"
   # fp16 graphed (fused SGD, the scaler's overflow check on the GPU), then resumed
