@@ -19,7 +19,6 @@ from tests.train_helpers import (
     REPO,
     children,
     env,
-    load_benchmark,
     read_until,
     start,
     two_rank_command,
@@ -29,16 +28,9 @@ from tests.train_helpers import (
 # real 2-process launches that wait for one preparation
 pytestmark = pytest.mark.integration
 
-SLOW_BYTES = 120_000_000  # about 15 s of preparation on one core here (8 s for 60 MB)
-
-
-def _generate(path: Path, size: int) -> None:
-    load_benchmark("prepare_speed").generate(path, size)
-
 
 def _launch(args: list[str], timeout: int) -> subprocess.CompletedProcess:
-    # one core for both ranks: the preparing process gets one worker and takes long enough
-    cmd = ["taskset", "-c", "0", *two_rank_command("hornn_dist.train", *args)]
+    cmd = two_rank_command("hornn_dist.train", *args)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env(), timeout=timeout)
 
 
@@ -49,14 +41,41 @@ def test_workers_default_to_the_cores_this_process_may_use() -> None:
     assert default_workers() == len(os.sched_getaffinity(0))
 
 
-@pytest.mark.timeout(400)
+# rank 0's real preparation of the tiny corpus, held 12 s (longer than the 10 s collective
+# timeout) by a sleep: the heartbeat thread beats meanwhile, as through a long preparation,
+# and the cores stay free for the other tests
+_SLOW = """
+import sys, time
+from hornn_dist import train
+from hornn_dist.data import prepare_wait
+from hornn_dist.runtime import run_cli
+
+real_prepare = prepare_wait.prepare_corpus
+def slow_prepare(*args, **kwargs):
+    time.sleep(12)
+    return real_prepare(*args, **kwargs)
+prepare_wait.prepare_corpus = slow_prepare
+run_cli(train.main, sys.argv[1:])
+"""
+
+
+def _script_command(script: Path, args: list[str]) -> list[str]:
+    """Return the 2-rank launch of `script` (a train entry point) with the train `args`."""
+    command = two_rank_command("hornn_dist.train", *args)
+    at = command.index("-m", command.index("--main_process_port"))
+    return [*command[:at], str(script), *command[at + 2 :]]
+
+
+@pytest.mark.timeout(300)
 def test_ranks_wait_for_a_preparation_longer_than_the_collective_timeout(tmp_path: Path) -> None:
     config = write_tiny_config(tmp_path)
-    big = tmp_path / "big.txt"
-    _generate(big, SLOW_BYTES)
-    args = [str(config), "--set", f"data.train=['{big}']", "--set", "data.max_vocab=500"]
-    args += ["--set", "train.collective_timeout=10", "--set", "train.max_steps=3"]
-    proc = _launch(args, timeout=360)
+    script = tmp_path / "slow.py"
+    script.write_text(_SLOW)
+    args = [str(config), "--set", "train.collective_timeout=10", "--set", "train.max_steps=3"]
+    proc = subprocess.run(
+        _script_command(script, args), capture_output=True, text=True, cwd=REPO, env=env(),
+        timeout=240,
+    )  # fmt: skip
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "rank 1: waiting for rank 0 to prepare" in log, log[-4000:]
@@ -106,9 +125,7 @@ def test_a_stalled_preparing_rank_ends_the_waiting_one_with_one_line(tmp_path: P
     script = tmp_path / "stall.py"
     script.write_text(_STALL)
     args = [str(config), "--set", "data.prepare_timeout=5", "--set", "train.max_steps=3"]
-    command = two_rank_command("hornn_dist.train", *args)
-    at = command.index("-m", command.index("--main_process_port"))
-    proc = start([*command[:at], str(script), *command[at + 2 :]])
+    proc = start(_script_command(script, args))
     try:
         lines = read_until(proc, "error:", timeout=200)
         workers = children(proc)
