@@ -529,15 +529,16 @@ def test_the_shipped_fair_sweep_is_the_issues_table() -> None:
 
 @pytest.mark.integration
 def test_a_matched_sweep_trains_and_reports_fair(tmp_path: Path) -> None:
-    """A tiny sweep with match_params, two seeds and two lrs trained through the CLI: the log
-    shows each run's parameter counts, and `report` writes the fair layout."""
+    """A tiny sweep with match_params, two seeds and a recipe trained through the CLI: the log
+    shows each run's parameter counts, and `report` writes the fair layout (the lr grid's
+    choice: test_the_lr_grid_is_picked_by_validation_where_the_test_split_picks_the_other)."""
     text = (
         'layout = "fair"\nset = { "train.max_steps" = 4, "log.tensorboard" = false }\n'
         '[[runs]]\nname = "fofe-s{train.seed}"\nset = { "model.pooling" = "fofe" }\n'
         'grid = { "train.seed" = [1, 2] }\n'
         '[[runs]]\nname = "rnn-m-s{train.seed}"\nset = { "model.order" = 1 }\n'
         'grid = { "train.seed" = [1, 2] }\nmatch_params = "fofe-s{train.seed}"\n'
-        '[recipes]\na = { "optim.lr" = 0.3 }\nb = { "optim.lr" = 0.6 }\n'
+        '[recipes]\na = { "optim.lr" = 0.3 }\n'
     )
     path = write_sweep(tmp_path, text)
     proc = run_module("hornn_dist.sweep", str(path), "--jobs", "2")
