@@ -18,7 +18,8 @@ travels (one `zero_` clears them all, at addresses a CUDA graph can hold):
 - rows: a step's input embedding gradient is zero outside the rows of the tokens it read (at
   most b·T of V rows). Each process sends those rows, sorted, each row once and the rest of
   its b·T slots zero, with the row ids as floats in the same buffer, in one all-gather; every
-  process then adds all of them, rank by rank, into its zeroed embedding gradient. With tied
+  process then clears its own rows and adds all of them, rank by rank, into its embedding
+  gradient. With tied
   weights the embedding is the output layer's matrix, whose gradient is dense: it goes late.
 
 Arithmetic. Every gradient is scaled by 1/processes first, as DDP's reducer does.
@@ -131,7 +132,7 @@ class GradientExchange:
 
     def __init__(self, core: RecurrentLM, plan: ExchangePlan, *, overlap: bool) -> None:
         self.plan = plan
-        self.processes = dist.get_world_size()
+        self.processes, self.rank = dist.get_world_size(), dist.get_rank()
         self.overlap = overlap and bool(plan.early)
         params = dict(core.named_parameters())
         late = [params[n] for n in plan.late]
@@ -263,7 +264,8 @@ class GradientExchange:
     def _unpack_rows(self) -> None:
         n, width = self.plan.row_slots, self.plan.row_width
         self._ids.copy_(self._received[:, n * width :])
-        self.rows_grad.zero_()
+        # this process's gradient is zero outside the rows it sent: clear those, not all V
+        self.rows_grad.index_fill_(0, self._ids[self.rank], 0.0)
         for rank in range(self.processes):  # rank order: the same sum on every process
             rows = self._received[rank, : n * width].view(n, width)
             self.rows_grad.index_add_(0, self._ids[rank], rows)
