@@ -20,13 +20,11 @@ import dataclasses
 import logging
 from pathlib import Path
 
-import torch
-from torch.overrides import TorchFunctionMode
-
 from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import ConfigError
-from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.models import ModelConfig
 from hornn_dist.models.config import MAX_WIDTH
+from hornn_dist.models.meta import build_on_meta
 
 logger = logging.getLogger("hornn_dist.sweep")
 
@@ -59,29 +57,12 @@ def hidden_size_overrides(cfg: ModelConfig, hidden: int) -> tuple[str, ...]:
 _COUNTS: dict[tuple[str, int], tuple[int, int]] = {}  # (repr of the config, V) -> counts
 
 
-class _NoMetaWrites(TorchFunctionMode):
-    """Skip in-place writes (the initialisers) to meta tensors, which hold no values: PyTorch's
-    meta `normal_` would import torch._dynamo, seconds of every sweep's and report's start."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D105
-        target = args[0] if args else (kwargs or {}).get("tensor")  # torch.nn.init's keyword
-        if (
-            getattr(func, "__name__", "").endswith("_")
-            and not getattr(func, "__name__", "").endswith("__")
-            and isinstance(target, torch.Tensor)
-            and target.is_meta
-        ):
-            return target
-        return func(*args, **(kwargs or {}))
-
-
 def _counts(cfg: ModelConfig, vocab_size: int) -> tuple[int, int]:
     """Return (total, recurrent) parameters of model `cfg` built on the meta device."""
     key = (repr(cfg), vocab_size)
     if key not in _COUNTS:
         try:
-            with torch.device("meta"), _NoMetaWrites():
-                model = build_model(cfg, vocab_size)
+            model = build_on_meta(cfg, vocab_size)
         except (RuntimeError, TypeError, OverflowError) as err:  # past what torch can index
             raise ConfigError(
                 f"the model is too large to build (model.hidden_size = {cfg.hidden_size}: "

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from hornn_dist.errors import ConfigError
-from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.models import ModelConfig
+from hornn_dist.models.meta import build_on_meta
 
 # a float32 weight, its gradient and SGD's momentum buffer (12), SGD's foreach temporaries at
 # each step (the gradients plus weight decay: 4) and the weights the test split is scored on at
@@ -38,8 +39,7 @@ NO_LIMIT = 1 << 60  # v1 writes "no limit" as a page-rounded 2**63 - 1
 def parameter_count(cfg: ModelConfig, vocab_size: int) -> int:
     """Return the number of trainable parameters of the model of `cfg`, allocating nothing."""
     try:
-        with torch.device("meta"):
-            return build_model(cfg, vocab_size).num_parameters()
+        return build_on_meta(cfg, vocab_size).num_parameters()
     except (RuntimeError, TypeError, OverflowError) as err:  # sizes past what torch can index
         raise ConfigError(
             f"the model is too large to build (model.hidden_size = {cfg.hidden_size}, "
