@@ -90,7 +90,7 @@ class Trainer:
         check_fits(cfg.model, self.corpus.vocab_size, acc.device, batch, cfg.train.bptt)
         plan = plan_for(cfg.model, acc.device, batch, acc.mixed_precision)
         # No DDP, so the model is not Accelerate's: placed here, the step averages the flat
-        # gradients itself (one all-reduce, CUDA graphs) and autocasts the forward.
+        # gradients itself (training/exchange.py, CUDA graphs) and autocasts the forward.
         self.core = build_model(cfg.model, self.corpus.vocab_size, plan).to(acc.device)
         self.fused_sgd = needs_fused_sgd(acc)
         optimizer = build_optimizer(self.core, cfg.optim, fused=self.fused_sgd)
