@@ -40,14 +40,17 @@ def test_the_agents_log_records_stay_off_the_console(
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    parent = logging.getLogger(launch.ELASTIC_LOGGER)
-    monkeypatch.setattr(parent, "handlers", [])
-    monkeypatch.setattr(parent, "propagate", True)
+    ours = logging.getLogger("hornn_dist.sweep")
+    # no handler but caplog's on the way up: an earlier test's may write to a closed stream
+    for logger in (logging.getLogger(launch.ELASTIC_LOGGER), ours, logging.getLogger("hornn_dist")):
+        monkeypatch.setattr(logger, "handlers", [])
+        monkeypatch.setattr(logger, "propagate", True)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [caplog.handler])
     agent = logging.getLogger(f"{launch.ELASTIC_LOGGER}.agent.server.api")
     monkeypatch.setattr(agent, "level", logging.INFO)  # torch sets each logger's own level
     launch.quiet_agent_logs()
     with caplog.at_level(logging.INFO):
         agent.error("failed (exitcode: 2) local_rank: 0")
-        logging.getLogger("hornn_dist.sweep").warning("ours still show")
+        ours.warning("ours still show")
     assert [r.getMessage() for r in caplog.records] == ["ours still show"]
     assert capsys.readouterr().err == ""  # nor through Python's last-resort handler
