@@ -24,11 +24,11 @@ pytestmark = pytest.mark.integration
 
 BF16 = ("--set", 'train.reduce_dtype="bf16"')
 # The demo config made cheap enough for a test: the whole bundled corpus, 2 epochs, a 16-unit
-# FOFE HORNN-3, words seen fewer than 200 times as <unk> (vocabulary 397), 128 streams.
+# FOFE HORNN-3, words seen fewer than 200 times as <unk> (vocabulary 397), 512 streams.
 SMALL_DEMO = [
     "--set", "model.hidden_size=16", "--set", "model.embedding_size=16",
-    "--set", "data.min_count=200", "--set", "train.batch_size=128",
-    "--set", "train.eval_batch_size=128", "--set", "train.checkpoint_every=0",
+    "--set", "data.min_count=200", "--set", "train.batch_size=512",
+    "--set", "train.eval_batch_size=512", "--set", "train.checkpoint_every=0",
     "--set", "log.every=100", "--set", "log.progress=false", "--set", "log.tensorboard=false",
 ]  # fmt: skip
 
