@@ -20,7 +20,7 @@ from tests.train_helpers import (
     check_ok,
     children,
     read_until,
-    run_module,
+    run_here,
     start,
     two_rank_command,
     write_tiny_config,
@@ -120,7 +120,7 @@ def _rank_of(pid: int) -> str:
 def test_two_ranks_stop_within_the_bound_whatever_log_every(tmp_path: Path) -> None:
     # 12,500 steps per epoch and no log step: only the timed stop checks can end this run soon
     config = write_tiny_config(tmp_path, train_words=400_000)
-    check_ok(run_module("hornn_dist.prepare", str(config)))
+    check_ok(run_here("hornn_dist.prepare", str(config)))
     out = tmp_path / "run"
     args = [str(config), "--set", f"train.output_dir={out}", "--set", "train.checkpoint_every=0"]
     args += ["--set", "log.every=1000000", "--set", "log.tensorboard=false"]
@@ -151,7 +151,7 @@ def test_two_ranks_stop_within_the_bound_whatever_log_every(tmp_path: Path) -> N
     # the bound is STOP_CHECK_S of training; the rest is the checkpoint, the exit and a busy
     # machine (without the timed checks the run would train on to its epoch end, minutes)
     assert took < STOP_CHECK_S + 25, took
-    resumed = run_module("hornn_dist.train", *args, "--set", f"train.max_steps={state.step + 2}")
+    resumed = run_here("hornn_dist.train", *args, "--set", f"train.max_steps={state.step + 2}")
     check_ok(resumed)
     assert f"resuming from {stopped}" in resumed.stderr
     assert f"step {state.step + 2}: valid loss" in resumed.stderr

@@ -25,7 +25,7 @@ from tests.train_helpers import (
     env,
     launch_two_ranks,
     prepared_tiny,
-    run_module,
+    run_here,
     train_into,
     two_rank_command,
     write_tiny_config,
@@ -102,7 +102,7 @@ def test_an_error_of_the_run_ends_its_train_log(workdir: Path) -> None:
 
 def test_print_config_round_trips_to_the_same_run_config(tmp_path: Path) -> None:
     overrides = ["train.epochs=3", "model.order=2", "data.min_count=3"]
-    proc = run_module(
+    proc = run_here(
         "hornn_dist.train",
         "configs/demo.toml",
         *[arg for item in overrides for arg in ("--set", item)],
@@ -147,7 +147,7 @@ def test_every_console_script_is_its_module_and_runs_help(
 
 def test_report_of_a_single_finished_run(workdir: Path) -> None:
     check_ok(train(workdir, "single", "--set", "train.epochs=1"))
-    proc = run_module("hornn_dist.report", str(workdir / "single"), "--no-plots")
+    proc = run_here("hornn_dist.report", str(workdir / "single"), "--no-plots")
     check_ok(proc)
     assert (workdir / "single" / "report" / "report.md").is_file()
     assert f"from 1 run in `{workdir / 'single'}`" in proc.stdout  # the run itself, finished

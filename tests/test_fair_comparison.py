@@ -41,7 +41,6 @@ from tests.train_helpers import (
     REPO,
     markdown_table,
     run_here,
-    run_module,
     write_sweep,
 )
 
@@ -541,14 +540,14 @@ def test_a_matched_sweep_trains_and_reports_fair(tmp_path: Path) -> None:
         '[recipes]\na = { "optim.lr" = 0.3 }\n'
     )
     path = write_sweep(tmp_path, text)
-    proc = run_module("hornn_dist.sweep", str(path), "--jobs", "2")
+    proc = run_here("hornn_dist.sweep", str(path), "--jobs", "2")
     assert proc.returncode == 0, proc.stderr
     assert (
         "rnn-m-s1--a: training" in proc.stderr
         and "(match_params: sized to fofe-s1--a)" in proc.stderr
     )
     assert " recurrent (log: " in proc.stderr and " recurrent\n" in proc.stderr
-    report = run_module("hornn_dist.report", str(tmp_path / "runs"), "--no-plots")
+    report = run_here("hornn_dist.report", str(tmp_path / "runs"), "--no-plots")
     assert report.returncode == 0, report.stderr
     rows = {r["model"]: r for r in markdown_table(report.stdout, "## Each model over its seeds")}
     assert set(rows) == {"fofe", "rnn-m"} and rows["rnn-m"]["seeds"] == "2"

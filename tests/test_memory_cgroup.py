@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train_helpers import REPO, check_ok, env, run_module, write_tiny_config
+from tests.train_helpers import REPO, check_ok, env, run_here, write_tiny_config
 
 LIMIT = 512 << 20  # small: the sizes near it train a step in seconds
 STEP = 64  # hidden sizes searched, in steps of this
@@ -82,7 +82,7 @@ def test_no_size_the_check_accepts_is_oom_killed(tmp_path):
         model={"pooling": "fofe", "order": 3, "hidden_size": 16, "embedding_size": 16},
         train={"max_steps": 2, "checkpoint_every": 0, "epochs": 1},
     )
-    check_ok(run_module("hornn_dist.prepare", str(config), "--quiet"))
+    check_ok(run_here("hornn_dist.prepare", str(config), "--quiet"))
     cgroup = _new_cgroup(LIMIT)
     try:
         accepted, refused = 1, 4096 // STEP  # in units of STEP: 4096 is refused in 512 MiB

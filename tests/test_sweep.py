@@ -24,7 +24,6 @@ from tests.train_helpers import (
     env,
     markdown_table,
     run_here,
-    run_module,
     write_sweep,
 )
 
@@ -130,7 +129,7 @@ def test_a_failing_override_is_reported_before_anything_trains(tmp_path: Path) -
         tmp_path,
         '[[runs]]\nname = "ok"\n[[runs]]\nname = "bad"\nset = { "optim.momentum" = 1.5 }\n',
     )
-    proc = run_module("hornn_dist.sweep", str(path))
+    proc = run_here("hornn_dist.sweep", str(path))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == [f"error: {path}: run bad: optim.momentum must be in [0.0, 1.0), got 1.5"], (
@@ -152,7 +151,7 @@ def test_slots_share_the_cores_or_take_one_gpu_each() -> None:
 
 
 def test_jobs_below_one_is_one_line(tmp_path: Path) -> None:
-    proc = run_module(
+    proc = run_here(
         "hornn_dist.sweep", str(write_sweep(tmp_path, '[[runs]]\nname = "a"\n')), "--jobs", "0"
     )
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --jobs must be 1 or more, got 0"
@@ -167,7 +166,7 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
         f'[[runs]]\nname = "b"\nset = {{ "data.valid" = "{tmp_path / "missing.txt"}" }}\n'
         '[[runs]]\nname = "a"\n',
     )
-    proc = run_module("hornn_dist.sweep", str(path), "--jobs", "2")  # two at a time
+    proc = run_here("hornn_dist.sweep", str(path), "--jobs", "2")  # two at a time
     assert proc.returncode == 1, proc.stderr
     assert "2 runs in" in proc.stderr and "2 at a time (sharing the CPU cores)" in proc.stderr
     assert "[1/2] b: FAILED (exit 2)" in proc.stderr and "missing.txt" in proc.stderr
@@ -182,14 +181,14 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert len(saves) == len(set(saves)) == 1  # one writer: no line twice
 
     # what is left: b's 3 epochs, timed by a's seconds per epoch
-    dry = run_module("hornn_dist.sweep", str(path), "--dry-run")
+    dry = run_here("hornn_dist.sweep", str(path), "--dry-run")
     summary = dry.stdout.strip().splitlines()[-1]
     assert summary.startswith("dry run: 2 runs in "), dry.stdout
     assert "1 to train (1 finished): up to 3 epochs in all" in summary
     assert "; about " in summary and "at 1 at a time" in summary
 
     # more steps for every run: the finished run trains on from its checkpoint
-    more = run_module("hornn_dist.sweep", str(path), "--set", "train.max_steps=3")
+    more = run_here("hornn_dist.sweep", str(path), "--set", "train.max_steps=3")
     assert "[2/2] a: resuming" in more.stderr
     assert "already finished (test ppl" not in more.stderr
     assert {r.name: r.step for r in read_runs(tmp_path / "runs")} == {"a": 3}
