@@ -192,10 +192,11 @@ def test_a_stalled_rank_ends_the_run_with_one_line(workdir: Path) -> None:
     started = time.time()
     subprocess.run(["kill", "-STOP", str(stalled)], check=True)
     try:
-        _, rest = proc.communicate(timeout=120)
-    finally:
+        lines += read_until(proc, "error:", timeout=120)
+        waited = time.time() - started
+    finally:  # torch's agent would wait 30 s for the stopped rank to take its SIGTERM
         subprocess.run(["kill", "-KILL", str(stalled)], check=False)
-    waited = time.time() - started
+    _, rest = proc.communicate(timeout=120)
     log = "".join(lines) + rest
     errors = [line for line in log.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, log[-3000:]
