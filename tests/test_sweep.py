@@ -265,7 +265,7 @@ def test_an_orders_sweep_interrupted_and_started_again_runs_only_the_missing_run
     assert {"rnn", "hornn2-max"} <= done_before and len(done_before) < 4
     stamps = {name: _checkpoint_stamps(out / name) for name in done_before}
 
-    again = subprocess.run(command, cwd=tmp_path, env=env(), capture_output=True, text=True)
+    again = run_here("hornn_dist.sweep", str(sweep))
     assert again.returncode == 0, again.stderr
     for name in done_before:
         assert f"{name}: already finished (test ppl" in again.stderr  # the line guarded above
