@@ -22,7 +22,7 @@ from tests.train_helpers import (
     final_weights,
     free_port,
     read_until,
-    run_module,
+    run_here,
     start,
     write_tiny_config,
 )
@@ -73,7 +73,7 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     config = write_tiny_config(tmp_path)
     one = tmp_path / "one"
     check_ok(
-        run_module(
+        run_here(
             "hornn_dist.train", str(config), "--set", f"train.output_dir={one}",
             "--set", f"train.max_steps={STEPS}", "--set", f"data.cache_dir={tmp_path}/cache1p",
         )
