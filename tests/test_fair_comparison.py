@@ -379,6 +379,24 @@ def test_the_fair_table_shows_equal_tokens_convergence_lr_params_and_verdicts(
     assert summary.returncode == 0 and "## Best run of each model" in summary.stdout
 
 
+def test_the_one_screen_table_is_each_models_picked_lr_over_its_seeds(tmp_path: Path) -> None:
+    """ "## In one table" (README "Results" quotes it): per model the parameters, the lr that
+    validation picked, test ppl ± sd over its seeds and the ratios of the means."""
+    runs, states = fabricate_fair(tmp_path)
+    proc = run_here("hornn_dist.report", str(runs), "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["model"]: r for r in markdown_table(proc.stdout, "## In one table")}
+    assert list(rows) == ["rnn", "fofe", "lstm"]
+    tests = {m: [t for _, t in RESULTS[(m, "lr05")]] for m in rows}  # lr05: validation's pick
+    for model, row in rows.items():
+        assert row["lr"] == "0.5" and row["test ppl"] == _mean_sd(tests[model])
+        assert row["params"] == f"{states[f'{model}-seed1234--lr05']['parameters']:,}"
+        for ref, head in (("rnn", "× RNN"), ("lstm", "× LSTM")):
+            ratio = statistics.fmean(tests[model]) / statistics.fmean(tests[ref])
+            assert row[head] == f"{ratio:.3f}"
+        assert row["tokens/s"] == "no speed record given"
+
+
 def test_one_seed_gets_no_verdict(tmp_path: Path) -> None:
     runs, _ = fabricate_fair(tmp_path, seeds=[1234])
     proc = run_here("hornn_dist.report", str(runs), "--no-plots")
@@ -453,6 +471,34 @@ def test_tokens_per_second_come_from_the_named_speed_record(tmp_path: Path) -> N
     )
     bad = run_here("hornn_dist.report", str(runs), "--speed-record", str(tmp_path / "nope"))
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --speed-record")
+
+
+def test_a_speed_record_folder_reads_every_throughput_json(tmp_path: Path) -> None:
+    """A record folder with one throughput*.json per size (the matched models' beside the
+    others'): every file's rows serve the lookup, each at its own size only."""
+    record = tmp_path / "speed"
+    record.mkdir()
+    for name, hidden, tps in (
+        ("throughput.json", 128, 2000.0),
+        ("throughput-h131.json", 131, 1900.0),
+    ):
+        write_json(
+            record / name,
+            {
+                "meta": {"device": "cpu", "args": {"order": 1}},
+                "results": [
+                    {"arch": "hornn", "pooling": "sum", "hidden": hidden, "embedding": 0,
+                     "variant": "rnn", "precision": "fp32", "mode": "eager",
+                     "engine": "fused", "tokens_per_s": tps},
+                ],
+            },
+        )  # fmt: skip
+    speed = read_speed_record(record)
+    for hidden, tps in ((128, 2000.0), (131, 1900.0)):
+        found = speed.lookup(ModelConfig(pooling="sum", order=1, hidden_size=hidden))
+        assert found is not None and found.tokens_per_sec == tps
+    assert speed.lookup(ModelConfig(pooling="sum", order=1, hidden_size=130)) is None
+    assert speed.device == "cpu"
 
 
 def test_the_h100_record_is_a_speed_record() -> None:

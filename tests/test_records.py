@@ -180,3 +180,24 @@ def test_a_bad_tables_file_is_one_line(tmp_path: Path, spec: str, words: str) ->
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert words in lines[0], lines[0]
+
+
+def test_a_fair_table_of_a_record_is_the_reports_one_screen_table(tmp_path: Path) -> None:
+    """`fair = "SWEEP_DIR"` in tables.toml prints what `report SWEEP_DIR` prints under "In one
+    table", from the same files; a folder that is not there is one line naming the key."""
+    from tests.test_fair_comparison import fabricate_fair
+
+    runs, _ = fabricate_fair(tmp_path)
+    (tmp_path / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "runs"\n')
+    record = run_here("hornn_dist.report", str(tmp_path), "--record")
+    check_ok(record)
+    report = run_here("hornn_dist.report", str(runs), "--no-plots")
+    check_ok(report)
+    one_screen = report.stdout.split("## In one table\n", 1)[1]
+    assert markdown_tables(record.stdout) == markdown_tables(one_screen)[:1]
+    assert record.stdout.startswith("## Fair\n")
+    (tmp_path / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "nope"\n')
+    bad = run_here("hornn_dist.report", str(tmp_path), "--record")
+    assert bad.returncode == 2, bad.stderr
+    (line,) = bad.stderr.strip().splitlines()
+    assert "fair = 'nope' is no folder or file relative to the record" in line

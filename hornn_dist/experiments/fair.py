@@ -277,6 +277,26 @@ def render_fair(records: Sequence[RunRecord], speed: SpeedRecord | None) -> str:
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
+def results_table(records: Sequence[RunRecord], speed: SpeedRecord | None) -> str:
+    """Return the one-screen table of the fair comparison: per model its parameters, the lr
+    validation picked, test ppl ± sd over seeds, its ratios to the RNN's and the LSTM's mean,
+    and tokens/s from the speed record (README "Results" quotes it)."""
+    fams = families(records)
+    if not fams:
+        return "_No finished run._"
+    rnn, lstm = _reference(fams, "RNN"), _reference(fams, "LSTM")
+    headers = ["model", "params", "lr", "test ppl", "× RNN", "× LSTM", "tokens/s"]
+    rows = []
+    for family in fams:
+        group = family.picked
+        row = [family.label, f"{family.first.parameters:,}", _lr(group), group.test.text()]
+        for reference in (rnn, lstm):
+            row.append(_ratio(group.test, reference.picked.test) if reference else NONE)
+        row.append(_speed(family, speed))
+        rows.append(row)
+    return markdown_table(headers, rows, frozenset({"model", "tokens/s"}))
+
+
 def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> list[str]:
     """Return the fair layout's Markdown sections: the models, the verdicts, the lr picked, and
     validation by epoch."""
@@ -320,6 +340,7 @@ def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> li
         speed_note,
     ]
     sections = [
+        "## In one table\n\n" + results_table(records, speed),
         "## Each model over its seeds (fair comparison)\n\n"
         + markdown_table(headers, rows, FAIR_TEXT_COLUMNS)
         + "\n\n"

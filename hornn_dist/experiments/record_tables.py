@@ -19,6 +19,11 @@ the record keeps, as its `tables.toml` declares them:
     title = "Training loss, two runs"
     train_losses = ["runs/a", "runs/b"]           # the loss both logged at each step, b - a
 
+    [[table]]
+    title = "The fair comparison"
+    fair = "demo_fair"                            # a sweep's output_dir: its one-screen table
+    speed_record = "speed"                        # optional: tokens/s from this speed record
+
 Paths are relative to the record's folder; "" in a row's `runs` is a blank cell. A column's
 `run` (1-based) or `runs` (a list) picks the row's runs it shows; the reference is one run for
 every column, or one per position of the rows' runs. `show` names a quantity of `QUANTITIES`;
@@ -38,8 +43,10 @@ from typing import Any
 
 from hornn_dist.config import read_toml
 from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.fair import Stat
+from hornn_dist.experiments.fair import Stat, results_table
 from hornn_dist.experiments.record_runs import RecordRun, read_record_run
+from hornn_dist.experiments.results import read_runs
+from hornn_dist.experiments.speed import read_speed_record
 from hornn_dist.experiments.tables import NONE, fmt_ppl, markdown_table
 
 TABLES_FILE = "tables.toml"  # in a record's folder: the tables `report --record` prints
@@ -76,6 +83,8 @@ class Table:
     rows: tuple[Row, ...] = ()
     reference: tuple[RecordRun, ...] = ()
     train_losses: tuple[RecordRun, ...] = ()
+    fair: Path | None = None  # a sweep's output_dir: the fair layout's one-screen table
+    speed_record: Path | None = None
 
 
 Cell = Callable[[list[RecordRun], list[RecordRun], Column], str]
@@ -253,6 +262,9 @@ def render_table(table: Table) -> str:
     """Return one record table as Markdown."""
     if table.train_losses:
         return _losses_table(*table.train_losses)
+    if table.fair is not None:
+        speed = read_speed_record(table.speed_record) if table.speed_record else None
+        return results_table(read_runs(table.fair), speed)
     rows = [[_cell(table, row, column) for column in table.columns] for row in table.rows]
     left = {c.head for c in table.columns if c.left}
     return markdown_table([c.head for c in table.columns], rows, left)
@@ -322,6 +334,8 @@ def _table(spec: Path, index: int, raw: Any, runs: dict[str, RecordRun]) -> Tabl
         if set(raw) != {"title", "train_losses"} or not isinstance(pair, list) or len(pair) != 2:
             raise ConfigError(f"{where}: train_losses = [RUN_A, RUN_B] stands alone with its title")
         return Table(title, train_losses=(run(pair[0]), run(pair[1])))
+    if "fair" in raw:
+        return _fair_table(where, spec.parent, title, raw)
     unknown = set(raw) - {"title", "columns", "rows", "reference"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -356,6 +370,25 @@ def _table(spec: Path, index: int, raw: Any, runs: dict[str, RecordRun]) -> Tabl
     if needs_reference and not reference:
         raise ConfigError(f'{where}: its × reference columns need reference = ["RUN", ...]')
     return Table(title, columns, tuple(rows), reference)
+
+
+def _fair_table(where: str, record: Path, title: str, raw: dict[str, Any]) -> Table:
+    """Return a `fair = "SWEEP_DIR"` table of the spec, checked."""
+    unknown = set(raw) - {"title", "fair", "speed_record"}
+    if unknown:
+        raise ConfigError(
+            f"{where}: a fair table takes fair and speed_record, not {', '.join(sorted(unknown))}"
+        )
+    paths = []
+    for key in ("fair", "speed_record"):
+        value = raw.get(key, "")
+        bad = not isinstance(value, str) or Path(value).is_absolute()
+        if bad or (key == "fair" and not value) or not (record / value).exists():
+            raise ConfigError(
+                f"{where}: {key} = {value!r} is no folder or file relative to the record"
+            )
+        paths.append(record / value if value else None)
+    return Table(title, fair=paths[0], speed_record=paths[1])
 
 
 def _list(where: str, raw: dict[str, Any], key: str) -> list[Any]:

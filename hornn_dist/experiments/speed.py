@@ -6,7 +6,8 @@ model's speed from a record where it ran alone instead, and names it; without on
 says so. Two kinds of record are read:
 
 - a `benchmarks/throughput.py --json` file (or a record folder holding `throughput.json`, such
-  as benchmarks/records/2026-11-27-h100-16977fd): the training step of one process. A row
+  as benchmarks/records/2026-11-27-h100-16977fd, or several `throughput*.json`, e.g. one per
+  hidden size, read together): the training step of one process. A row
   serves a model of the same arch, pooling and order (HORNNs), hidden size and embedding width;
   of several (precisions, modes, engines) the fastest, named in the cell. The multi-process
   modes (`*-ar`, `*-ddp`) are left out.
@@ -31,7 +32,7 @@ from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
 from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 
-THROUGHPUT_FILE = "throughput.json"
+THROUGHPUT_GLOB = "throughput*.json"  # a record folder's throughput.py JSONs, all read
 MULTI_PROCESS_MODES = ("-ar", "-ddp")  # suffixes of throughput.py's modes of several processes
 
 
@@ -88,10 +89,13 @@ def _same_model(record: ModelConfig, model: ModelConfig, kind: str) -> bool:
 def read_speed_record(path: str | Path) -> SpeedRecord:
     """Return the speed record at `path`; raise ConfigError (one line) when it is none."""
     path = Path(path)
-    if path.is_dir() and (path / THROUGHPUT_FILE).is_file():
-        path = path / THROUGHPUT_FILE
     if path.is_file():
         return _read_throughput(path)
+    files = sorted(path.glob(THROUGHPUT_GLOB)) if path.is_dir() else []
+    if files:  # one JSON per size, e.g. the matched models' beside H 128's
+        parts = [_read_throughput(f) for f in files]
+        devices = "; ".join(dict.fromkeys(p.device for p in parts if p.device))
+        return SpeedRecord(path, devices, "throughput", [r for p in parts for r in p.rows])
     if path.is_dir():
         return _read_runs(path)
     raise ConfigError(
@@ -139,7 +143,7 @@ def _read_runs(path: Path) -> SpeedRecord:
     if not records:
         raise ConfigError(
             f"--speed-record {path} holds no run with a recorded tokens/s and no "
-            f"{THROUGHPUT_FILE}; pass a speed record (report --help)"
+            f"{THROUGHPUT_GLOB}; pass a speed record (report --help)"
         )
     rows = [(r.config.model, Speed(r.tokens_per_sec, f"run {r.name}")) for r in records]
     devices = "; ".join(sorted({r.hardware for r in records if r.hardware}))
