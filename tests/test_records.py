@@ -185,19 +185,35 @@ def test_a_bad_tables_file_is_one_line(tmp_path: Path, spec: str, words: str) ->
 def test_a_fair_table_of_a_record_is_the_reports_one_screen_table(tmp_path: Path) -> None:
     """`fair = "SWEEP_DIR"` in tables.toml prints what `report SWEEP_DIR` prints under "In one
     table", from the same files; a folder that is not there is one line naming the key."""
+    from hornn_dist.checkpoint import list_checkpoints
     from tests.test_fair_comparison import fabricate_fair
 
-    runs, _ = fabricate_fair(tmp_path)
-    (tmp_path / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "runs"\n')
-    record = run_here("hornn_dist.report", str(tmp_path), "--record")
-    check_ok(record)
+    (tmp_path / "sweep").mkdir()
+    runs, _ = fabricate_fair(tmp_path / "sweep")
+    record = tmp_path / "record"
+    kept = record / "fair"  # as a record keeps a sweep: sweep.json, each run's last state
+    kept.mkdir(parents=True)
+    shutil.copy2(runs / "sweep.json", kept / "sweep.json")
+    for run in (p for p in runs.iterdir() if p.is_dir()):
+        (kept / run.name).mkdir()
+        for name in ("trainer_state.json", "config.toml"):
+            shutil.copy2(list_checkpoints(run)[-1] / name, kept / run.name / name)
+    (record / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "fair"\n')
+    printed = run_here("hornn_dist.report", str(record), "--record")
+    check_ok(printed)
     report = run_here("hornn_dist.report", str(runs), "--no-plots")
     check_ok(report)
     one_screen = report.stdout.split("## In one table\n", 1)[1]
-    assert markdown_tables(record.stdout) == markdown_tables(one_screen)[:1]
-    assert record.stdout.startswith("## Fair\n")
-    (tmp_path / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "nope"\n')
-    bad = run_here("hornn_dist.report", str(tmp_path), "--record")
+    assert markdown_tables(printed.stdout) == markdown_tables(one_screen)[:1]
+    assert printed.stdout.startswith("## Fair\n") and "| fofe |" in printed.stdout
+    again = run_here("hornn_dist.report", str(kept), "--no-plots")  # the kept runs report too
+    check_ok(again)
+    assert (
+        again.stdout.split("## In one table\n", 1)[1].split("\n## ")[0]
+        == one_screen.split("\n## ")[0]
+    )
+    (record / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "nope"\n')
+    bad = run_here("hornn_dist.report", str(record), "--record")
     assert bad.returncode == 2, bad.stderr
     (line,) = bad.stderr.strip().splitlines()
     assert "fair = 'nope' is no folder or file relative to the record" in line

@@ -91,7 +91,8 @@ def read_run(
 def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, TrainerState] | None, list[str]]:
     """Return (config, trainer state) of the run's newest checkpoint whose files are all there
     and whose state and config verify and read (None if none does), and what is wrong with each
-    newer checkpoint folder, newest first."""
+    newer checkpoint folder, newest first; a folder without checkpoints that holds a
+    trainer_state.json and config.toml (a run kept in a benchmark record) reads from those."""
     damaged: list[str] = []
     for step in reversed(ckpt.step_folders(folder) if folder.is_dir() else []):
         problem = ckpt.problem_with(step, deep=False) or ckpt.problem_with(
@@ -103,6 +104,9 @@ def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, TrainerState] | Non
             except HornnError as err:
                 problem = str(err)
         damaged.append(f"checkpoint {step.name} is damaged: {problem}")
+    if not damaged and (folder / STATE_FILE).is_file() and (folder / CONFIG_FILE).is_file():
+        # a run as a benchmark record keeps it: its last state and config, no checkpoint
+        return (ckpt.read_config(folder), TrainerState.read(folder)), damaged
     return None, damaged
 
 
