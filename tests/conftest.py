@@ -1,5 +1,5 @@
 """Session set-up: without a GPU, the Triton engine's kernels run under Triton's interpreter;
-under pytest-xdist, the longest files start first.
+torch computes on one CPU thread; under pytest-xdist, the longest files start first.
 
 TRITON_INTERPRET must be set before triton.jit decorates the kernels, that is before
 `hornn_dist.models.triton_scan` is first imported; child processes inherit it.
@@ -18,6 +18,10 @@ from tests.train_helpers import fill_disk, mount_tmpfs, unmount
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# One intra-op thread in the test process, as its children get (train_helpers.env): beside a
+# second xdist worker on two cores, a second thread only spins and takes the other's core
+torch.set_num_threads(1)
 
 
 def pytest_configure(config: pytest.Config) -> None:
