@@ -239,7 +239,7 @@ def test_the_noise_rule_calls_a_winner_only_past_twice_the_larger_sd() -> None:
 
 FAIR = """
 layout = "fair"
-set = {{ "train.epochs" = 60, "model.hidden_size" = 8, "model.embedding_size" = 8 }}
+set = {{ "train.epochs" = {epochs}, "model.hidden_size" = 8, "model.embedding_size" = 8 }}
 
 [[runs]]
 name = "rnn-seed{{train.seed}}"
@@ -274,14 +274,17 @@ RISE_AT = {1234: 4, 1235: 6, 1236: 9}  # the seeds' runs converge after differen
 SEEDS = [1234, 1235, 1236]
 
 
-def fabricate_fair(folder: Path, seeds: list[int] = SEEDS) -> tuple[Path, dict[str, dict]]:
+def fabricate_fair(
+    folder: Path, seeds: list[int] = SEEDS, epochs: int = 60
+) -> tuple[Path, dict[str, dict]]:
     """Write the FAIR sweep's runs (a sweep.json from the plan, as `sweep` writes it, and one
-    finished checkpoint per run); return the runs folder and each run's trainer state."""
+    finished checkpoint per run, each trained `epochs` epochs at most: 60 lets the stopping
+    rule end every run); return the runs folder and each run's trainer state."""
     sweep = folder / "fair.toml"
     runs = folder / "runs"
     sweep.write_text(
         f'base = "{REPO / "configs" / "demo.toml"}"\noutput_dir = "{runs}"\n'
-        + FAIR.format(seeds=json.dumps(seeds))
+        + FAIR.format(seeds=json.dumps(seeds), epochs=epochs)
     )
     plan = read_sweep(sweep)
     runs.mkdir()
@@ -290,7 +293,7 @@ def fabricate_fair(folder: Path, seeds: list[int] = SEEDS) -> tuple[Path, dict[s
     for run in plan.runs:
         model, seed = run.model.rsplit("-seed", 1)
         final, test = RESULTS[(model, run.recipe)][SEEDS.index(int(seed))]
-        valid = curve(final, RISE_AT[int(seed)])
+        valid = curve(final, RISE_AT[int(seed)])[:epochs]
         states[run.name] = write_run(runs / run.name, run.config, valid, test)
     return runs, states
 
@@ -366,10 +369,10 @@ def test_the_fair_table_shows_equal_tokens_convergence_lr_params_and_verdicts(
     # verdicts: fofe's test (110-112) against the RNN's (125-127): past 2 sd; the LSTM's
     # (119, 124, 120; sd 2.6) against the RNN's: within noise
     verdicts = {r["model"]: r for r in markdown_table(text, "## Verdicts")}
-    assert verdicts["fofe"]["vs rnn: converged test"].startswith("better (gap 15.00 > 2 × sd")
-    assert verdicts["lstm"]["vs rnn: converged test"].startswith("within noise (gap")
-    assert verdicts["rnn"]["vs rnn: converged test"] == "(itself)"
-    assert verdicts["rnn"]["vs lstm: converged test"].startswith("within noise")
+    assert verdicts["fofe"]["vs rnn: test (converged)"].startswith("better (gap 15.00 > 2 × sd")
+    assert verdicts["lstm"]["vs rnn: test (converged)"].startswith("within noise (gap")
+    assert verdicts["rnn"]["vs rnn: test (converged)"] == "(itself)"
+    assert verdicts["rnn"]["vs lstm: test (converged)"].startswith("within noise")
     # the existing tables still read these runs: every run, with its parameter counts
     every = {r["run"]: r for r in markdown_table(text, "## All runs")}
     assert len(every) == 18 and every["fofe-seed1234--lr05"]["kept"] == "✓"
@@ -395,6 +398,21 @@ def test_the_one_screen_table_is_each_models_picked_lr_over_its_seeds(tmp_path: 
             ratio = statistics.fmean(tests[model]) / statistics.fmean(tests[ref])
             assert row[head] == f"{ratio:.3f}"
         assert row["tokens/s"] == "no speed record given"
+
+
+def test_runs_ended_by_their_epoch_budget_are_not_called_converged(tmp_path: Path) -> None:
+    """Runs that train.epochs ended before the stopping rule (a fixed-epoch comparison) get a
+    test column that says how many did not converge, never "converged"."""
+    runs, states = fabricate_fair(tmp_path, epochs=2)
+    assert all(s["stop_reason"] == "trained" and s["epoch"] == 2 for s in states.values())
+    proc = run_here("hornn_dist.report", str(runs), "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    ended = "not converged: 9 of 9 runs"  # the picked recipe's 3 models x 3 seeds
+    rows = markdown_table(proc.stdout, "## Each model over its seeds")
+    assert {r["model"] for r in rows} == {"rnn", "fofe", "lstm"}
+    assert all(f"test ppl ({ended})" in r for r in rows) and "converged)" not in proc.stdout
+    verdicts = markdown_table(proc.stdout, "## Verdicts")
+    assert f"vs rnn: test ({ended})" in verdicts[0]
 
 
 def test_one_seed_gets_no_verdict(tmp_path: Path) -> None:

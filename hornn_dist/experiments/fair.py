@@ -38,6 +38,7 @@ from hornn_dist.experiments.tables import (
     runs_table,
     unfinished_note,
 )
+from hornn_dist.training.optim import CONVERGED
 
 NOISE_FACTOR = 2.0
 EPOCH_SLACK = 1e-9  # valid_history's epoch is step / steps_per_epoch, a float
@@ -306,7 +307,8 @@ def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> li
     epoch = equal_token_epoch(fams)
     rnn, lstm = _reference(fams, "RNN"), _reference(fams, "LSTM")
     at = f"valid ppl by epoch {epoch} (equal tokens)"
-    headers = ["model", "recipe (lr)", "seeds", "params", "recurrent", at, "test ppl (converged)"]
+    ended = _how_ended(fams)
+    headers = ["model", "recipe (lr)", "seeds", "params", "recurrent", at, f"test ppl ({ended})"]
     headers += ["× RNN"] if rnn else []
     headers += ["× LSTM"] if lstm else []
     headers += ["lr at the end (halvings)", "epochs", "tokens/s"]
@@ -333,7 +335,7 @@ def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> li
     notes = [
         "Each model keeps the recipe with the lowest mean best validation perplexity over its "
         "seeds (validation only). Mean ± sd over seeds (sample sd); × RNN and × LSTM are "
-        "ratios of the converged test means. Test ppl: each run's best checkpoint by validation. "
+        f"ratios of the test means ({ended}). Test ppl: each run's best checkpoint by validation. "
         "params: the whole model; recurrent: its layers between the embedding and the output "
         "layer. lr at the end: the lr each run's last epoch trained at, with the number of "
         "halvings, one per seed; epochs likewise.",
@@ -345,20 +347,30 @@ def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> li
         + markdown_table(headers, rows, FAIR_TEXT_COLUMNS)
         + "\n\n"
         + "\n\n".join(notes),
-        "## Verdicts\n\n" + _verdicts(fams, rnn, lstm, epoch),
+        "## Verdicts\n\n" + _verdicts(fams, rnn, lstm, epoch, ended),
         "## Lr picked by validation\n\n" + _recipes_table(fams),
         "## Best validation perplexity by epoch (equal tokens)\n\n" + _epochs_table(fams),
     ]
     return sections
 
 
-def _verdicts(fams: Sequence[Family], rnn: Family | None, lstm: Family | None, epoch: int) -> str:
+def _how_ended(fams: Sequence[Family]) -> str:
+    """Return "converged" where the stopping rule ended every picked run, else how many runs
+    ended otherwise (e.g. at train.epochs: their test column is at equal tokens, not converged)."""
+    runs = [run for family in fams for run in family.picked.runs]
+    early = sum(not run.stop_reason.startswith(CONVERGED) for run in runs)
+    return "converged" if not early else f"not converged: {early} of {len(runs)} runs"
+
+
+def _verdicts(
+    fams: Sequence[Family], rnn: Family | None, lstm: Family | None, epoch: int, ended: str
+) -> str:
     references = [f for f in (rnn, lstm) if f is not None]
     if not references:
         return "_No RNN or LSTM among the models: no verdicts._"
     headers = ["model"]
     for ref in references:
-        headers += [f"vs {ref.label}: converged test", f"vs {ref.label}: valid by epoch {epoch}"]
+        headers += [f"vs {ref.label}: test ({ended})", f"vs {ref.label}: valid by epoch {epoch}"]
     rows = []
     for family in fams:
         row = [family.label]

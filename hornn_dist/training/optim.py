@@ -17,6 +17,7 @@ from hornn_dist.wording import counted
 # H 400; an unweighted sum of several feedback paths (`sum` pooling, order >= 2) went above the
 # vocabulary's perplexity at H 400 under 1 and trained there under 0.5 (better than 0.25)
 AUTO_CLIP_NORM = {"summed paths": 0.5, "other": 1.0}
+CONVERGED = "converged"  # how a stop reason of the stopping rule begins (reports look for it)
 
 
 def resolve_clip(model: ModelConfig, cfg: OptimConfig) -> OptimConfig:
@@ -158,7 +159,7 @@ class LrSchedule:
         if small and self.small_epochs >= self.stop_patience:
             if not self.halve_before_stop or self._streak_was_halved():
                 self.stopped = (
-                    f"converged: epoch {self.epochs_done} lowered the validation loss by "
+                    f"{CONVERGED}: epoch {self.epochs_done} lowered the validation loss by "
                     f"{improvement:.3%}, under optim.stop_improvement = "
                     f"{self.stop_improvement:g} ({counted(self.small_epochs, 'epoch')} in a row, "
                     f"optim.stop_patience = {self.stop_patience}), after "
@@ -168,7 +169,7 @@ class LrSchedule:
             halve = True  # halve_before_stop: a lower lr gets its try before the run ends
         if halve and self.lr <= self.min_lr:
             self.stopped = (
-                f"converged: epoch {self.epochs_done} called for halving an lr already at "
+                f"{CONVERGED}: epoch {self.epochs_done} called for halving an lr already at "
                 f"optim.min_lr = {self.min_lr:g}"
             )
         return halve
