@@ -493,7 +493,8 @@ def test_tokens_per_second_come_from_the_named_speed_record(tmp_path: Path) -> N
 
 def test_a_speed_record_folder_reads_every_throughput_json(tmp_path: Path) -> None:
     """A record folder with one throughput*.json per size (the matched models' beside the
-    others'): every file's rows serve the lookup, each at its own size only."""
+    others'): every file's rows serve the lookup, each at its own size only, and at the order
+    the benchmark's --order built it."""
     record = tmp_path / "speed"
     record.mkdir()
     for name, hidden, tps in (
@@ -503,7 +504,8 @@ def test_a_speed_record_folder_reads_every_throughput_json(tmp_path: Path) -> No
         write_json(
             record / name,
             {
-                "meta": {"device": "cpu", "args": {"order": 1}},
+                # the variant's template says order 3; --order 1 built the row (args)
+                "meta": {"device": "cpu", "args": {"order": 1}, "variants": {"rnn": {"order": 3}}},
                 "results": [
                     {"arch": "hornn", "pooling": "sum", "hidden": hidden, "embedding": 0,
                      "variant": "rnn", "precision": "fp32", "mode": "eager",

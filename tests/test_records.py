@@ -88,11 +88,13 @@ def test_every_table_quoting_a_record_is_the_printed_one() -> None:
 def test_readme_results_tables_are_the_records() -> None:
     section = (REPO / "README.md").read_text(encoding="utf-8").split("## Results\n", 1)[1]
     section = section.split("\n## ", 1)[0]
-    assert "`benchmarks/records/2026-11-27-h200-grids/`" in section
-    assert "`benchmarks/records/2026-11-27-cpu-converged/halve_before_stop/`" in section
+    assert "`benchmarks/records/2026-11-28-cpu-fair/`" in section
+    assert (
+        "`python -m hornn_dist.report benchmarks/records/2026-11-28-cpu-fair --record`" in section
+    )
     tables = {t for record in TABLED for t in markdown_tables(printed(record))}
     shown = markdown_tables(section)
-    assert shown and all(table in tables for table in shown)
+    assert len(shown) == 1 and shown[0] in tables  # one screen: one table, the record's
 
 
 def test_the_seed_table_is_the_mean_of_its_runs() -> None:

@@ -116,13 +116,15 @@ def _read_throughput(path: Path) -> SpeedRecord:
             if "tokens_per_s" not in row or mode.endswith(MULTI_PROCESS_MODES):
                 continue
             variant = variants.get(row["variant"], {})
+            args = meta.get("args", {})
+            # --order and --layers build every row; `variants` holds the templates before them
             model = ModelConfig(
                 arch=str(row["arch"]),
                 pooling=str(row.get("pooling") or "sum"),
-                order=int(variant.get("order", meta.get("args", {}).get("order", 1))),
+                order=int(args.get("order") or variant.get("order", 1)),
                 hidden_size=int(row["hidden"]),
                 embedding_size=int(row.get("embedding") or 0),
-                num_layers=int(variant.get("num_layers", 1)),
+                num_layers=int(args.get("layers") or variant.get("num_layers", 1)),
             )
             how = " ".join(str(row.get(k, "")) for k in ("precision", "mode", "engine")).strip()
             rows.append((model, Speed(float(row["tokens_per_s"]), how)))
