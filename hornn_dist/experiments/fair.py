@@ -282,7 +282,10 @@ def results_table(records: Sequence[RunRecord], speed: SpeedRecord | None) -> st
     """Return the one-screen table of the fair comparison: per model its parameters, the lr
     validation picked, test ppl ± sd over seeds, its ratios to the RNN's and the LSTM's mean,
     and tokens/s from the speed record (README "Results" quotes it)."""
-    fams = families(records)
+    return _results_table(families(records), speed)
+
+
+def _results_table(fams: Sequence[Family], speed: SpeedRecord | None) -> str:
     if not fams:
         return "_No finished run._"
     rnn, lstm = _reference(fams, "RNN"), _reference(fams, "LSTM")
@@ -342,7 +345,7 @@ def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> li
         speed_note,
     ]
     sections = [
-        "## In one table\n\n" + results_table(records, speed),
+        "## In one table\n\n" + _results_table(fams, speed),
         "## Each model over its seeds (fair comparison)\n\n"
         + markdown_table(headers, rows, FAIR_TEXT_COLUMNS)
         + "\n\n"

@@ -110,13 +110,13 @@ def _read_throughput(path: Path) -> SpeedRecord:
         meta: dict[str, Any] = data["meta"]
         results: list[dict[str, Any]] = data["results"]
         variants: dict[str, Any] = meta.get("variants") or {}
+        args: dict[str, Any] = meta.get("args") or {}
         rows = []
         for row in results:
             mode = str(row.get("mode", ""))
             if "tokens_per_s" not in row or mode.endswith(MULTI_PROCESS_MODES):
                 continue
             variant = variants.get(row["variant"], {})
-            args = meta.get("args", {})
             # --order and --layers build every row; `variants` holds the templates before them
             model = ModelConfig(
                 arch=str(row["arch"]),
