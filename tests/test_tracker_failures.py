@@ -91,6 +91,8 @@ def test_a_tracker_that_fails_to_log_is_one_warning_and_the_run_goes_on(
     [tracker] = trackers.build_trackers(["mlflow"], tmp_path)
     tracker.start()
     tracker.log({"train/ppl": 2.0}, step=1)
+    # the tracker's thread runs calls in order: once this one has run, step 1 is written
+    assert tracker._call("wait", lambda: None).wait(trackers.WAIT_S)
     shutil.rmtree(tmp_path / "mlruns")  # the store is gone: mlflow cannot find the run
     tracker.log({"train/ppl": 1.0}, step=2)
     tracker.log({"train/ppl": 0.5}, step=3)
