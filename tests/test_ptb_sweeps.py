@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Plann
     prepare_corpus(load_config(REPO / "configs" / "ptb.toml", list(sets)).data, progress=False)
     return {
         sweep: {run.name: run for run in read_sweep(SWEEPS / f"{sweep}.toml", sets).runs}
-        for sweep in ("ptb_fair", "ptb_orders", "ptb_alpha")
+        for sweep in ("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu")
     }
 
 
@@ -90,6 +91,22 @@ def test_ptb_fair_plans_table3_the_matched_baselines_and_two_lrs(plans: dict) ->
     lstm = runs["lstm-matched-seed1234--lr05"].config.model
     # FOFE-3 has more parameters than the RNN at H 400 and fewer than the LSTM
     assert rnn.hidden_size > 400 > lstm.hidden_size
+
+
+def test_ptb_table3_cpu_is_ptb_fairs_first_seed_in_fp32(plans: dict) -> None:
+    cpu, fair = plans["ptb_table3_cpu"], plans["ptb_fair"]
+    order = ("hornn3-fofe", "rnn", "hornn3-gated", "hornn3-max", "hornn3-sum", "lstm")
+    assert list(cpu) == [f"{m}-seed1234" for m in order]  # every Table 3 row, FOFE first
+    for name, run in cpu.items():
+        gpu = fair[f"{name}--lr05"].config
+        assert run.config.train.mixed_precision == "no", (
+            name
+        )  # the GPU run's bf16 is all that differs
+        same = replace(
+            gpu,
+            train=replace(gpu.train, mixed_precision="no", output_dir=run.config.train.output_dir),
+        )
+        assert run.config == same, name
 
 
 def test_ptb_orders_and_alpha_plan_table2_and_figure4(plans: dict) -> None:
