@@ -521,6 +521,35 @@ def test_a_speed_record_folder_reads_every_throughput_json(tmp_path: Path) -> No
     assert speed.device == "cpu"
 
 
+def test_a_speed_record_compares_one_cpu_thread_count(tmp_path: Path) -> None:
+    """Files timed at 1 and at 2 CPU threads: only the count that times the most models serves,
+    so FOFE's two-thread row never stands beside the RNN's one-thread row."""
+    record = tmp_path / "speed"
+    record.mkdir()
+    for name, threads, rows in (
+        ("throughput.json", 1, [("fofe", 3, 2000.0), ("sum", 1, 2100.0)]),
+        ("throughput-2threads.json", 2, [("fofe", 3, 3800.0)]),
+    ):
+        write_json(
+            record / name,
+            {
+                "meta": {"device": "cpu", "device_name": "Test CPU", "threads": threads,
+                         "variants": {f"v{order}": {"order": order} for _, order, _ in rows}},
+                "results": [
+                    {"arch": "hornn", "pooling": pooling, "hidden": 8, "embedding": 0,
+                     "variant": f"v{order}", "precision": "fp32", "mode": "eager",
+                     "engine": "fused", "tokens_per_s": tps}
+                    for pooling, order, tps in rows
+                ],
+            },
+        )  # fmt: skip
+    speed = read_speed_record(record)
+    fofe = speed.lookup(ModelConfig(pooling="fofe", order=3, hidden_size=8))
+    assert fofe is not None and fofe.tokens_per_sec == 2000.0  # not the two-thread 3,800
+    assert speed.lookup(ModelConfig(pooling="sum", order=1, hidden_size=8)).tokens_per_sec == 2100
+    assert speed.threads == 1 and speed.describe().endswith("Test CPU, 1 thread(s))")
+
+
 def test_the_h100_record_is_a_speed_record() -> None:
     speed = read_speed_record(H100_RECORD)
     assert speed.device == "NVIDIA H100 80GB HBM3"

@@ -10,7 +10,8 @@ says so. Two kinds of record are read:
   hidden size, read together): the training step of one process. A row
   serves a model of the same arch, pooling and order (HORNNs), hidden size and embedding width;
   of several (precisions, modes, engines) the fastest, named in the cell. The multi-process
-  modes (`*-ar`, `*-ddp`) are left out.
+  modes (`*-ar`, `*-ddp`) are left out. Files timed at different CPU thread counts (`threads`
+  in their meta) are not compared: only the rows at the count that times the most models serve.
 - a folder of training runs, each trained alone (a sweep's output_dir run with `--jobs 1`, or
   one run's output_dir): a run serves a model with the same `[model]` settings (those that
   change what it computes, not `engine` or `recurrence_precision`); its trainer_state.json's
@@ -42,6 +43,7 @@ class Speed:
 
     tokens_per_sec: float
     how: str  # e.g. "bf16 graphed triton", or a run's name
+    threads: int | None = None  # the CPU threads that timed it (None: a GPU, or not recorded)
 
 
 @dataclass
@@ -52,6 +54,7 @@ class SpeedRecord:
     device: str
     kind: str  # "throughput" | "runs"
     rows: list[tuple[ModelConfig, Speed]]
+    threads: int | None = None  # the one CPU thread count of its rows, where recorded
 
     def lookup(self, model: ModelConfig) -> Speed | None:
         """Return the fastest speed the record holds for `model`, or None."""
@@ -65,7 +68,8 @@ class SpeedRecord:
             if self.kind == "throughput"
             else "training runs, each alone"
         )
-        return f"`{self.path}` ({what}; {self.device or 'machine not recorded'})"
+        threads = f", {self.threads} thread(s)" if self.threads else ""
+        return f"`{self.path}` ({what}; {self.device or 'machine not recorded'}{threads})"
 
 
 def _same_model(record: ModelConfig, model: ModelConfig, kind: str) -> bool:
@@ -95,13 +99,27 @@ def read_speed_record(path: str | Path) -> SpeedRecord:
     if files:  # one JSON per size, e.g. the matched models' beside H 128's
         parts = [_read_throughput(f) for f in files]
         devices = "; ".join(dict.fromkeys(p.device for p in parts if p.device))
-        return SpeedRecord(path, devices, "throughput", [r for p in parts for r in p.rows])
+        rows, threads = _one_thread_count([r for p in parts for r in p.rows])
+        return SpeedRecord(path, devices, "throughput", rows, threads)
     if path.is_dir():
         return _read_runs(path)
     raise ConfigError(
         f"--speed-record {path} not found; pass a benchmarks/throughput.py JSON (or a record "
         "folder with throughput.json) or a folder of runs each trained alone"
     )
+
+
+def _one_thread_count(
+    rows: list[tuple[ModelConfig, Speed]],
+) -> tuple[list[tuple[ModelConfig, Speed]], int | None]:
+    """Return the rows timed at the CPU thread count that times the most distinct models (of a
+    tie, the fewest threads), and that count: two threads' speed beside one's is no comparison."""
+    counts = {speed.threads for _, speed in rows}
+    if len(counts) < 2 or None in counts:
+        return rows, next(iter(counts)) if len(counts) == 1 else None
+    models = {n: {repr(cfg) for cfg, speed in rows if speed.threads == n} for n in counts}
+    chosen = min(counts, key=lambda n: (-len(models[n]), n))
+    return [row for row in rows if row[1].threads == chosen], chosen
 
 
 def _read_throughput(path: Path) -> SpeedRecord:
@@ -111,6 +129,8 @@ def _read_throughput(path: Path) -> SpeedRecord:
         results: list[dict[str, Any]] = data["results"]
         variants: dict[str, Any] = meta.get("variants") or {}
         args: dict[str, Any] = meta.get("args") or {}
+        on_cpu = str(meta.get("device", "")) == "cpu"
+        threads = int(meta["threads"]) if on_cpu and meta.get("threads") else None
         rows = []
         for row in results:
             mode = str(row.get("mode", ""))
@@ -127,15 +147,14 @@ def _read_throughput(path: Path) -> SpeedRecord:
                 num_layers=int(args.get("layers") or variant.get("num_layers", 1)),
             )
             how = " ".join(str(row.get(k, "")) for k in ("precision", "mode", "engine")).strip()
-            rows.append((model, Speed(float(row["tokens_per_s"]), how)))
+            rows.append((model, Speed(float(row["tokens_per_s"]), how, threads)))
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ConfigError(
             f"--speed-record {path} is not a benchmarks/throughput.py JSON ({type(err).__name__}: "
             f"{err})"
         ) from None
-    return SpeedRecord(
-        path, str(meta.get("device_name") or meta.get("device") or ""), "throughput", rows
-    )
+    device = str(meta.get("device_name") or meta.get("device") or "")
+    return SpeedRecord(path, device, "throughput", rows, threads)
 
 
 def _read_runs(path: Path) -> SpeedRecord:
