@@ -9,7 +9,7 @@ mkdir -p "$dst"
 cp "$src/sweep.json" "$dst/"
 for run in "$src"/*/; do
   name=$(basename "$run")
-  state=$(ls -d "$run"checkpoints/step_* 2>/dev/null | tail -1)/trainer_state.json
+  state=$(ls -d "$run"checkpoints/step_* 2>/dev/null | tail -1 || true)/trainer_state.json
   [ -f "$state" ] || continue
   python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("stop_reason") else 1)' "$state" || continue
   mkdir -p "$dst/$name"
