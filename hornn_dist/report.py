@@ -199,7 +199,7 @@ def render_report(
     if damaged:
         head += f"Damaged checkpoints: {'; '.join(damaged)}.\n\n"
     if layout == "fair":
-        text = head + render_fair(records, speed)
+        text = head + render_fair(records, speed, paper)
     else:
         text = head + render_tables(records, layout, paper)
     if plots:

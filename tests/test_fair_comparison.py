@@ -239,7 +239,8 @@ def test_the_noise_rule_calls_a_winner_only_past_twice_the_larger_sd() -> None:
 
 FAIR = """
 layout = "fair"
-set = {{ "train.epochs" = {epochs}, "model.hidden_size" = 8, "model.embedding_size" = 8 }}
+paper = "{paper}"
+set = {{ "train.epochs" = {epochs}, "model.hidden_size" = {hidden}, "model.embedding_size" = 8{data} }}
 
 [[runs]]
 name = "rnn-seed{{train.seed}}"
@@ -275,16 +276,29 @@ SEEDS = [1234, 1235, 1236]
 
 
 def fabricate_fair(
-    folder: Path, seeds: list[int] = SEEDS, epochs: int = 60
+    folder: Path,
+    seeds: list[int] = SEEDS,
+    epochs: int = 60,
+    paper: str = "none",
+    preset: str = "",
+    hidden: int = 8,
 ) -> tuple[Path, dict[str, dict]]:
     """Write the FAIR sweep's runs (a sweep.json from the plan, as `sweep` writes it, and one
     finished checkpoint per run, each trained `epochs` epochs at most: 60 lets the stopping
-    rule end every run); return the runs folder and each run's trainer state."""
+    rule end every run), with the paper's numbers of `paper` and the runs at `data.preset`
+    `preset` (the base's where empty) and hidden size `hidden`; return the runs folder and each
+    run's trainer state."""
     sweep = folder / "fair.toml"
     runs = folder / "runs"
     sweep.write_text(
         f'base = "{REPO / "configs" / "demo.toml"}"\noutput_dir = "{runs}"\n'
-        + FAIR.format(seeds=json.dumps(seeds), epochs=epochs)
+        + FAIR.format(
+            seeds=json.dumps(seeds),
+            epochs=epochs,
+            paper=paper,
+            hidden=hidden,
+            data=f', "data.preset" = "{preset}"' if preset else "",
+        )
     )
     plan = read_sweep(sweep)
     runs.mkdir()
@@ -398,6 +412,33 @@ def test_the_one_screen_table_is_each_models_picked_lr_over_its_seeds(tmp_path: 
             ratio = statistics.fmean(tests[model]) / statistics.fmean(tests[ref])
             assert row[head] == f"{ratio:.3f}"
         assert row["tokens/s"] == "no speed record given"
+
+
+def test_the_one_screen_table_puts_the_papers_number_beside_runs_in_its_setting(
+    tmp_path: Path,
+) -> None:
+    """Runs on the paper's corpus at its hidden size get the paper's column (its RNN and LSTM
+    marked as borrowed from other papers); the same runs on another corpus, or at another
+    hidden size, get none."""
+    setting = tmp_path / "ptb"
+    setting.mkdir()
+    runs, _ = fabricate_fair(setting, seeds=[1234], paper="ptb", preset="ptb", hidden=400)
+    proc = run_here("hornn_dist.report", str(runs), "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["model"]: r for r in markdown_table(proc.stdout, "## In one table")}
+    column = "paper (PTB, H 400)"
+    assert rows["fofe-seed1234"][column] == "101"  # Table 3: FOFE HORNN (3rd order)
+    assert rows["rnn-seed1234"][column] == "123 (borrowed)"
+    assert rows["lstm-seed1234"][column] == "117 (borrowed)"
+    assert '"(borrowed)" marks a number' in proc.stdout
+    for name, preset, hidden in (("demo", "demo", 400), ("small", "ptb", 8)):
+        other = tmp_path / name
+        other.mkdir()
+        runs, _ = fabricate_fair(other, seeds=[1234], paper="ptb", preset=preset, hidden=hidden)
+        proc = run_here("hornn_dist.report", str(runs), "--no-plots")
+        assert proc.returncode == 0, proc.stderr
+        rows = markdown_table(proc.stdout, "## In one table")
+        assert rows and all(column not in row for row in rows) and "borrowed" not in proc.stdout
 
 
 def test_runs_ended_by_their_epoch_budget_are_not_called_converged(tmp_path: Path) -> None:

@@ -85,16 +85,20 @@ def test_every_table_quoting_a_record_is_the_printed_one() -> None:
     assert quoting >= len(tables)
 
 
-def test_readme_results_tables_are_the_records() -> None:
+def test_readme_results_lead_with_the_ptb_record_then_the_bundled_corpus() -> None:
+    """README "Results": first the PTB table (ours beside the paper's), then the bundled
+    corpus's fair comparison, each exactly what its record's command prints."""
     section = (REPO / "README.md").read_text(encoding="utf-8").split("## Results\n", 1)[1]
     section = section.split("\n## ", 1)[0]
-    assert "`benchmarks/records/2026-11-28-cpu-fair/`" in section
-    assert (
-        "`python -m hornn_dist.report benchmarks/records/2026-11-28-cpu-fair --record`" in section
-    )
-    tables = {t for record in TABLED for t in markdown_tables(printed(record))}
+    records = [RECORDS / "2026-11-28-cpu-ptb", RECORDS / "2026-11-28-cpu-fair"]
     shown = markdown_tables(section)
-    assert len(shown) == 1 and shown[0] in tables  # one screen: one table, the record's
+    assert len(shown) == len(records)
+    for table, record in zip(shown, records, strict=True):
+        assert f"`{record.relative_to(REPO)}/`" in section
+        assert f"`{record_command(record)}`" in section
+        assert markdown_tables(printed(record)) == [table]
+    assert "paper (PTB, H 400)" in shown[0][0]
+    assert section.index("2026-11-28-cpu-ptb") < section.index("2026-11-28-cpu-fair")
 
 
 def test_the_seed_table_is_the_mean_of_its_runs() -> None:

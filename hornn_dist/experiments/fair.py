@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hornn_dist.experiments.paper import paper_model
+from hornn_dist.experiments.paper import paper_cell, paper_column, paper_model
 from hornn_dist.experiments.params import recurrent_parameters
 from hornn_dist.experiments.results import RunRecord
 from hornn_dist.experiments.speed import SpeedRecord
@@ -265,35 +265,45 @@ def equal_token_epoch(fams: Sequence[Family]) -> int:
     return min((f.picked.epochs_reached() for f in fams), default=0)
 
 
-def render_fair(records: Sequence[RunRecord], speed: SpeedRecord | None) -> str:
+def render_fair(
+    records: Sequence[RunRecord], speed: SpeedRecord | None, paper: str = "none"
+) -> str:
     """Return the Markdown sections of the report's fair layout, then every run."""
     fams = families(records)
     kept = [run for family in fams for run in family.picked.runs]
     notes = "\n\n".join(n for n in (unfinished_note(records), cost_note(records)) if n)
     sections = [
-        *fair_sections(records, speed),
+        *fair_sections(records, speed, paper),
         notes,
         "## All runs\n\n" + runs_table(records, kept),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def results_table(records: Sequence[RunRecord], speed: SpeedRecord | None) -> str:
+def results_table(
+    records: Sequence[RunRecord], speed: SpeedRecord | None, paper: str = "none"
+) -> str:
     """Return the one-screen table of the fair comparison: per model its parameters, the lr
-    validation picked, test ppl ± sd over seeds, its ratios to the RNN's and the LSTM's mean,
-    and tokens/s from the speed record (README "Results" quotes it)."""
-    return _results_table(families(records), speed)
+    validation picked, test ppl ± sd over seeds, the paper's number where the model is in the
+    paper's setting, its ratios to the RNN's and the LSTM's mean, and tokens/s from the speed
+    record (README "Results" quotes it)."""
+    return _results_table(families(records), speed, paper)
 
 
-def _results_table(fams: Sequence[Family], speed: SpeedRecord | None) -> str:
+def _results_table(fams: Sequence[Family], speed: SpeedRecord | None, paper: str) -> str:
     if not fams:
         return "_No finished run._"
     rnn, lstm = _reference(fams, "RNN"), _reference(fams, "LSTM")
-    headers = ["model", "params", "lr", "test ppl", "× RNN", "× LSTM", "tokens/s"]
+    papers = [paper_cell(family.first.config, paper) for family in fams]
+    with_paper = any(cell is not None for cell in papers)  # a column only in the paper's setting
+    headers = ["model", "params", "lr", "test ppl"]
+    headers += [paper_column(paper)] if with_paper else []
+    headers += ["× RNN", "× LSTM", "tokens/s"]
     rows = []
-    for family in fams:
+    for family, cell in zip(fams, papers, strict=True):
         group = family.picked
         row = [family.label, f"{family.first.parameters:,}", _lr(group), group.test.text()]
+        row += [cell or NONE] if with_paper else []
         for reference in (rnn, lstm):
             row.append(_ratio(group.test, reference.picked.test) if reference else NONE)
         row.append(_speed(family, speed))
@@ -301,7 +311,9 @@ def _results_table(fams: Sequence[Family], speed: SpeedRecord | None) -> str:
     return markdown_table(headers, rows, frozenset({"model", "tokens/s"}))
 
 
-def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> list[str]:
+def fair_sections(
+    records: Sequence[RunRecord], speed: SpeedRecord | None, paper: str = "none"
+) -> list[str]:
     """Return the fair layout's Markdown sections: the models, the verdicts, the lr picked, and
     validation by epoch."""
     fams = families(records)
@@ -345,7 +357,7 @@ def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> li
         speed_note,
     ]
     sections = [
-        "## In one table\n\n" + _results_table(fams, speed),
+        "## In one table\n\n" + _results_table(fams, speed, paper) + _paper_note(fams, paper),
         "## Each model over its seeds (fair comparison)\n\n"
         + markdown_table(headers, rows, FAIR_TEXT_COLUMNS)
         + "\n\n"
@@ -355,6 +367,17 @@ def fair_sections(records: Sequence[RunRecord], speed: SpeedRecord | None) -> li
         "## Best validation perplexity by epoch (equal tokens)\n\n" + _epochs_table(fams),
     ]
     return sections
+
+
+def _paper_note(fams: Sequence[Family], paper: str) -> str:
+    """Return a line under the one-screen table saying where the paper's numbers come from."""
+    if not any(paper_cell(family.first.config, paper) for family in fams):
+        return ""
+    return (
+        f'\n\n{paper_column(paper)}: the paper\'s test perplexity, no dropout; "(borrowed)" marks '
+        "a number its summary table took from another paper, not trained under its recipe. "
+        "A model at another hidden size has none."
+    )
 
 
 def _how_ended(fams: Sequence[Family]) -> str:

@@ -104,6 +104,19 @@ def paper_ppl(model: PaperModel, paper: str) -> float | None:
     return SUMMARY.get(paper, {}).get(model.label)
 
 
+def paper_cell(config: RunConfig, paper: str) -> str | None:
+    """Return the paper's test perplexity for a run on the paper's corpus (`data.preset`) at its
+    hidden size, as text, marking the numbers its summary table borrowed from other papers
+    (every model but its HORNNs); None where the run is not in the paper's setting."""
+    model = config.model
+    if config.data.preset != paper or model.hidden_size != HIDDEN_SIZE.get(paper):
+        return None
+    ppl = paper_ppl(paper_model(config), paper)
+    if ppl is None:
+        return None
+    return f"{ppl:g}" if paper_model(config).is_hornn else f"{ppl:g} (borrowed)"
+
+
 def paper_column(paper: str) -> str:
     """Return the header of the paper's column, e.g. "paper (PTB, H 400)"."""
     return f"paper ({CORPUS[paper]}, H {HIDDEN_SIZE[paper]})"

@@ -22,6 +22,7 @@ the record keeps, as its `tables.toml` declares them:
     [[table]]
     title = "The fair comparison"
     fair = "demo_fair"                            # a sweep's output_dir: its one-screen table
+                                                  # (the paper's column: its sweep.json's paper)
     speed_record = "speed"                        # optional: tokens/s from this speed record
 
 Paths are relative to the record's folder; "" in a row's `runs` is a blank cell. A column's
@@ -45,7 +46,7 @@ from hornn_dist.config import read_toml
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.fair import Stat, results_table
 from hornn_dist.experiments.record_runs import RecordRun, read_record_run
-from hornn_dist.experiments.results import read_runs
+from hornn_dist.experiments.results import read_runs, read_sweep_record
 from hornn_dist.experiments.speed import read_speed_record
 from hornn_dist.experiments.tables import NONE, fmt_ppl, markdown_table
 
@@ -264,7 +265,8 @@ def render_table(table: Table) -> str:
         return _losses_table(*table.train_losses)
     if table.fair is not None:
         speed = read_speed_record(table.speed_record) if table.speed_record else None
-        return results_table(read_runs(table.fair), speed)
+        paper = read_sweep_record(table.fair).get("paper", "none")  # as report does
+        return results_table(read_runs(table.fair), speed, paper)
     rows = [[_cell(table, row, column) for column in table.columns] for row in table.rows]
     left = {c.head for c in table.columns if c.left}
     return markdown_table([c.head for c in table.columns], rows, left)
