@@ -111,10 +111,11 @@ def paper_cell(config: RunConfig, paper: str) -> str | None:
     model = config.model
     if config.data.preset != paper or model.hidden_size != HIDDEN_SIZE.get(paper):
         return None
-    ppl = paper_ppl(paper_model(config), paper)
+    paper_run = paper_model(config)
+    ppl = paper_ppl(paper_run, paper)
     if ppl is None:
         return None
-    return f"{ppl:g}" if paper_model(config).is_hornn else f"{ppl:g} (borrowed)"
+    return f"{ppl:g}" if paper_run.is_hornn else f"{ppl:g} (borrowed)"
 
 
 def paper_column(paper: str) -> str:
