@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Copy each finished run of runs/sweeps/ptb_table3_cpu (as the sweep judges it) into this record:
-# config.toml, train.log, its newest checkpoint's trainer_state.json; and the sweep's sweep.json. Run from the repository root; runs still training are left out.
+# config.toml, train.log, its newest checkpoint's trainer_state.json; and the sweep's sweep.json.
+# Run from the repository root; runs still training are left out.
 set -euo pipefail
 src=runs/sweeps/ptb_table3_cpu
 dst=benchmarks/records/2026-11-28-cpu-ptb/ptb_table3_cpu
