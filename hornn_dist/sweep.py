@@ -16,7 +16,7 @@ import shlex
 
 from hornn_dist.config import KEYS_HELP, add_set_option
 from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import read_sweep
+from hornn_dist.experiments.plan import read_sweep, select_runs
 from hornn_dist.experiments.runner import (
     cpu_slots,
     dry_run_summary,
@@ -51,6 +51,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "sharing the CPU cores (default 1)",
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="train only the runs whose name matches (shell-style, repeatable, in the sweep "
+        "file's order), e.g. --only 'lstm*'; the others are left as they are",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="list the runs and their commands, train nothing"
     )
     return parser.parse_args(argv)
@@ -65,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs if args.jobs is not None else max(gpus, 1)
     if jobs < 1:
         raise ConfigError(f"--jobs must be 1 or more, got {jobs}")
+    only = select_runs(plan, args.only) if args.only else None
     if args.dry_run:
-        for index, run in enumerate(plan.runs, 1):  # sizes on stderr: stdout pastes into a shell
+        chosen = [
+            (i, run) for i, run in enumerate(plan.runs, 1) if only is None or run.name in only
+        ]
+        for index, run in chosen:  # sizes on stderr: stdout pastes into a shell
             logger.info("[%d/%d] %s: %s", index, len(plan.runs), run.name, size_note(run))
-        for run in plan.runs:
+        for _, run in chosen:
             print(f"{run.name}: {shlex.join(train_command(plan, run))}")
-        print(dry_run_summary(plan, jobs))
+        print(dry_run_summary(plan, jobs, only))
         return 0
     check_writable_folder(plan.output_dir, f"output_dir of {plan.path}")  # before any run
     if gpus and jobs > gpus:
@@ -86,16 +98,17 @@ def main(argv: list[str] | None = None) -> int:
             if jobs > 1
             else "one at a time",
         )
-        outcome = run_sweep(plan, slots)
+        outcome = run_sweep(plan, slots, only=only)
     if outcome.interrupted:
         logger.info("sweep stopped: run the same command again to go on where it stopped")
         return 0
     logger.info(
-        "sweep done: %d trained, %d already finished, %d failed; tables and plots: "
+        "sweep done: %d trained, %d already finished, %d failed%s; tables and plots: "
         "python -m hornn_dist.report %s",
         outcome.finished,
         outcome.skipped,
         outcome.failed,
+        f", {outcome.left_out} not selected by --only" if outcome.left_out else "",
         plan.output_dir,
     )
     return 1 if outcome.failed else 0

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import read_sweep
+from hornn_dist.experiments.plan import read_sweep, select_runs
 from hornn_dist.experiments.results import read_runs
 from hornn_dist.experiments.runner import cpu_slots, gpu_slots, train_command
 from tests.train_helpers import (
@@ -150,6 +150,30 @@ def test_slots_share_the_cores_or_take_one_gpu_each() -> None:
     assert gpu_slots(3) == [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(3)]
 
 
+def test_only_selects_runs_by_shell_pattern_and_a_pattern_matching_none_is_one_line(
+    tmp_path: Path,
+) -> None:
+    sweep = write_sweep(tmp_path, ORDERS_CUT)
+    plan = read_sweep(sweep)
+    assert select_runs(plan, ["hornn4-*"]) == {"hornn4-max", "hornn4-gated"}
+    assert select_runs(plan, ["rnn", "*2-max"]) == {"rnn", "hornn2-max"}
+    assert select_runs(plan, []) == {"rnn", "hornn2-max", "hornn4-max", "hornn4-gated"}
+    with pytest.raises(ConfigError, match=r"--only 'RNN' matches no run of .*its runs: rnn, "):
+        select_runs(plan, ["rnn", "RNN"])  # case counts; every pattern must match
+    proc = run_here("hornn_dist.sweep", str(sweep), "--only", "lstm*", "--dry-run")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().startswith("error: --only 'lstm*' matches no run of ")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+    dry = run_here("hornn_dist.sweep", str(sweep), "--only", "hornn4-*", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split(":")[0] for line in dry.stdout.splitlines()[:-1]] == [
+        "hornn4-max",
+        "hornn4-gated",
+    ]
+    assert "2 to train (0 finished, 2 not selected by --only)" in dry.stdout.splitlines()[-1]
+
+
 def test_jobs_below_one_is_one_line(tmp_path: Path) -> None:
     proc = run_here(
         "hornn_dist.sweep", str(write_sweep(tmp_path, '[[runs]]\nname = "a"\n')), "--jobs", "0"
@@ -192,6 +216,31 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert "[2/2] a: resuming" in more.stderr
     assert "already finished (test ppl" not in more.stderr
     assert {r.name: r.step for r in read_runs(tmp_path / "runs")} == {"a": 3}
+
+
+@pytest.mark.integration
+def test_only_trains_the_selected_runs_and_the_next_sweep_the_rest(tmp_path: Path) -> None:
+    path = write_sweep(
+        tmp_path,
+        'set = { "train.max_steps" = 2, "log.tensorboard" = false }\n'
+        '[[runs]]\nname = "a"\n[[runs]]\nname = "b"\nset = { "model.order" = 1 }\n',
+    )
+    out = tmp_path / "runs"
+    first = run_here("hornn_dist.sweep", str(path), "--only", "b")
+    assert first.returncode == 0, first.stderr
+    assert "[1/2] a: not selected by --only, left as it is" in first.stderr
+    assert "[2/2] b: done in" in first.stderr
+    assert "sweep done: 1 trained, 0 already finished, 0 failed, 1 not selected by --only" in (
+        first.stderr
+    )
+    assert not (out / "a").exists()  # nothing written for a run left out
+    assert [r["name"] for r in json.loads((out / "sweep.json").read_text())["runs"]] == ["a", "b"]
+    assert {r.name: r.finished for r in read_runs(out)} == {"b": True}
+
+    rest = run_here("hornn_dist.sweep", str(path))
+    assert rest.returncode == 0, rest.stderr
+    assert "[1/2] a: training" in rest.stderr and "[2/2] b: already finished" in rest.stderr
+    assert {r.name: r.finished for r in read_runs(out)} == {"a": True, "b": True}
 
 
 @pytest.mark.integration

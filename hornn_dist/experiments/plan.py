@@ -44,8 +44,10 @@ digits and . _ + -, never . or .. (checked again on each run's full name).
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,22 @@ class _Entry:
     items: tuple[str, ...]
     match: str
     where: str
+
+
+def select_runs(plan: SweepPlan, patterns: Sequence[str]) -> frozenset[str]:
+    """Return the names of the runs of `plan` that match any of `patterns` (shell-style, as
+    `sweep --only` takes them; every run without patterns); raise ConfigError (one line) for a
+    pattern that matches no run."""
+    names = [run.name for run in plan.runs]
+    if not patterns:
+        return frozenset(names)
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            raise ConfigError(
+                f"--only {pattern!r} matches no run of {plan.path}; its runs: {_listed(names)} "
+                "(a shell-style pattern: * any text, ? one character)"
+            )
+    return frozenset(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
 
 
 def _check_matches(path: Path, planned: list[_Entry]) -> None:

@@ -50,6 +50,7 @@ class SweepOutcome:
     finished: int = 0
     skipped: int = 0  # finished before this sweep started
     failed: int = 0
+    left_out: int = 0  # not selected by `sweep --only`
     interrupted: bool = False
 
 
@@ -64,16 +65,24 @@ class _Running:
 
 
 def run_sweep(
-    plan: SweepPlan, slots: list[dict[str, str]], poll_seconds: float = 1.0
+    plan: SweepPlan,
+    slots: list[dict[str, str]],
+    poll_seconds: float = 1.0,
+    only: frozenset[str] | None = None,
 ) -> SweepOutcome:
-    """Train every run of `plan` not finished yet, one per slot (`slots`: each one's extra
-    environment, from `gpu_slots` or `cpu_slots`) at a time; return the outcome. Call it
-    inside `sweep_lock(plan)`."""
-    write_json(plan.output_dir / RUNS_FILE, plan.record())
+    """Train every run of `plan` not finished yet (of those named in `only`, `select_runs`'s
+    answer to `--only`, where given), one per slot (`slots`: each one's extra environment, from
+    `gpu_slots` or `cpu_slots`) at a time; return the outcome. Call it inside
+    `sweep_lock(plan)`."""
+    write_json(plan.output_dir / RUNS_FILE, plan.record())  # every run: report reads the plan
     outcome = SweepOutcome()
     todo: list[tuple[int, PlannedRun, bool]] = []  # (index, run, resuming)
     total = len(plan.runs)
     for index, run in enumerate(plan.runs, 1):
+        if only is not None and run.name not in only:
+            outcome.left_out += 1
+            logger.info("[%d/%d] %s: not selected by --only, left as it is", index, total, run.name)
+            continue
         record = read_run(plan.output_dir / run.name, planned=run.config)
         if record is not None and record.finished:
             outcome.skipped += 1
@@ -134,26 +143,31 @@ def sweep_lock(plan: SweepPlan) -> Iterator[None]:
         lock.release()
 
 
-def dry_run_summary(plan: SweepPlan, jobs: int) -> str:
+def dry_run_summary(plan: SweepPlan, jobs: int, only: frozenset[str] | None = None) -> str:
     """Return what a sweep would train: its runs and epochs (each run's train.epochs, less the
-    epochs it has trained), and a time estimate from the seconds per epoch of its runs that
-    trained one already, or, before any has, a plain statement that there is none yet (a
-    guess from a few timed steps would cost a corpus and a model per run, and say little of
-    the epochs a run takes to converge)."""
-    to_train, epochs, seconds, done_epochs = 0, 0.0, 0.0, 0.0
+    epochs it has trained; of the runs in `only`, where given), and a time estimate from the
+    seconds per epoch of its runs that trained one already, or, before any has, a plain
+    statement that there is none yet (a guess from a few timed steps would cost a corpus and a
+    model per run, and say little of the epochs a run takes to converge)."""
+    to_train, finished, epochs, seconds, done_epochs = 0, 0, 0.0, 0.0, 0.0
     for run in plan.runs:
         record = read_run(plan.output_dir / run.name, planned=run.config)
         if record is not None and record.train_seconds > 0 and record.epochs > 0:
             seconds += record.train_seconds
             done_epochs += record.epochs
-        if record is not None and record.finished:
+        if only is not None and run.name not in only:
             continue
-        to_train += 1
-        epochs += max(run.config.train.epochs - (record.epochs if record else 0.0), 0.0)
-    finished = len(plan.runs) - to_train
+        if record is not None and record.finished:
+            finished += 1
+        else:
+            to_train += 1
+            epochs += max(run.config.train.epochs - (record.epochs if record else 0.0), 0.0)
+    left_out = len(plan.runs) - to_train - finished
     line = (
         f"dry run: {counted(len(plan.runs), 'run')} in {plan.output_dir}, "
-        f"{to_train} to train ({finished} finished): up to {counted(round(epochs, 1), 'epoch')}"
+        f"{to_train} to train ({finished} finished"
+        f"{f', {left_out} not selected by --only' if left_out else ''}): "
+        f"up to {counted(round(epochs, 1), 'epoch')}"
         " in all (train.epochs; a run that converges stops sooner)"
     )
     if done_epochs and epochs:
