@@ -4,6 +4,7 @@ Each run is an ordinary `hornn_dist.train` run in `output_dir/NAME` (see
 `hornn_dist/experiments/plan.py` for the sweep file). Running the same command again skips the
 finished runs and resumes the unfinished ones. On a machine with several GPUs one run trains
 per GPU at a time; on a CPU machine `--jobs N` trains N at a time on a share of the cores each.
+`--only PATTERN` trains only the runs whose name matches and leaves the others as they are.
 Then `python -m hornn_dist.report OUTPUT_DIR` writes the tables and plots.
 """
 
