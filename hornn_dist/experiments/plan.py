@@ -180,13 +180,16 @@ def select_runs(plan: SweepPlan, patterns: Sequence[str]) -> frozenset[str]:
     names = [run.name for run in plan.runs]
     if not patterns:
         return frozenset(names)
+    selected: set[str] = set()
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+        matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
             raise ConfigError(
                 f"--only {pattern!r} matches no run of {plan.path}; its runs: {_listed(names)} "
                 "(a shell-style pattern: * any text, ? one character)"
             )
-    return frozenset(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
+        selected.update(matched)
+    return frozenset(selected)
 
 
 def _check_matches(path: Path, planned: list[_Entry]) -> None:
