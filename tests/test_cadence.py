@@ -20,6 +20,7 @@ from tests.train_helpers import (
     check_ok,
     children,
     read_until,
+    reset_accelerate_state,
     run_here,
     start,
     two_rank_command,
@@ -81,13 +82,11 @@ def test_cadence_from_config(tmp_path: Path) -> None:
 
 
 def test_each_checkpoint_checks_the_loss_once(tmp_path: Path) -> None:
-    from accelerate.state import AcceleratorState
-
     from hornn_dist.training.trainer import Trainer
 
     config = write_tiny_config(tmp_path, train={"eval_every": 3, "checkpoint_every": 4})
     cfg = load_config(config, ["train.max_steps=17", f"train.output_dir={tmp_path / 'run'}"])
-    AcceleratorState._reset_state(True)
+    reset_accelerate_state()
     try:
         trainer = Trainer(cfg)
         counts = {"checks": 0, "writes": 0}
@@ -103,7 +102,7 @@ def test_each_checkpoint_checks_the_loss_once(tmp_path: Path) -> None:
         trainer._write_checkpoint = counted("writes", trainer._write_checkpoint)
         trainer.run()
     finally:
-        AcceleratorState._reset_state(True)
+        reset_accelerate_state()
     # 14 steps per epoch: validations at 3, 6, 9, 12, 15, the epoch end 14, saves at 4, 8, 16
     # (12 validates instead), the end 17
     assert counts["writes"] == 10

@@ -28,6 +28,7 @@ from hornn_dist.training.step_setup import (
     needs_fused_sgd,
     step_for_accelerator,
 )
+from tests.train_helpers import reset_accelerate_state
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 V, T, B = 50, 6, 4
@@ -37,14 +38,13 @@ V, T, B = 50, 6, 4
 def make_accelerator():
     """Return a factory of fresh Accelerators (the shared Accelerate state is reset each time)."""
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
 
     def make(cpu: bool = True, mixed_precision: str = "no"):
-        AcceleratorState._reset_state(True)
+        reset_accelerate_state()
         return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
 
     yield make
-    AcceleratorState._reset_state(True)
+    reset_accelerate_state()
 
 
 def run_config(pooling: str = "fofe", engine: str = "fused", **train):

@@ -17,6 +17,15 @@ REPO = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(40)]
 
 
+def reset_accelerate_state() -> None:
+    """Forget Accelerate's process-wide singleton, so the next Accelerator in this process is new."""
+    from accelerate.state import AcceleratorState
+
+    # Accelerate has no public reset: its own tests use this private method (the one use here;
+    # test_pytest_config checks it still exists and says so plainly if a release drops it)
+    AcceleratorState._reset_state(True)
+
+
 def write_markov_text(path: Path, n_words: int, seed: int) -> None:
     """Write a learnable pseudo-language: each word mostly follows from the previous one."""
     rng = random.Random(seed)
@@ -165,9 +174,7 @@ def run_here(
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else 1
     finally:
-        from accelerate.state import AcceleratorState
-
-        AcceleratorState._reset_state(True)  # a trained run leaves Accelerate's singleton set
+        reset_accelerate_state()  # a trained run leaves Accelerate's singleton set
         gc.collect()  # files a failed save left open in its traceback's frames, as an exit would
         torch.set_num_threads(threads)
         os.chdir(cwd)
