@@ -22,7 +22,10 @@ def _setup_commands() -> list[str]:
 
 def test_readme_has_two_setup_commands_and_ci_runs_the_test_one() -> None:
     demo, tests = _setup_commands()
-    assert demo.startswith("pip install torch==2.13.0") and "configs/demo.toml" in demo
+    assert (
+        demo.startswith("pip install -c constraints.txt torch==2.13.0")
+        and "configs/demo.toml" in demo
+    )
     assert tests.endswith("python -m pytest -q -n 2 --dist loadfile")  # the default tier
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     for part in tests.split(" && ")[:-1]:  # CI installs the same way ...
