@@ -33,7 +33,7 @@ else:  # pragma: no cover
 
 CLIP_MODES = ("auto", "value", "norm")
 SCHEDULES = ("plateau", "fixed_then_halve")
-MIXED_PRECISIONS = ("no", "bf16", "fp16")
+MIXED_PRECISIONS = ("no", "bf16", "fp16", "auto")
 REDUCE_DTYPES = ("fp32", "bf16")  # train.reduce_dtype (training/exchange.py maps them to dtypes)
 # Accelerate's trackers (accelerate.tracking.LOGGER_TYPE_TO_CLASS), each with the module it
 # imports; the pyproject extra of the same name installs it
@@ -136,7 +136,10 @@ class TrainConfig:
     max_steps: int = 0  # stop after this many optimizer steps in total (0 = no limit)
     eval_batch_size: int = 10  # global number of evaluation streams
     eval_every: int = 0  # also validate every N steps (0 = only at the end of each epoch)
-    mixed_precision: str = "no"  # no | bf16 | fp16 (CUDA only; CPU runs fp32)
+    # no | bf16 | fp16 | auto: fp16 on CUDA only; bf16 also on a CPU with bf16 instructions
+    # (else fp32, said at start-up); auto: bf16 where the GPU or CPU has it and it measured
+    # faster for the model (models/precision.py: resolve_mixed_precision)
+    mixed_precision: str = "no"
     # replay the whole training step from CUDA graphs on a CUDA device, under every
     # `mixed_precision` and with any number of processes (then two graphs, the gradient
     # all-reduce between them; training/step.py); `false` = always eager

@@ -20,6 +20,7 @@ from hornn_dist.loading import (
     open_prepared_corpus,
     resolve_trained,
 )
+from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from hornn_dist.training.scoring import score_split
 
@@ -49,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(os.environ.get("RANK", "0") == "0")  # resolving `best` says what it picked
     folder, cfg = resolve_trained(args.checkpoint)
     what = "an exported model folder" if is_exported(folder) else ckpt.describe_checkpoint(folder)
-    accelerator = build_accelerator(cfg.train.mixed_precision)
+    accelerator = build_accelerator(
+        resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch).name
+    )
     setup_logging(accelerator.is_main_process)
     corpus = open_prepared_corpus(cfg.data, accelerator, splits=[args.split], prepare=False)
     if args.split not in corpus.splits:

@@ -26,6 +26,7 @@ from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.files import new_folder_beside, remove_stale_beside, write_bytes, write_json
 from hornn_dist.loading import load_model_for, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from hornn_dist.training.scoring import EvalResult, score_split
@@ -57,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     check_writable_folder(out.absolute().parent, "OUT_DIR")  # before scoring
     folder = ckpt.resolve_checkpoint(args.checkpoint)
     cfg = ckpt.read_config(folder)
-    accelerator = build_accelerator(cfg.train.mixed_precision)
+    accelerator = build_accelerator(
+        resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch).name
+    )
     setup_logging(accelerator.is_main_process)
     corpus = open_prepared_corpus(cfg.data, accelerator, splits=[SPLIT], prepare=False)
     train = cfg.train

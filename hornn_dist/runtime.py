@@ -47,18 +47,16 @@ def build_accelerator(
     trackers: list[Any] | None = None,
     collective_timeout: int = 600,
 ) -> Any:
-    """Return an Accelerator: CUDA when present (with mixed precision), else CPU fp32 (gloo for
-    2+ ranks), logging to `trackers` (its log_with), whose collectives give up after
-    `collective_timeout` seconds."""
+    """Return an Accelerator: CUDA when present, else CPU (gloo for 2+ ranks), in
+    `mixed_precision` as `resolve_mixed_precision` chose it, logging to `trackers` (its
+    log_with), whose collectives give up after `collective_timeout` seconds."""
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
 
     on_cuda = torch.cuda.is_available()
-    if not on_cuda and mixed_precision != "no":
-        print(
-            f"note: train.mixed_precision={mixed_precision} applies on CUDA only; this CPU run uses fp32",
-            file=sys.stderr,
-        )
+    if mixed_precision not in ("no", "bf16", "fp16"):
+        raise ValueError(f"mixed_precision {mixed_precision!r}: resolve it first")
+    if not on_cuda and mixed_precision == "fp16":  # resolve_mixed_precision says why
         mixed_precision = "no"
     timeout = InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=collective_timeout))
     kwargs: dict[str, Any] = {"kwargs_handlers": [timeout]}

@@ -83,7 +83,7 @@ def resolve_plan(
     keys: tuple[str, str] = ("engine", "precision"),
 ) -> LayerPlan:
     """Return the plan of layers of `hidden` units for engine and precision on `device`, at
-    `batch` streams per process under `mixed_precision` (no | bf16 | fp16; counts on CUDA only).
+    `batch` streams per process under `mixed_precision` (no | bf16 | fp16, as resolved for the run).
 
     device None: the plan without a device check, as for a CPU without mixed precision ("auto"
     is "fused") but a named engine kept as it is (a model built here and moved to a GPU later).
@@ -94,7 +94,7 @@ def resolve_plan(
     check_choice(keys[0], engine, ENGINES)
     check_choice(keys[1], precision, RECURRENCE_PRECISIONS)
     device_type = "cpu" if device is None else torch.device(device).type
-    autocast_dtype = AUTOCAST_DTYPES.get(mixed_precision) if device_type == "cuda" else None
+    autocast_dtype = AUTOCAST_DTYPES.get(mixed_precision)
     runs = engine
     if engine == "auto":
         runs = "fused"

@@ -28,6 +28,7 @@ from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
+from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.run_layout import CONFIG_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import (
@@ -70,8 +71,9 @@ class Trainer:
         # Accelerator, which says it again, may wait for the other processes first)
         setup_logging(os.environ.get("RANK", "0") == "0")
         logger.info("run folder %s: checkpoints/, config.toml, log %s", self.out, RUN_LOG)
+        self.precision = resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch)
         self.accelerator = build_accelerator(
-            cfg.train.mixed_precision, self.out, built, cfg.train.collective_timeout
+            self.precision.name, self.out, built, cfg.train.collective_timeout
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
@@ -264,7 +266,7 @@ class Trainer:
             f", max_steps {cfg.train.max_steps}" if cfg.train.max_steps else "",
             sizes,
             acc.device,
-            f"mixed precision {acc.mixed_precision}",
+            f"mixed precision {self.precision.describe()}",
             self.step.describe(),
         )
         logger.info("threads: %s", self.threads)
