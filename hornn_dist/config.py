@@ -62,7 +62,9 @@ MAX_CPU_THREADS = 4096  # train.cpu_threads
 class OptimConfig:
     """SGD with momentum, weight decay, gradient clipping, column norm and the two lr schedules (§4)."""
 
-    lr: float = 0.5  # initial learning rate (§4: 0.5)
+    # initial learning rate for the per-token mean loss (§4: 0.5); a loss summed over a window's
+    # T steps (Zaremba et al.'s lr 1) is lr T here (docs/reproduction.md, "The lr scale")
+    lr: float = 0.5
     momentum: float = 0.5  # SGD momentum
     weight_decay: float = 1e-6  # L2 weight decay
     # the threshold of `clip_mode` `norm` or `value` (0 = no clipping); under `auto` leave it
