@@ -87,7 +87,7 @@ def test_a_cpu_run_says_it_trains_in_bf16_and_its_weights_differ_from_fp32(tmp_p
     start = runs["bf16"][0]
     flags = ", ".join(cpu_bf16_flags())
     assert f'mixed precision bf16 (train.mixed_precision = "bf16": this CPU has {flags})' in start
-    assert "recurrence in fp32" in start  # the fused HORNN recurrence stays fp32 on a CPU
+    assert "layers in bf16" in start  # the fused HORNN recurrence in bf16 too
     assert 'mixed precision fp32 (train.mixed_precision = "no")' in runs["fp32"][0]
     bf16, fp32 = runs["bf16"][1], runs["fp32"][1]
     assert all(w.dtype == torch.float32 for w in bf16.values())  # fp32 master weights

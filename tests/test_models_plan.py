@@ -18,12 +18,12 @@ ENGINE_NODE = {"fused": "HornnScanBackward", "loop": "StackBackward0"}
 
 
 def test_plan_on_a_cpu():
-    """On a CPU "auto" is "fused"; named engines are kept; the recurrence in fp32 whatever the
-    run's mixed precision (under bf16 the products around it in bf16)."""
-    for mixed, words in (("no", "layers"), ("bf16", "recurrence"), ("fp16", "recurrence")):
+    """On a CPU "auto" is "fused"; named engines are kept; the layers in fp32, or in bf16 under
+    bf16 autocast (a CPU's bf16 run)."""
+    for mixed, words in (("no", "fp32"), ("bf16", "bf16")):
         plan = plan_for(ModelConfig(), "cpu", 20, mixed)
         assert (plan.engine, plan.configured, plan.device_type) == ("fused", "auto", "cpu")
-        assert plan.describe() == f"auto engine: fused, {words} in fp32"
+        assert plan.describe() == f"auto engine: fused, layers in {words}"
     for engine in ("fused", "loop"):
         plan = plan_for(ModelConfig(engine=engine), torch.device("cpu"), 20, "no")
         assert plan.engine == engine and plan.describe() == f"{engine} engine, layers in fp32"
@@ -54,8 +54,8 @@ def test_auto_plan_on_a_cuda_device_given_by_name(monkeypatch):
 
 
 def test_precision_words_follow_the_one_rule():
-    """The start-up line: fp16 layers under any CUDA mixed precision by default, an fp32
-    recurrence on a CPU."""
+    """The start-up line: fp16 layers under any CUDA mixed precision by default, bf16 ones
+    under a CPU's bf16."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
 
     def plan(precision: str, device: torch.device, mixed: str) -> LayerPlan:
@@ -68,10 +68,10 @@ def test_precision_words_follow_the_one_rule():
     assert plan("fp32", cuda, "bf16").precision_words() == "recurrence in fp32"
     for precision in ("fp16", "autocast", "fp32"):  # no autocast: every precision is fp32 math
         assert plan(precision, cuda, "no").precision_words() == "layers in fp32"
-    # on a CPU under bf16 the default keeps the recurrence in fp32 (measured as fast there)
-    assert plan("fp16", cpu, "bf16").precision_words() == "recurrence in fp32"
-    assert plan("fp32", cpu, "bf16").precision_words() == "recurrence in fp32"
+    # on a CPU under bf16 the default runs the layer in bf16 (no fp16 products on CPUs)
+    assert plan("fp16", cpu, "bf16").precision_words() == "layers in bf16"
     assert plan("autocast", cpu, "bf16").precision_words() == "layers in bf16"
+    assert plan("fp32", cpu, "bf16").precision_words() == "recurrence in fp32"
 
 
 def test_strict_plan_refuses_triton_where_it_cannot_run(monkeypatch):

@@ -24,15 +24,14 @@ def layer_dtype(
 
     precision is model.recurrence_precision, autocast_dtype the autocast in force on
     `device_type` (None: none). "fp32" and no autocast: float32; "autocast": autocast's dtype;
-    "fp16": float16 under CUDA autocast whatever its dtype (as cuDNN runs its RNNs); on a CPU
-    float32 (the recurrence measured as fast in fp32 as in bf16 there, while the products around
-    it gain: record benchmarks/records/2026-11-28-cpu-bf16/; docs/performance.md, "bf16 on a
-    CPU").
+    "fp16": float16 under CUDA autocast whatever its dtype (as cuDNN runs its RNNs); on other
+    devices autocast's dtype (no native fp16 on CPUs; bf16 there measured 1.16x faster than an
+    fp32 recurrence with the same validation: docs/performance.md, "bf16 on a CPU").
     """
     if precision == "fp32" or autocast_dtype is None:
         return None
-    if precision == "fp16":
-        return torch.float16 if device_type == "cuda" else None
+    if precision == "fp16" and device_type == "cuda":
+        return torch.float16
     return autocast_dtype
 
 
