@@ -45,7 +45,7 @@ class LayerPlan:
     configured: str = "auto"  # model.engine as set: auto | fused | triton | loop
     precision: str = "fp16"  # model.recurrence_precision
     device_type: str = "cpu"  # the device the plan is for
-    autocast_dtype: torch.dtype | None = None  # the run's mixed precision there (CUDA only)
+    autocast_dtype: torch.dtype | None = None  # the run's mixed precision there
 
     def __post_init__(self) -> None:
         check_choice("LayerPlan.engine", self.engine, RUNNING_ENGINES)
