@@ -55,9 +55,14 @@ def test_a_run_names_its_folder_and_each_save_and_keeps_train_log(workdir: Path)
     check_ok(first)
     assert f"run folder {run} (fresh run)" in first.stderr
     saves = re.findall(r"saved checkpoint (\S+) \(([^)]*)\)", first.stderr)
-    assert [Path(folder).name for folder, _ in saves] == ["step_00000005", "step_00000010"] + [
-        f"step_{STEPS_PER_EPOCH:08d}"
-    ] * 2  # the epoch end, then the final save with the test result
+    assert [Path(folder).name for folder, _ in saves] == [
+        "step_00000005",
+        "step_00000010",
+        f"step_{STEPS_PER_EPOCH:08d}",
+    ]  # each step saved once: the test result then joins the epoch end's save, said so
+    final = f"recorded the test score in checkpoint {run / 'checkpoints'}"
+    assert first.stderr.count(final) == 1
+    assert "4 streams x bptt 8 (4 per process x 1 process) |" in first.stderr
     assert saves[0][1] == "step 5, not validated"
     state = TrainerState.read(run / "checkpoints" / f"step_{STEPS_PER_EPOCH:08d}")
     ppl = state.valid_history[-1]["ppl"]
@@ -68,7 +73,7 @@ def test_a_run_names_its_folder_and_each_save_and_keeps_train_log(workdir: Path)
     log = (run / "train.log").read_text()
     assert log.startswith("=====") and "fresh run" in log.splitlines()[0]
     assert "data: " in log  # held from before the folder was known (opening the corpus)
-    assert log.count("saved checkpoint") == 4 and "test: " in log
+    assert log.count("saved checkpoint") == 3 and "test: " in log
     # the last line, after the final validation, the test and their save
     assert log.splitlines()[-1].endswith(
         f"training ended at step {STEPS_PER_EPOCH}: trained train.epochs = 1 epoch"

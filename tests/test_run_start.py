@@ -28,7 +28,8 @@ def test_the_first_line_of_a_run_is_its_folder(
         Trainer(cfg)
     first = capsys.readouterr().err.splitlines()[0]
     assert first.endswith(
-        f" INFO run folder {tmp_path / 'run'}: checkpoints/, config.toml, log train.log"
+        f" INFO run folder {tmp_path / 'run'}: checkpoints/, config.toml, tensorboard/, log "
+        "train.log"
     )
 
 

@@ -70,7 +70,12 @@ class Trainer:
         # the run's first line says where it is (rank 0 by the launcher's RANK: the
         # Accelerator, which says it again, may wait for the other processes first)
         setup_logging(os.environ.get("RANK", "0") == "0")
-        logger.info("run folder %s: checkpoints/, config.toml, log %s", self.out, RUN_LOG)
+        logger.info(
+            "run folder %s: checkpoints/, config.toml, %slog %s",
+            self.out,
+            "tensorboard/, " if "tensorboard" in self.trackers else "",
+            RUN_LOG,
+        )
         self.precision = resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch)
         self.accelerator = build_accelerator(
             self.precision.name, self.out, built, cfg.train.collective_timeout
@@ -199,7 +204,12 @@ class Trainer:
         )
         progress.test, progress.test_checkpoint = result.record(), best
         progress.test_last = last.record()
-        self._write_checkpoint()  # the loss was checked at this step's validation or save
+        # the loss was checked at this step's validation or save; a step saved already is
+        # saved again only to hold its test score, which its line says
+        saved_before = (ckpt.checkpoint_root(self.out) / ckpt.step_dir_name(progress.step)).is_dir()
+        self._write_checkpoint(
+            saved="recorded the test score in checkpoint" if saved_before else "saved checkpoint"
+        )
         return result
 
     def _score_test_on(self, name: str) -> EvalResult:
@@ -249,18 +259,18 @@ class Trainer:
         world = acc.num_processes
         sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
         logger.info(
-            "%s, %s parameters, vocabulary %d | tokens/step %d = %d streams x bptt %d "
-            "(%d per process x %d processes) | %d steps/epoch, %s%s | tokens: %s | device %s, %s, step %s",
+            "%s, %s parameters, vocabulary %d | tokens/step %d = %s x bptt %d "
+            "(%d per process x %s) | %d steps/epoch, %s%s | tokens: %s | device %s, %s, step %s",
             f"hornn/{cfg.model.pooling} order {cfg.model.order} ({self.core.plan.describe()})"
             if cfg.model.arch == "hornn"
             else cfg.model.arch,
             f"{self.core.num_parameters():,}",
             corpus.vocab_size,
             cfg.train.batch_size * cfg.train.bptt,
-            cfg.train.batch_size,
+            counted(cfg.train.batch_size, "stream"),
             cfg.train.bptt,
             cfg.train.batch_size // world,
-            world,
+            counted(world, "process", "processes"),
             self.train_stream.steps_per_epoch,
             counted(cfg.train.epochs, "epoch"),
             f", max_steps {cfg.train.max_steps}" if cfg.train.max_steps else "",
@@ -541,7 +551,7 @@ class Trainer:
         self._check_finite()
         return self._write_checkpoint()
 
-    def _write_checkpoint(self) -> Path:
+    def _write_checkpoint(self, saved: str = "saved checkpoint") -> Path:
         acc, step = self.accelerator, self.progress.step
         seconds = self._train_seconds()  # in the loop so far, validation included
         training = seconds - self.progress.paused_seconds  # what tokens/s counts
@@ -569,7 +579,7 @@ class Trainer:
                 self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint
             )
         acc.wait_for_everyone()
-        logger.info("saved checkpoint %s (%s)", folder, self._checkpoint_note(step))
+        logger.info("%s %s (%s)", saved, folder, self._checkpoint_note(step))
         return folder
 
     def _checkpoint_note(self, step: int) -> str:
