@@ -389,6 +389,42 @@ def save_weights(model: torch.nn.Module, path: Path) -> None:
     files.write_bytes(path, save(weights, metadata={"format": "pt"}))
 
 
+def nonfinite_tensors(weights: dict[str, torch.Tensor]) -> list[str]:
+    """Return the names of the floating-point tensors that hold a NaN or an infinity."""
+    return [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
+
+
+def last_finite_checkpoint(folder: Path) -> Path | None:
+    """Return the newest complete checkpoint of `folder`'s run older than it whose weights are
+    all finite, or None."""
+    older = [c for c in list_checkpoints(folder.parent.parent, warn=False) if c.name < folder.name]
+    for candidate in reversed(older):
+        try:
+            if not nonfinite_tensors(load_file(str(candidate / WEIGHTS))):
+                return candidate
+        except Exception:  # an unreadable one is no candidate
+            continue
+    return None
+
+
+def check_finite_for_resume(folder: Path, weights: dict[str, torch.Tensor]) -> None:
+    """Raise CheckpointError when a checkpoint to resume holds NaN or infinite weights,
+    naming the last good checkpoint of its run."""
+    bad = nonfinite_tensors(weights)
+    if not bad:
+        return
+    good = last_finite_checkpoint(folder)
+    instead = (
+        f"resume from {good} (--resume {good}) with a lower optim.lr or an optim.clip"
+        if good is not None
+        else "its run has no earlier finite checkpoint: start over with --no-resume"
+    )
+    raise CheckpointError(
+        f"checkpoint {folder} holds NaN or infinite weights ({len(bad)} of {len(weights)} "
+        f"tensors, e.g. {bad[0]}): its run diverged before this save; {instead}"
+    )
+
+
 def load_state(accelerator: Any, folder: Path, model: torch.nn.Module) -> None:
     """Load a checkpoint's weights into `model` and its optimizer, RNG and scaler state into
     the accelerator's objects.
@@ -398,8 +434,16 @@ def load_state(accelerator: Any, folder: Path, model: torch.nn.Module) -> None:
     """
     _check_random_states(folder / f"random_states_{accelerator.process_index}.pkl")
     try:
+        weights = load_file(str(folder / WEIGHTS))
+    except Exception as err:  # safetensors raises many types
+        raise CheckpointError(
+            f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
+            "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
+        ) from None
+    check_finite_for_resume(folder, weights)  # evaluate refuses the same weights
+    try:
         accelerator.load_state(str(folder))
-        model.load_state_dict(load_file(str(folder / WEIGHTS)))  # copied onto its device
+        model.load_state_dict(weights)  # copied onto its device
     except Exception as err:  # safetensors, torch.load and pickle raise many types
         raise CheckpointError(
             f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "

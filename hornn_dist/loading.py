@@ -208,7 +208,7 @@ def _others(folder: Path) -> str:
 def _check_finite(weights: dict[str, torch.Tensor], what: str) -> None:
     """Raise CheckpointError naming `what` when a weight is NaN or infinite (sampling from it
     fails in torch.multinomial; scoring it gives ppl nan)."""
-    bad = [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
+    bad = ckpt.nonfinite_tensors(weights)
     if bad:
         raise CheckpointError(
             f"{what} holds NaN or infinite weights ({len(bad)} of {len(weights)} tensors, e.g. "

@@ -260,3 +260,28 @@ def test_evaluate_refuses_damaged_weights_in_one_line(stopped: dict[int, Path]) 
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     assert "model.safetensors" in line and "damaged" in line
+
+
+def test_resume_refuses_nan_weights_and_names_the_last_good_checkpoint(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    """A checkpoint saved with NaN weights (intact files, valid checksums) is refused as
+    evaluate refuses it, naming the newest earlier checkpoint whose weights are finite."""
+    from safetensors.torch import load_file, save_file
+
+    run = copy_run(stopped, "nan_weights")
+    newest = step_dir(run, 10)
+    weights = load_file(str(newest / ckpt.WEIGHTS))
+    name = sorted(weights)[0]
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, str(newest / ckpt.WEIGHTS))
+    ckpt.write_checksums(newest)  # as a run that diverged before its save writes them
+    assert ckpt.problem_with(newest, deep=True) is None
+    proc = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    good = step_dir(run, 5)
+    assert f"checkpoint {newest} holds NaN or infinite weights" in line
+    assert f"--resume {good}" in line and "Lower optim.lr" not in proc.stderr
+    evaluate = run_here("hornn_dist.evaluate", str(newest), "--split", "valid")
+    assert evaluate.returncode != 0 and "holds NaN or infinite weights" in evaluate.stderr
