@@ -34,14 +34,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
     parser.add_argument(
         "--batch-size",
-        type=int,
-        default=0,
-        help="evaluation streams (default: the run's train.eval_batch_size)",
+        type=at_least_one,
+        default=None,
+        help="evaluation streams, >= 1 (default: the run's train.eval_batch_size)",
     )
     parser.add_argument(
-        "--bptt", type=int, default=0, help="window length (default: the run's train.bptt)"
+        "--bptt",
+        type=at_least_one,
+        default=None,
+        help="window length, >= 1 (default: the run's train.bptt)",
     )
     return parser.parse_args(argv)
+
+
+def at_least_one(text: str) -> int:
+    """Return `text` as an int of at least 1 (argparse then names the option that got it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1 (leave it out for the run's own)")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         raise DataError(
             f"split {args.split!r} not in the corpus; choose one of {', '.join(corpus.splits)}"
         )
-    batch = args.batch_size or cfg.train.eval_batch_size
+    batch = cfg.train.eval_batch_size if args.batch_size is None else args.batch_size
     model = load_model_for(folder, cfg, corpus, accelerator, batch)
     result = score_split(
         model,
@@ -67,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         args.split,
         accelerator,
         batch,
-        args.bptt or cfg.train.bptt,
+        cfg.train.bptt if args.bptt is None else args.bptt,
         batch_key="--batch-size",
         bptt_key="--bptt",
     )

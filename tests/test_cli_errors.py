@@ -446,3 +446,15 @@ def test_prepare_workers_below_one_names_the_flag(tiny: Path) -> None:
     proc = run_here("hornn_dist.prepare", str(tiny / "config.toml"), "--workers", "0")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: --workers must be >= 1 (default: the cores here), got 0"
+
+
+@pytest.mark.parametrize("option", ["--bptt", "--batch-size"])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_evaluate_refuses_a_window_or_batch_below_one_before_loading(
+    option: str, value: str, tmp_path: Path
+) -> None:
+    """`evaluate --bptt 0` once scored silently with the run's own value; now 0 and -5 are
+    refused alike, by argparse, naming the option (exit 2, nothing loaded)."""
+    proc = run_here("hornn_dist.evaluate", str(tmp_path / "no_run"), option, value)
+    assert proc.returncode == 2
+    assert f"argument {option}: {value} is below 1 (leave it out for the run's own)" in proc.stderr
