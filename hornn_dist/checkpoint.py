@@ -436,19 +436,21 @@ def load_state(accelerator: Any, folder: Path, model: torch.nn.Module) -> None:
     try:
         weights = load_file(str(folder / WEIGHTS))
     except Exception as err:  # safetensors raises many types
-        raise CheckpointError(
-            f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
-            "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
-        ) from None
+        raise _unreadable(folder, err) from None
     check_finite_for_resume(folder, weights)  # evaluate refuses the same weights
     try:
         accelerator.load_state(str(folder))
         model.load_state_dict(weights)  # copied onto its device
     except Exception as err:  # safetensors, torch.load and pickle raise many types
-        raise CheckpointError(
-            f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
-            "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
-        ) from None
+        raise _unreadable(folder, err) from None
+
+
+def _unreadable(folder: Path, err: Exception) -> CheckpointError:
+    """Return the one error for a checkpoint holding a file its library cannot read."""
+    return CheckpointError(
+        f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
+        "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
+    )
 
 
 def _check_random_states(path: Path) -> None:

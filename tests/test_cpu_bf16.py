@@ -18,6 +18,7 @@ from hornn_dist.models.precision import (
     resolve_mixed_precision,
 )
 from tests.train_helpers import (
+    KILL_IN_SECOND_CHECKPOINT,
     REPO,
     check_ok,
     env,
@@ -94,23 +95,6 @@ def test_a_cpu_run_says_it_trains_in_bf16_and_its_weights_differ_from_fp32(tmp_p
     assert any(not torch.equal(bf16[k], fp32[k]) for k in fp32)  # autocast really ran
 
 
-_KILLER = """
-import os, signal, sys
-import hornn_dist.files as files
-from hornn_dist import train
-from hornn_dist.runtime import run_cli
-
-real_fsync_folder = files.fsync_folder
-def fsync_then_die(folder):
-    # SIGKILL inside the 2nd checkpoint: its files are written, its DONE marker is not
-    if folder.name == ".tmp_step_00000010":
-        os.kill(os.getpid(), signal.SIGKILL)
-    real_fsync_folder(folder)
-files.fsync_folder = fsync_then_die
-run_cli(train.main, sys.argv[1:])
-"""
-
-
 @pytest.mark.integration
 @needs_bf16_cpu
 def test_bf16_on_a_cpu_resumes_bit_for_bit_after_a_kill(tmp_path: Path) -> None:
@@ -130,7 +114,7 @@ def test_bf16_on_a_cpu_resumes_bit_for_bit_after_a_kill(tmp_path: Path) -> None:
 
     check_ok(run_here("hornn_dist.train", *args("straight")))
     killed = subprocess.run(
-        [sys.executable, "-c", _KILLER, *args("killed")],
+        [sys.executable, "-c", KILL_IN_SECOND_CHECKPOINT, *args("killed")],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from hornn_dist.checkpoint import list_checkpoints
 from hornn_dist.run_state import TrainerState
 from tests.train_helpers import (
+    KILL_IN_SECOND_CHECKPOINT,
     REPO,
     check_ok,
     env,
@@ -194,23 +195,6 @@ def test_checkpoints_pruned_to_newest_plus_best(straight_1: Path) -> None:
     assert not list((straight_1 / "checkpoints").glob(".tmp_*"))
 
 
-_KILLER = """
-import os, signal, sys
-import hornn_dist.files as files
-from hornn_dist import train
-from hornn_dist.runtime import run_cli
-
-real_fsync_folder = files.fsync_folder
-def fsync_then_die(folder):
-    # SIGKILL inside the 2nd checkpoint: its files are written, its DONE marker is not.
-    if folder.name == ".tmp_step_00000010":
-        os.kill(os.getpid(), signal.SIGKILL)
-    real_fsync_folder(folder)
-files.fsync_folder = fsync_then_die
-run_cli(train.main, sys.argv[1:])
-"""
-
-
 def test_sigkill_while_checkpointing_keeps_previous_checkpoint(
     workdir: Path, straight_1: Path
 ) -> None:
@@ -223,7 +207,11 @@ def test_sigkill_while_checkpointing_keeps_previous_checkpoint(
         f"train.max_steps={K_STEPS}",
     ]
     proc = subprocess.run(
-        [sys.executable, "-c", _KILLER, *args], capture_output=True, text=True, cwd=REPO, env=env()
+        [sys.executable, "-c", KILL_IN_SECOND_CHECKPOINT, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env(),
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     complete = list_checkpoints(out)

@@ -17,6 +17,24 @@ REPO = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(40)]
 
 
+# `python -c KILL_IN_SECOND_CHECKPOINT CONFIG ...` trains, then SIGKILLs itself inside its 2nd
+# checkpoint (step 10 of the tiny configs): its files are written, its DONE marker is not
+KILL_IN_SECOND_CHECKPOINT = """
+import os, signal, sys
+import hornn_dist.files as files
+from hornn_dist import train
+from hornn_dist.runtime import run_cli
+
+real_fsync_folder = files.fsync_folder
+def fsync_then_die(folder):
+    if folder.name == ".tmp_step_00000010":
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_fsync_folder(folder)
+files.fsync_folder = fsync_then_die
+run_cli(train.main, sys.argv[1:])
+"""
+
+
 def reset_accelerate_state() -> None:
     """Forget Accelerate's process-wide singleton, so the next Accelerator in this process is new."""
     from accelerate.state import AcceleratorState

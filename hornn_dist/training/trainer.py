@@ -73,7 +73,7 @@ class Trainer:
         logger.info(
             "run folder %s: checkpoints/, config.toml, %slog %s",
             self.out,
-            "tensorboard/, " if "tensorboard" in self.trackers else "",
+            f"{TENSORBOARD}/, " if "tensorboard" in self.trackers else "",
             RUN_LOG,
         )
         self.precision = resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch)
