@@ -32,7 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 CLIP_MODES = ("auto", "value", "norm")
-SCHEDULES = ("plateau", "fixed_then_halve")
+SCHEDULES = ("plateau", "fixed_then_halve", "newbob")
 MIXED_PRECISIONS = ("no", "bf16", "fp16", "auto")
 REDUCE_DTYPES = ("fp32", "bf16")  # train.reduce_dtype (training/exchange.py maps them to dtypes)
 # Accelerate's trackers (accelerate.tracking.LOGGER_TYPE_TO_CLASS), each with the module it
@@ -60,7 +60,7 @@ MAX_CPU_THREADS = 4096  # train.cpu_threads
 
 @dataclass
 class OptimConfig:
-    """SGD with momentum, weight decay, gradient clipping, column norm and the two lr schedules (§4)."""
+    """SGD with momentum, weight decay, gradient clipping, column norm and the lr schedules (§4)."""
 
     # initial learning rate for the per-token mean loss (§4: 0.5); a loss summed over a window's
     # T steps (Zaremba et al.'s lr 1) is lr T here (docs/reproduction.md, "The lr scale")
@@ -76,12 +76,13 @@ class OptimConfig:
     # "Recipes"
     clip_mode: str = "auto"
     max_col_norm: float = 4.0  # column normalisation threshold (0 = off)
-    schedule: str = "plateau"  # plateau (PTB recipe) | fixed_then_halve (text8 recipe)
+    # plateau (PTB recipe) | fixed_then_halve (text8 recipe) | newbob (rnnlm's: plateau until the
+    # first halving, then halve every epoch)
+    schedule: str = "plateau"
     halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
     min_lr: float = 1e-4  # the lr is never halved below this floor
-    # plateau: halve the lr when an epoch lowers the validation loss by less than this fraction
-    # (0: only when it does not decrease, §4's rule; 0.003 with stop_improvement 0.003 is
-    # rnnlm's, where the slow epochs that would end a run halve its lr first); refused under
+    # plateau and newbob: halve the lr when an epoch lowers the validation loss by less than this
+    # fraction (0: only when it does not decrease, §4's rule; 0.003 is rnnlm's); refused under
     # fixed_then_halve, which never reads it
     halve_below: float = 0.0
     # convergence: once the lr has been halved, stop when `stop_patience` epochs in a row each
@@ -118,11 +119,11 @@ class OptimConfig:
         check_at_least("optim.min_lr", self.min_lr, 0)
         check_at_most("optim.min_lr", self.min_lr, MAX_LR)
         check_in_range("optim.halve_below", self.halve_below, 0.0, 1.0, hi_open=True)
-        if self.halve_below and self.schedule != "plateau":  # else ignored: refused instead
+        if self.halve_below and self.schedule == "fixed_then_halve":  # ignored: refused instead
             raise ConfigError(
                 f'optim.halve_below = {self.halve_below:g} applies to optim.schedule = "plateau" '
-                f'only; "{self.schedule}" halves the lr every epoch after optim.halve_after: set '
-                'optim.halve_below = 0 or optim.schedule = "plateau"'
+                f'or "newbob" only; "{self.schedule}" halves the lr every epoch after '
+                'optim.halve_after: set optim.halve_below = 0 or optim.schedule = "plateau"'
             )
         check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
         check_at_least("optim.stop_patience", self.stop_patience, 1)

@@ -58,7 +58,7 @@ def test_halve_below_under_fixed_then_halve_is_refused() -> None:
     with pytest.raises(ConfigError) as raised:
         load_config(None, ["optim.schedule=fixed_then_halve", "optim.halve_below=0.003"])
     assert str(raised.value) == (
-        'optim.halve_below = 0.003 applies to optim.schedule = "plateau" only; '
+        'optim.halve_below = 0.003 applies to optim.schedule = "plateau" or "newbob" only; '
         '"fixed_then_halve" halves the lr every epoch after optim.halve_after: set '
         'optim.halve_below = 0 or optim.schedule = "plateau"'
     )

@@ -92,7 +92,39 @@ def test_fixed_then_halve_after_zero_epochs_halves_every_epoch() -> None:
     assert run_epochs(sched, [1.0, 1.0, 1.0]) == [0.4, 0.2, 0.1]
 
 
-@pytest.mark.parametrize("kind", ["plateau", "fixed_then_halve"])
+def test_newbob_keeps_the_lr_until_a_plateau_then_halves_every_epoch() -> None:
+    sched = schedule(lr=1.0, schedule="newbob", min_lr=0.0)
+    # 5.0 -> 5.2 does not decrease: the first halving; from then on every epoch halves,
+    # improving or not (plateau would keep 0.5 after 5.2 -> 4.0).
+    assert run_epochs(sched, [6.0, 5.0, 5.2, 4.0, 3.0]) == [1.0, 1.0, 0.5, 0.25, 0.125]
+
+
+def test_newbob_with_halve_below_starts_halving_on_a_small_gain_and_stops_like_rnnlm() -> None:
+    sched = schedule(
+        lr=1.0,
+        schedule="newbob",
+        min_lr=0.0,
+        halve_below=0.01,
+        stop_improvement=0.01,
+        stop_patience=1,
+    )
+    # 5.0 -> 4.99 (0.2%) starts the halving; 4.99 -> 4.5 halves again though it gained 10%;
+    # 4.5 -> 4.49 is slow after a halving, and under patience 1 ends the run.
+    assert run_epochs(sched, [5.0, 4.99, 4.5]) == [1.0, 0.5, 0.25]
+    assert not sched.stopped
+    sched.end_epoch(4.49)
+    assert sched.stopped.startswith("converged: epoch 4")
+
+
+def test_newbob_resumes_from_its_state_dict_mid_halving() -> None:
+    a = schedule(lr=1.0, schedule="newbob", min_lr=0.0)
+    run_epochs(a, [5.0, 5.5])
+    b = schedule(lr=1.0, schedule="newbob", min_lr=0.0)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert run_epochs(b, [4.0, 3.0]) == run_epochs(a, [4.0, 3.0]) == [0.25, 0.125]
+
+
+@pytest.mark.parametrize("kind", ["plateau", "fixed_then_halve", "newbob"])
 def test_min_lr_is_a_floor(kind: str) -> None:
     sched = schedule(lr=0.5, schedule=kind, halve_after=0, min_lr=0.1)
     # A rising validation loss makes plateau halve every epoch too.

@@ -76,13 +76,15 @@ def clip_gradients(parameters: list[torch.nn.Parameter], cfg: OptimConfig) -> No
 
 @dataclass
 class LrSchedule:
-    """The two lr recipes of §4, stepped once per epoch with that epoch's validation loss,
+    """The lr recipes of §4 and rnnlm's, stepped once per epoch with that epoch's validation loss,
     and the rule that says when such a run has converged.
 
     plateau: halve the lr whenever the validation loss did not decrease from the
     previous epoch's (PTB), or with `halve_below` > 0 whenever it decreased by less than that
     fraction.
     fixed_then_halve: keep the lr for `halve_after` epochs, then halve it after every epoch (text8).
+    newbob: as plateau until the first halving, then halve after every epoch (Mikolov's rnnlm,
+    the "NewBob" rule of speech recognition): the fixed phase ends when validation says so.
     The lr never goes below `min_lr`.
     Convergence (`stop_improvement` > 0): once the lr has been halved, `stop_patience` epochs
     in a row that each lower the validation loss by less than that fraction end the run, as
@@ -128,9 +130,11 @@ class LrSchedule:
         self.epochs_done += 1
         self.epoch_lr = self.lr
         improvement = relative_improvement(self.previous_valid, valid_loss)
-        if self.schedule == "plateau" and self.halve_below > 0:
+        if self.schedule == "newbob" and self.halvings > 0:
+            halve = True
+        elif self.halve_below > 0:  # plateau or newbob (refused under fixed_then_halve)
             halve = improvement < self.halve_below
-        elif self.schedule == "plateau":
+        elif self.schedule in ("plateau", "newbob"):
             halve = valid_loss >= self.previous_valid
         else:
             halve = self.epochs_done >= self.halve_after
