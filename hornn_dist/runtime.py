@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -283,17 +283,37 @@ class StopFlag:
     def __init__(self) -> None:
         self.requested = False
         self.signal_name = ""
+        self.saving = 0  # > 0: a checkpoint is being written (nested blocks count)
 
     def install(self) -> None:
-        """Route SIGTERM and SIGINT to this flag (a second SIGINT still interrupts at once)."""
+        """Route SIGTERM and SIGINT to this flag (a second SIGINT still interrupts at once,
+        but never a checkpoint being written: that finishes first)."""
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
 
+    @contextlib.contextmanager
+    def saving_checkpoint(self) -> Iterator[None]:
+        """Hold off every stop signal's interruption while the block writes a checkpoint."""
+        self.saving += 1
+        try:
+            yield
+        finally:
+            self.saving -= 1
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested and signum == signal.SIGINT:
+        name = signal.Signals(signum).name
+        if self.saving:  # a second Ctrl-C would leave only a .tmp folder: say so, and wait
+            print(
+                f"{name} received while a checkpoint is being written: it finishes first, then "
+                "the run exits (SIGKILL would lose only this checkpoint, not the one before)",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self.requested = True
-        self.signal_name = signal.Signals(signum).name
+        if not self.requested:
+            self.requested = True
+            self.signal_name = name
 
 
 def cpu_name() -> str:

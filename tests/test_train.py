@@ -245,6 +245,27 @@ def test_sigterm_checkpoints_and_exits_zero(workdir: Path) -> None:
     assert "test:" not in log  # stopped early: no final test pass
 
 
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_during_the_stop_checkpoint_waits_for_it(
+    workdir: Path, first: signal.Signals
+) -> None:
+    out = _out(workdir, f"double-{first.name}")
+    args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", "train.epochs=1000"]
+    args += ["--set", "train.checkpoint_every=0", "--set", "model.hidden_size=1024"]
+    proc = start([sys.executable, "-m", "hornn_dist.train", *args])
+    lines = read_until(proc, "step 10: loss")
+    proc.send_signal(first)
+    lines += read_until(proc, "checkpointing at step")
+    proc.send_signal(signal.SIGINT)  # what a user does when the first seems slow
+    _, rest = proc.communicate(timeout=120)
+    log = "".join(lines) + rest
+    assert proc.returncode == 0, log[-3000:]
+    step = int(re.search(r"checkpointing at step (\d+)", log).group(1))
+    assert [c.name for c in list_checkpoints(out)] == [f"step_{step:08d}"], log[-3000:]
+    assert not list((out / "checkpoints").glob(".tmp_*"))
+    assert TrainerState.read(list_checkpoints(out)[-1]).step == step
+
+
 def test_resume_refuses_a_different_model(workdir: Path, straight_1: Path) -> None:
     copy = _out(workdir, "mismatch")
     shutil.copytree(straight_1, copy)

@@ -345,13 +345,15 @@ class Trainer:
             elif then.save:
                 self._save()
             if then.check_stop and self._stop_requested():
-                logger.info(
-                    "%s received: checkpointing at step %d and exiting",
-                    self.stop.signal_name,
-                    self.progress.step,
-                )
-                self._record_stop(by_signal=True)
-                self._save()
+                with self.stop.saving_checkpoint():  # from this line on, no signal abandons it
+                    logger.info(
+                        "%s received: checkpointing at step %d and exiting (another Ctrl-C "
+                        "waits for this checkpoint)",
+                        self.stop.signal_name,
+                        self.progress.step,
+                    )
+                    self._record_stop(by_signal=True)
+                    self._save()
                 return True
             if self.cadence.processes > 1 and steps_run == STOP_WARMUP_STEPS:
                 timed_from = time.perf_counter()
@@ -572,7 +574,11 @@ class Trainer:
             "stream": self.train_stream.state_dict(),
             "history": tuple(h.detach().cpu() for h in self.step.state),
         }
-        with self._doing("saving a checkpoint"), self._off_the_clock():
+        with (
+            self._doing("saving a checkpoint"),
+            self._off_the_clock(),
+            self.stop.saving_checkpoint(),
+        ):
             folder = ckpt.save_checkpoint(acc, self.out, state, rank_state, self.cfg, self.core)
         if acc.is_main_process:
             ckpt.prune_checkpoints(
