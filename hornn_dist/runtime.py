@@ -192,8 +192,8 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except OSError as err:  # a full disk, a read-only folder, a file in the way: one line too
         print(f"error: {os_error_line(err)}", file=sys.stderr)
         code = 2
-    except KeyboardInterrupt:
-        report_error("interrupted", own=False)
+    except KeyboardInterrupt as err:  # the trainer's says which checkpoint a rerun resumes
+        report_error(f"interrupted: {err}" if str(err) else "interrupted", own=False)
         code = 130
     # Accelerate's end_training may have torn torch.distributed down already: WORLD_SIZE (set
     # by the launcher) still says whether the process had a process group and its threads.

@@ -266,6 +266,46 @@ def test_a_second_signal_during_the_stop_checkpoint_waits_for_it(
     assert TrainerState.read(list_checkpoints(out)[-1]).step == step
 
 
+# `python -c CTRL_C_TWICE_AT_STEP_12 CONFIG ...`: two Ctrl-Cs at step 12's log line, before
+# the stop's checkpoint begins (the tiny config saves steps 5 and 10)
+CTRL_C_TWICE_AT_STEP_12 = """
+import os, signal, sys
+from hornn_dist import train
+from hornn_dist.runtime import run_cli
+from hornn_dist.training.trainer import Trainer
+
+real_log_train = Trainer._log_train
+def log_then_ctrl_c_twice(self, *args):
+    real_log_train(self, *args)
+    if self.progress.step == 12:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+Trainer._log_train = log_then_ctrl_c_twice
+run_cli(train.main, sys.argv[1:])
+"""
+
+
+def test_two_ctrl_cs_before_the_stop_checkpoint_name_the_one_a_rerun_resumes(
+    workdir: Path,
+) -> None:
+    out = _out(workdir, "ctrl-c-twice")
+    args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", "train.epochs=1000"]
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_TWICE_AT_STEP_12, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env(),
+    )
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    newest = list_checkpoints(out)[-1]
+    line = f"interrupted: the last complete checkpoint is {newest}: running again resumes from it"
+    assert newest.name == "step_00000010"
+    assert proc.stderr.splitlines()[-1] == line
+    assert (out / "train.log").read_text().splitlines()[-1] == line
+    assert "Traceback" not in proc.stderr
+
+
 def test_resume_refuses_a_different_model(workdir: Path, straight_1: Path) -> None:
     copy = _out(workdir, "mismatch")
     shutil.copytree(straight_1, copy)

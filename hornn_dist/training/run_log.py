@@ -79,7 +79,7 @@ class RunLog:
         if isinstance(err, HornnError):
             text = f"error: {first_line(err)}\n"
         elif isinstance(err, KeyboardInterrupt):  # a second Ctrl-C: no traceback, as on screen
-            text = "interrupted\n"
+            text = f"interrupted: {err}\n" if str(err) else "interrupted\n"
         else:
             text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
         self._file.acquire()

@@ -125,12 +125,23 @@ class Trainer:
         try:
             with self._collectives():
                 return self._run(resume_from, fresh)
+        except KeyboardInterrupt:  # a second Ctrl-C before the stop's checkpoint began
+            interrupted = KeyboardInterrupt(self._last_checkpoint_line())
+            self.run_log.failed(interrupted)
+            raise interrupted from None
         except BaseException as err:
             self.run_log.failed(err)
             raise
         finally:
             self.run_log.close()
             self.lock.release()
+
+    def _last_checkpoint_line(self) -> str:
+        """Say which checkpoint a run interrupted now resumes from."""
+        complete = ckpt.list_checkpoints(self.out)
+        if not complete:
+            return "no checkpoint was written yet: running again starts over"
+        return f"the last complete checkpoint is {complete[-1]}: running again resumes from it"
 
     @contextmanager
     def _collectives(self) -> Iterator[None]:
