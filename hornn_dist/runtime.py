@@ -284,6 +284,7 @@ class StopFlag:
         self.requested = False
         self.signal_name = ""
         self.saving = 0  # > 0: a checkpoint is being written (nested blocks count)
+        self.event = threading.Event()  # set with `requested`: what a waiting thread watches
 
     def install(self) -> None:
         """Route SIGTERM and SIGINT to this flag (a second SIGINT still interrupts at once,
@@ -314,6 +315,7 @@ class StopFlag:
         if not self.requested:
             self.requested = True
             self.signal_name = name
+            self.event.set()
 
 
 def cpu_name() -> str:

@@ -8,7 +8,8 @@ both after the TensorBoard folder), and its hyper-parameters through its own
 
 Every tracker but TensorBoard (local files, checked writable before the run) runs behind a
 `Guarded` wrapper: its calls run on a thread of its own, in order; the run waits for its start
-and its final flush at most WAIT_S seconds each, never for a log call. A tracker that fails to
+and its final flush at most WAIT_S seconds each (and no longer once a stop signal came), never
+for a log call. A tracker that fails to
 start or to log, or does not answer in time, is one warning line and the run goes on without it
 (its scalars are still in TensorBoard and train.log). mlflow without MLFLOW_TRACKING_URI writes
 a file store inside the run folder (`output_dir/mlruns`), not mlflow's default `./mlflow.db`.
@@ -21,6 +22,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,8 +40,9 @@ PROJECT = "hornn_dist"  # the project (wandb), experiment (mlflow), ... of every
 # how each tracker is told the run's name (Accelerate passes the rest to the package's init)
 RUN_NAME_KEY = {"wandb": "name", "mlflow": "run_name", "comet_ml": "experiment_name"}
 # seconds the run waits for a tracker's start, and for its last values at the end, before it goes
-# on without it (a stop signal is answered after at most this wait)
+# on without it; a stop signal ends the wait within STOP_POLL_S
 WAIT_S = 20.0
+STOP_POLL_S = 0.1
 
 
 def require_installed(names: list[str]) -> None:
@@ -52,9 +55,12 @@ def require_installed(names: list[str]) -> None:
             )
 
 
-def build_trackers(names: list[str], output_dir: Path) -> list[Any]:
+def build_trackers(
+    names: list[str], output_dir: Path, stop: threading.Event | None = None
+) -> list[Any]:
     """Return what `Accelerator(log_with=...)` takes for `names`: "tensorboard" as a name, every
-    other tracker as an instance named for this run (checked installed first)."""
+    other tracker as an instance named for this run (checked installed first), whose waits end
+    when `stop` is set."""
     require_installed(names)
     out: list[Any] = []
     for name in names:
@@ -76,7 +82,7 @@ def build_trackers(names: list[str], output_dir: Path) -> list[Any]:
             tracker = cls(PROJECT, str(output_dir), **kwargs)
         else:
             tracker = cls(PROJECT, **kwargs)
-        out.append(Guarded(tracker))
+        out.append(Guarded(tracker, stop))
     return out
 
 
@@ -87,9 +93,10 @@ class Guarded(GeneralTracker):
 
     requires_logging_directory = False
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, stop: threading.Event | None = None) -> None:
         super().__init__(_blank=True)
         self.inner = inner
+        self.stop = stop or threading.Event()  # a stop signal: wait no longer
         self.name = inner.name
         self.main_process_only = getattr(inner, "main_process_only", True)
         self._calls: queue.SimpleQueue[tuple[str, Callable[[], Any], threading.Event]] = (
@@ -135,8 +142,16 @@ class Guarded(GeneralTracker):
         return done
 
     def _wait(self, done: threading.Event, doing: str) -> None:
-        if not done.wait(WAIT_S) and not self._dropped:
-            self._drop(f"did not answer within {WAIT_S:g} s ({doing})")
+        deadline = time.monotonic() + WAIT_S
+        while not done.wait(STOP_POLL_S):
+            if self._dropped:
+                return
+            if self.stop.is_set():
+                self._drop(f"had not answered when a stop signal came ({doing})")
+                return
+            if time.monotonic() >= deadline:
+                self._drop(f"did not answer within {WAIT_S:g} s ({doing})")
+                return
 
     def _work(self) -> None:
         while True:

@@ -66,7 +66,9 @@ class Trainer:
         self.stop = stop or StopFlag()
         self.out = Path(cfg.train.output_dir)
         self.trackers = cfg.log.tracker_names()
-        built = trackers.build_trackers(self.trackers, self.out)  # one not installed: one line
+        built = trackers.build_trackers(
+            self.trackers, self.out, self.stop.event
+        )  # one not installed: one line
         # the run's first line says where it is (rank 0 by the launcher's RANK: the
         # Accelerator, which says it again, may wait for the other processes first)
         setup_logging(os.environ.get("RANK", "0") == "0")
@@ -173,13 +175,26 @@ class Trainer:
         self._start_trackers(resumed is not None)
         self._log_start()
         self.phase = "training"
-        stopped = self._loop()
+        stopped = self._stopped_before_training() or self._loop()
         if not stopped:  # a signal's stop was recorded before its checkpoint
             self._record_stop(by_signal=False)
         result = None if stopped else self._finish()
         logger.info("training ended at step %d: %s", self.progress.step, self.progress.stop_reason)
         acc.end_training()
         return result
+
+    def _stopped_before_training(self) -> bool:
+        """Return whether a stop signal came during start-up (a slow tracker, a long resume):
+        then no step is trained, and there is nothing new to save."""
+        if not self._stop_requested():
+            return False
+        logger.info(
+            "%s received before step %d: no step trained, nothing new to save",
+            self.stop.signal_name,
+            self.progress.step + 1,
+        )
+        self._record_stop(by_signal=True)
+        return True
 
     def _finish(self) -> EvalResult:
         """Validate the last step unless that was just done (a run stopped by train.max_steps
