@@ -18,6 +18,7 @@ from hornn_dist.loading import (
     is_exported,
     load_model_for,
     open_prepared_corpus,
+    prepared_folder,
     resolve_trained,
 )
 from hornn_dist.models.precision import resolve_mixed_precision
@@ -44,6 +45,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="window length, >= 1 (default: the run's train.bptt)",
     )
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="the folder holding the prepared corpus (default: the run's data.cache_dir; an "
+        "exported model's config keeps only its last part)",
+    )
     return parser.parse_args(argv)
 
 
@@ -68,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch).name
     )
     setup_logging(accelerator.is_main_process)
-    corpus = open_prepared_corpus(cfg.data, accelerator, splits=[args.split], prepare=False)
+    at = prepared_folder(folder, cfg, args.cache_dir)
+    corpus = open_prepared_corpus(cfg.data, accelerator, [args.split], prepare=False, at=at)
     if args.split not in corpus.splits:
         raise DataError(
             f"split {args.split!r} not in the corpus; choose one of {', '.join(corpus.splits)}"

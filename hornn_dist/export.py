@@ -33,6 +33,7 @@ from hornn_dist.training.scoring import EvalResult, score_split
 from hornn_dist.writable import check_writable_folder
 
 SPLIT = "test"  # the split whose perplexity the model card gives
+SOURCE_LISTS = ("train", "valid", "test")  # the [data] keys that list files
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -80,6 +81,7 @@ def write_model_folder(
     renamed)."""
     from hornn_dist.models.pretrained import TOKENIZER_CONFIG, PretrainedLM  # huggingface_hub
 
+    shared, reduced = portable_config(cfg)
     hub = PretrainedLM(cfg.model, corpus.vocab_size)
     hub.load_state_dict(model.state_dict())
     step = TrainerState.read(checkpoint).step
@@ -88,7 +90,16 @@ def write_model_folder(
         "model": dataclasses.asdict(cfg.model),
         "vocab_size": corpus.vocab_size,
         "vocab_hash": corpus.vocab_hash,
-        "training": tomllib.loads(cfg.to_toml()),  # evaluate finds the corpus by its [data]
+        "training": tomllib.loads(shared.to_toml()),
+        # what identifies the data, where no local path does: evaluate finds the corpus by it
+        "data": {
+            "prepared": corpus.folder.name,
+            "corpus_hash": corpus.content_hash,
+            "vocab_hash": corpus.vocab_hash,
+            "tokens": {
+                split: corpus.manifest["splits"][split]["tokens"] for split in corpus.splits
+            },
+        },
         "checkpoint": {"step": step, SPLIT: scores},
     }
     card = {
@@ -100,9 +111,10 @@ def write_model_folder(
         "ppl": f"{result.ppl:.2f}",
         "tokens": f"{result.tokens:,}",
         "loss": f"{result.loss:.4f}",
-        "checkpoint": f"`{checkpoint.name}` (step {step}) of `{cfg.train.output_dir}`",
-        "where": str(out),
-        "config_toml": cfg.to_toml(),
+        "checkpoint": f"`{checkpoint.name}` (step {step}) of run `{shared.train.output_dir}`",
+        "where": out.resolve().name,
+        "config_toml": shared.to_toml(),
+        "removed": removed_paths_note(reduced, corpus.folder.name),
     }
     tokenizer = corpus.vocab.read_checked()  # the bytes copied are the bytes checked
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +129,41 @@ def write_model_folder(
         os.replace(tmp, out)  # onto a missing or empty folder
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def portable_config(cfg: RunConfig) -> tuple[RunConfig, list[str]]:
+    """Return the run's config with every local path (absolute, from ~, or climbing out with
+    ..) reduced to its last part, and the keys so reduced: an export may be uploaded as is."""
+    reduced: list[str] = []
+
+    def local(key: str, value: str) -> str:
+        parts = Path(value).parts
+        if not (os.path.isabs(value) or value.startswith("~") or ".." in parts):
+            return value
+        if key not in reduced:
+            reduced.append(key)
+        return Path(value).name
+
+    data = dataclasses.replace(
+        cfg.data,
+        path=local("data.path", cfg.data.path) if cfg.data.path else "",
+        cache_dir=local("data.cache_dir", cfg.data.cache_dir),
+        **{s: [local(f"data.{s}", v) for v in getattr(cfg.data, s)] for s in SOURCE_LISTS},
+    )
+    train = dataclasses.replace(
+        cfg.train, output_dir=local("train.output_dir", cfg.train.output_dir)
+    )
+    return dataclasses.replace(cfg, data=data, train=train), reduced
+
+
+def removed_paths_note(reduced: list[str], prepared: str) -> str:
+    """Return the model card's line on the local paths the export left out."""
+    keys = ", ".join(f"`{key}`" for key in reduced)
+    cut = f"Local paths were reduced to their last part ({keys}); t" if reduced else "T"
+    return (
+        f"{cut}he corpus is named by its prepared folder `{prepared}`, its content and "
+        'vocabulary hashes and its split sizes (config.json, "data").'
+    )
 
 
 def tokenizer_settings(corpus: Corpus) -> dict[str, str]:

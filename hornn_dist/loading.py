@@ -11,6 +11,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ def open_prepared_corpus(
     splits: Iterable[str] | None = None,
     prepare: bool = True,
     progress: bool = False,
+    at: Path | None = None,
 ) -> Corpus:
     """Return the corpus of `cfg`, preparing its shards first if they are missing.
 
@@ -49,6 +51,7 @@ def open_prepared_corpus(
     the file it writes while its heartbeat moves. prepare=False only opens a corpus prepared before
     (evaluate, generate: the config comes from a checkpoint, whose paths are not the user's to
     read from or write to). progress: draw preparation's bars (on the main process).
+    at: the prepared folder when known (`prepared_folder`), else the one `cfg` names.
 
     The shards of `splits` (default: all) are checked against the manifest's sha256 before
     anything reads them, by each machine's main process first: it records what it checked,
@@ -58,7 +61,7 @@ def open_prepared_corpus(
         with naming_path(cfg.cache_dir, "data.cache_dir"):  # a full disk, a file in the way
             folder = prepare_or_wait(cfg, accelerator, progress)
     else:
-        folder = corpus_folder(cfg)
+        folder = at or corpus_folder(cfg)
         if not (folder / MANIFEST).is_file():
             relative = (
                 ""
@@ -112,10 +115,24 @@ def resolve_trained(path: str | Path) -> tuple[Path, RunConfig]:
     """Return the folder of a trained model and its run's config: an exported model folder,
     else the checkpoint that `checkpoint.resolve_checkpoint` finds."""
     if is_exported(Path(path)):
+        from hornn_dist.models.pretrained import verify_model_folder  # huggingface_hub
+
         folder = Path(path)
+        verify_model_folder(folder, (EXPORTED_CONFIG, WEIGHTS))  # a damaged download: first
         return folder, config_from_dict(read_exported(folder)["training"])
     folder = ckpt.resolve_checkpoint(path)
     return folder, ckpt.read_config(folder)
+
+
+def prepared_folder(folder: Path, cfg: RunConfig, cache_dir: str | None = None) -> Path:
+    """Return the prepared corpus of a trained model: in `cache_dir` (default: the run's
+    data.cache_dir), the folder an export names (its config keeps no local path to rebuild
+    the name from), else the one the run's config names."""
+    data = cfg.data if cache_dir is None else replace(cfg.data, cache_dir=cache_dir)
+    prepared = (
+        read_exported(folder).get("data", {}).get("prepared") if is_exported(folder) else None
+    )
+    return Path(data.cache_dir) / prepared if prepared else corpus_folder(data)
 
 
 def open_vocabulary(folder: Path, cfg: RunConfig, accelerator: Any) -> Corpus | Vocabulary:

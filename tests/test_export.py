@@ -87,10 +87,30 @@ def test_model_card_gives_the_test_ppl_of_the_checkpoint_and_the_config(
     assert card.startswith("---\n") and "library_name: hornn_dist" in card
     assert f"| test perplexity | **{ppl}** (" in card
     assert "HORNN-3 with gated pooling, 2 layers of 12 tanh units" in card
-    assert read_config(list_checkpoints(trained)[-1]).to_toml() in card
-    again = run_here("hornn_dist.evaluate", str(exported), "--split", "test")  # the folder too
+    cfg = read_config(list_checkpoints(trained)[-1])
+    assert cfg.to_toml().split("[model]")[1].split("[optim]")[0] in card
+    # the folder too, from the corpus's cache (its config.json keeps the cache's name alone)
+    again = run_here(
+        "hornn_dist.evaluate", str(exported), "--split", "test", "--cache-dir", cfg.data.cache_dir
+    )
     check_ok(again)
     assert again.stdout.splitlines()[-1] == scored.stdout.splitlines()[-1]
+
+
+def test_an_export_keeps_no_local_path_and_names_its_data(trained: Path, exported: Path) -> None:
+    cfg = read_config(list_checkpoints(trained)[-1])
+    local = str(trained.parent)  # the tmp folder holding the run, its corpus and its cache
+    assert local in cfg.to_toml()  # the run's own config has them
+    for name in ("config.json", "README.md"):
+        assert local not in (exported / name).read_text(), name
+    meta = json.loads((exported / "config.json").read_text())
+    corpus = open_prepared_corpus(cfg.data, build_accelerator("no"), splits=(), prepare=False)
+    assert meta["data"]["prepared"] == corpus.folder.name
+    assert meta["data"]["corpus_hash"] == corpus.content_hash
+    assert meta["data"]["tokens"]["test"] == len(corpus.split("test"))
+    assert meta["training"]["data"]["cache_dir"] == Path(cfg.data.cache_dir).name
+    card = (exported / "README.md").read_text()
+    assert "Local paths were reduced to their last part (`data.cache_dir`" in card
 
 
 def test_generate_from_the_exported_folder_alone(trained: Path, exported: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from hornn_dist.runtime import setup_logging
 from hornn_dist.training import trackers
-from tests.train_helpers import REPO, env, write_tiny_config
+from tests.train_helpers import env, write_tiny_config
 
 mlflow = pytest.importorskip(
     "mlflow", reason="mlflow is not installed (pip install 'hornn-dist[mlflow]')"

@@ -79,7 +79,7 @@ python -m hornn_dist.generate {{ where }} --prompt "and god said" --tokens 50 --
 
 ## Training config
 
-The run's resolved config (`config.json` holds it too, under `"training"`):
+The run's resolved config (`config.json` holds it too, under `"training"`). {{ removed }}
 
 ```toml
 {{ config_toml }}```
