@@ -156,3 +156,21 @@ def test_truncated_compressed_file_is_a_one_line_error(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(_text().encode())[:-30])
     with pytest.raises(DataError, match=r"a.txt.gz: read failed .*HINT: the file is truncated"):
         _read(Piece(str(path)))
+
+
+def test_a_word_over_the_limit_is_one_line_naming_the_file_and_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "one_word.txt.gz"
+    limit = text_files.MAX_WORD_CHARS
+    path.write_bytes(gzip.compress(b"ok\n" + b"a" * (2 * limit) + b" done\n"))
+    with pytest.raises(DataError) as raised:
+        _read(Piece(str(path)), chunk=1 << 16)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: no space or newline in the ")
+    assert f"over the {limit:,} one word may hold" in message and "\n" not in message
+
+
+def test_a_word_at_the_limit_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "long_word.txt"
+    word = "b" * text_files.MAX_WORD_CHARS
+    path.write_text(f"x {word} y\n")
+    assert _read(Piece(str(path)), chunk=1 << 16).split() == ["x", word, "y"]

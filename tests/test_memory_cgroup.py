@@ -103,3 +103,28 @@ def test_no_size_the_check_accepts_is_oom_killed(tmp_path):
         _remove(cgroup)
     assert accepted > 1  # the search found a size that trains in this cgroup
     print(f"{LIMIT >> 20} MiB: hidden_size {accepted * STEP} trains, {refused * STEP} is refused")
+
+
+@pytest.mark.integration  # a 300 MB word written compressed (seconds), then read in a cgroup
+def test_a_small_gz_holding_one_huge_word_is_refused_before_memory_runs_out(tmp_path):
+    import gzip
+
+    train = tmp_path / "train.txt.gz"
+    with gzip.open(train, "wb", compresslevel=9) as f:  # the issue's file: 300 MB, one word
+        f.write(b"hello world\n")
+        for _ in range(300):
+            f.write(b"a" * (1 << 20))
+    assert train.stat().st_size < 1 << 20
+    config = write_tiny_config(tmp_path, data={"train": [str(train)]})
+    cgroup = _new_cgroup(LIMIT)
+    try:
+        join = f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"'
+        args = [sys.executable, "-m", "hornn_dist.prepare", str(config), "--quiet"]
+        proc = subprocess.run(
+            ["sh", "-c", join, "sh", *args], capture_output=True, text=True, cwd=REPO, env=env()
+        )
+    finally:
+        _remove(cgroup)
+    assert proc.returncode == 2, f"exit {proc.returncode} (-9: killed)\n{proc.stderr[-2000:]}"
+    (line,) = [s for s in proc.stderr.splitlines() if s.startswith("error")]
+    assert str(train) in line and "one word may hold" in line

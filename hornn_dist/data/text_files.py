@@ -35,6 +35,9 @@ _ANY_SPACE = re.compile(r"\s(?=\S*\Z)")
 _NOT_CONTINUATION = bytes(b for b in range(256) if not 0x80 <= b <= 0xBF)
 _BOM = codecs.BOM_UTF8
 OnBytes = Callable[[int], None] | None
+# the longest run of characters without whitespace that reading holds (one word): far beyond
+# any word of real text, and it bounds memory where a file (a small .gz) holds no separator
+MAX_WORD_CHARS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,14 @@ def iter_blocks(
                 on_bytes(len(data))
             cut = _last_space(text) + 1
             carry = text[cut:]
+            if len(carry) > MAX_WORD_CHARS:
+                where = " of the decompressed text" if is_compressed(piece.path) else ""
+                raise DataError(
+                    f"{piece.path}: no space or newline in the {len(carry):,} characters before "
+                    f"byte {position}{where}, over the {MAX_WORD_CHARS:,} one word may hold; "
+                    "HINT: this is not word-level text (a binary file, or words joined by "
+                    "another separator): convert it, or leave it out of the data"
+                )
             if cut:
                 block = text[:cut]
                 track(block)
