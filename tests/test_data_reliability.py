@@ -5,6 +5,7 @@ the GIL."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -277,3 +278,24 @@ def test_every_rank_stops_with_the_same_line_when_the_source_changed(tmp_path: P
     assert proc.returncode != 0, log[-4000:]
     assert len(errors) == 1 and "changed since" in errors[0], log[-4000:]
     assert log.count(f"traceback : {errors[0]}") == 2, log[-4000:]  # each rank raised it
+
+
+def test_an_edit_of_the_same_size_with_its_mtime_set_back_is_caught(tmp_path: Path) -> None:
+    from hornn_dist.data.pipeline import check_inputs_unchanged
+    from hornn_dist.data.shards import MANIFEST
+    from tests.train_helpers import prepared_tiny
+
+    folder = prepared_tiny(tmp_path)
+    [prepared] = [p for p in (folder / "cache").iterdir() if (p / MANIFEST).is_file()]
+    manifest = json.loads((prepared / MANIFEST).read_text())
+    check_inputs_unchanged(manifest, prepared)  # nothing changed: no error
+    train = folder / "train.txt"
+    before = train.stat()
+    text = train.read_text()
+    train.write_text(text.replace("w1", "w9", 1))  # the same size, other bytes
+    os.utime(train, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime set back
+    assert (train.stat().st_size, train.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(DataError, match="same size, other bytes"):
+        check_inputs_unchanged(manifest, prepared)
+    train.write_text(text)  # the bytes restored: the ctime moved, the sha256 says it is the same
+    check_inputs_unchanged(manifest, prepared)

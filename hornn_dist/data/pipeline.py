@@ -249,6 +249,8 @@ def _file_stats(files: dict[str, list[str]]) -> list[dict[str, Any]]:
                 "path": os.path.abspath(path),
                 "bytes": st.st_size,
                 "mtime_ns": st.st_mtime_ns,
+                # no call sets ctime back, as os.utime does mtime: an edit always changes it
+                "ctime_ns": st.st_ctime_ns,
                 "sha256": sha256_file(Path(path)),
             }
         )
@@ -257,14 +259,16 @@ def _file_stats(files: dict[str, list[str]]) -> list[dict[str, Any]]:
 
 def check_inputs_unchanged(manifest: dict[str, Any], folder: Path) -> None:
     """Raise DataError when a text file that `folder` was prepared from now holds other bytes
-    (its size differs, or its sha256 where its size or time changed); a file that is gone is
-    fine (the shards may have been copied without it)."""
+    (its size differs, or its sha256 where its size, mtime or ctime changed: an mtime set back
+    leaves the ctime of the edit); a file that is gone is fine (the shards may have been
+    copied without it)."""
     for item in manifest.get("input_files", []):
         try:
             st = os.stat(item["path"])
         except OSError:
             continue
-        if (st.st_size, st.st_mtime_ns) == (item["bytes"], item["mtime_ns"]):
+        recorded = (item["bytes"], item["mtime_ns"], item.get("ctime_ns", st.st_ctime_ns))
+        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == recorded:
             continue
         if st.st_size != item["bytes"]:
             what = f"{item['bytes']:,} bytes then, {st.st_size:,} now"
