@@ -65,6 +65,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_jobs(jobs: int, gpus: int, cores: int) -> None:
+    """Raise ConfigError unless `--jobs` is 1 or more and fits the machine: one run per
+    visible GPU, or without GPUs one per CPU core."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be 1 or more, got {jobs}")
+    if gpus and jobs > gpus:
+        raise ConfigError(f"--jobs {jobs} is more than the {gpus} visible GPU(s); one run per GPU")
+    if not gpus and jobs > cores:
+        raise ConfigError(
+            f"--jobs {jobs} is more than the {cores} CPU cores; at most {cores} (a run needs a "
+            "core of its own)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep from the command line; return the exit code (1 when a run failed)."""
     args = parse_args(argv)
@@ -72,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = read_sweep(args.sweep, tuple(args.overrides))
     gpus = visible_gpus()
     jobs = args.jobs if args.jobs is not None else max(gpus, 1)
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be 1 or more, got {jobs}")
+    check_jobs(jobs, gpus, os.cpu_count() or 1)
     only = select_runs(plan, args.only) if args.only else None
     if args.dry_run:
         chosen = [
@@ -86,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
         print(dry_run_summary(plan, jobs, only))
         return 0
     check_writable_folder(plan.output_dir, f"output_dir of {plan.path}")  # before any run
-    if gpus and jobs > gpus:
-        raise ConfigError(f"--jobs {jobs} is more than the {gpus} visible GPU(s); one run per GPU")
     slots = gpu_slots(jobs) if gpus else cpu_slots(jobs, os.cpu_count() or 1)
     with sweep_lock(plan):  # a second sweep on this output_dir: one line, nothing written
         logger.info(

@@ -181,6 +181,29 @@ def test_jobs_below_one_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --jobs must be 1 or more, got 0"
 
 
+def test_jobs_beyond_the_cpu_cores_is_one_line_even_in_a_dry_run(tmp_path: Path) -> None:
+    import os
+
+    sweep = str(write_sweep(tmp_path, '[[runs]]\nname = "a"\n'))
+    proc = run_here("hornn_dist.sweep", sweep, "--jobs", "100000", "--dry-run")
+    cores = os.cpu_count()
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: --jobs 100000 is more than the {cores} CPU cores; at most {cores} (a run "
+        "needs a core of its own)"
+    )
+
+
+def test_check_jobs_fits_the_machine() -> None:
+    from hornn_dist.errors import ConfigError
+    from hornn_dist.sweep import check_jobs
+
+    check_jobs(4, gpus=4, cores=2)  # one per GPU, whatever the cores
+    check_jobs(2, gpus=0, cores=2)
+    for jobs, gpus, cores in ((5, 4, 64), (3, 0, 2), (0, 0, 2)):
+        with pytest.raises(ConfigError):
+            check_jobs(jobs, gpus=gpus, cores=cores)
+
+
 @pytest.mark.integration
 def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     # "b" asks for a corpus split that does not exist: training fails before its first step

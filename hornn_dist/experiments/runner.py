@@ -171,9 +171,10 @@ def dry_run_summary(plan: SweepPlan, jobs: int, only: frozenset[str] | None = No
         " in all (train.epochs; a run that converges stops sooner)"
     )
     if done_epochs and epochs:
-        estimate = seconds / done_epochs * epochs / max(jobs, 1)
+        at_once = max(1, min(jobs, to_train))  # more jobs than runs: the rest wait idle
+        estimate = seconds / done_epochs * epochs / at_once
         line += (
-            f"; about {fmt_duration(estimate)} at {jobs} at a time, from "
+            f"; about {fmt_duration(estimate)} at {at_once} at a time, from "
             f"{fmt_duration(seconds / done_epochs)} per epoch in the runs trained so far"
         )
     elif epochs:
