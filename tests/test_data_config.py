@@ -25,6 +25,20 @@ def test_validate_messages_are_one_line() -> None:
         DataConfig(preset="imdb").validate()
 
 
+@pytest.mark.parametrize("max_vocab", [-1, 1, 2, 3])
+def test_a_max_vocab_that_leaves_under_two_words_is_refused_by_the_config_check(
+    max_vocab: int,
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        DataConfig(max_vocab=max_vocab).validate()
+    assert str(raised.value) == (
+        "data.max_vocab must be 0 (unlimited) or >= 4 (<unk>, <eos> and the two words a "
+        f"language model needs at least), got {max_vocab}"
+    )
+    DataConfig(max_vocab=4).validate()
+    DataConfig(max_vocab=0).validate()
+
+
 @pytest.mark.parametrize("preset", ["", "demo"])
 def test_a_data_path_no_preset_reads_is_refused(preset: str) -> None:
     # it would be ignored: the run would train on the demo (or data.train) corpus silently

@@ -34,6 +34,8 @@ PRESET_LOCAL_PATHS = {
     "wikitext103": "data/wikitext-103",
 }
 
+MIN_VOCAB = 4  # <unk>, <eos> and two words: fewer predicts nothing (pipeline refuses it)
+
 
 @dataclass
 class DataConfig:
@@ -55,7 +57,7 @@ class DataConfig:
     valid_split: str = "validation"  # hub split used for validation
     test_split: str = "test"  # hub split used for test
     min_count: int = 1  # words seen fewer times in train become <unk>
-    max_vocab: int = 0  # 0 = unlimited; counts <unk> and <eos>
+    max_vocab: int = 0  # 0 = unlimited, else >= 4: counts <unk> and <eos>
     lowercase: bool = False  # lowercase the text before splitting on whitespace
     # a word, as a regex of the tokenizer's engine (Oniguruma), which cuts the words of the
     # corpus and of every prompt alike; text between words is dropped ("" = split on whitespace)
@@ -122,9 +124,10 @@ class DataConfig:
             )
         if self.min_count < 1:
             raise ConfigError(f"data.min_count must be >= 1, got {self.min_count}")
-        if self.max_vocab < 0 or self.max_vocab in (1, 2):
+        if self.max_vocab < 0 or 0 < self.max_vocab < MIN_VOCAB:
             raise ConfigError(
-                f"data.max_vocab must be 0 (unlimited) or >= 3 (it counts <unk> and <eos>), got {self.max_vocab}"
+                f"data.max_vocab must be 0 (unlimited) or >= {MIN_VOCAB} (<unk>, <eos> and the "
+                f"two words a language model needs at least), got {self.max_vocab}"
             )
         if self.shard_tokens < 1:
             raise ConfigError(f"data.shard_tokens must be >= 1, got {self.shard_tokens}")
