@@ -111,6 +111,24 @@ def test_expand_globs_sorted_and_missing_file(tmp_path: Path) -> None:
         text_files.expand([str(tmp_path / "nope*.txt")], "valid")
 
 
+def test_a_path_that_exists_but_is_no_file_says_what_it_is(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError) as raised:
+        text_files.expand([str(fifo)], "train")
+    assert str(raised.value).startswith(
+        f"data.train: '{fifo}' is a named pipe (FIFO), not a regular file; HINT: write the text"
+    )
+    with pytest.raises(DataError) as raised:
+        text_files.expand([str(tmp_path)], "valid")
+    assert str(raised.value) == (
+        f"data.valid: '{tmp_path}' is a folder, not a file; HINT: name the files in it, e.g. "
+        f"'{tmp_path}/*.txt'"
+    )
+
+
 @pytest.mark.parametrize("unicode", [False, True])
 def test_char_cut_is_exact_with_chunks_smaller_than_the_file(tmp_path: Path, unicode: bool) -> None:
     rng = random.Random(1)

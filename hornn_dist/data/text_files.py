@@ -17,6 +17,7 @@ import gzip
 import lzma
 import os
 import re
+import stat
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -53,9 +54,10 @@ def expand(patterns: list[str], key: str) -> list[str]:
     """Return the files matching paths/globs, in order (each glob sorted); DataError if one matches nothing."""
     files: list[str] = []
     for pattern in patterns:
-        matches = (
-            sorted(glob.glob(os.path.expanduser(pattern))) if glob.has_magic(pattern) else [pattern]
-        )
+        path = os.path.expanduser(pattern)
+        if not glob.has_magic(pattern) and os.path.exists(path) and not os.path.isfile(path):
+            raise DataError(f"data.{key}: {pattern!r} is {_not_a_file(path)}")
+        matches = sorted(glob.glob(path)) if glob.has_magic(pattern) else [path]
         matches = [m for m in matches if os.path.isfile(m)]
         if not matches:
             raise DataError(
@@ -63,6 +65,18 @@ def expand(patterns: list[str], key: str) -> list[str]:
             )
         files.extend(matches)
     return files
+
+
+def _not_a_file(path: str) -> str:
+    """Return what a path that exists but is no regular file is, and what to name instead."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        return f"a folder, not a file; HINT: name the files in it, e.g. '{path.rstrip('/')}/*.txt'"
+    kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device or socket"
+    return (
+        f"{kind}, not a regular file; HINT: write the text to a file and name that (preparing "
+        "reads each file more than once, which a stream cannot give)"
+    )
 
 
 def _preset_hub_id(preset: str) -> str:
