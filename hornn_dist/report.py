@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     speed = read_speed_record(args.speed_record) if args.speed_record else None
     records = read_runs(runs_dir)
     check_finished(runs_dir, records, sweep)
+    if corpora_note(records):
+        logger.warning("%s", corpora_note(records))
     damaged = damaged_runs(runs_dir, records, sweep)
     out = Path(args.out) if args.out else runs_dir / "report"
     key = "--out" if args.out else "--out (default RUNS_DIR/report)"
@@ -198,6 +200,9 @@ def render_report(
     )
     if damaged:
         head += f"Damaged checkpoints: {'; '.join(damaged)}.\n\n"
+    mixed = corpora_note(records)
+    if mixed:
+        head += f"**{mixed}**\n\n"
     if layout == "fair":
         text = head + render_fair(records, speed, paper)
     else:
@@ -206,6 +211,25 @@ def render_report(
         links = "\n\n".join(f"![{PLOT_TITLES[p.name]}]({p.name})" for p in plots)
         text += f"\n## Plots\n\n{links}\n"
     return text
+
+
+def corpora_note(records: list[RunRecord]) -> str:
+    """Return a warning when the runs trained on more than one corpus ("" when on one): their
+    perplexities do not compare, and the tables rank them together."""
+    runs: dict[str, list[str]] = {}
+    for record in records:  # the manifest's hash where recorded; else the folder's name
+        runs.setdefault(record.corpus_hash or record.corpus, []).append(record.name)
+    if len(runs) < 2:
+        return ""
+    names = {record.corpus_hash or record.corpus: record.corpus for record in records}
+    groups = "; ".join(
+        f"{names[key]}: {', '.join(sorted(found))}" for key, found in sorted(runs.items())
+    )
+    return (
+        f"These runs trained on {len(runs)} different corpora ({groups}): perplexities of "
+        "different corpora do not compare, yet the tables below rank them together; report "
+        "each corpus's runs from a folder of their own."
+    )
 
 
 def pick_note(layout: str) -> str:

@@ -12,12 +12,14 @@ position) are left out: the report never reads them, and a checkpoint is complet
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict
 from pathlib import Path
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
+from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.files import write_text
 from hornn_dist.models import build_model
 from hornn_dist.run_layout import CONFIG_FILE
@@ -92,7 +94,8 @@ def write_run(
         valid_history=history,
         last_valid_step=step,
         vocab_hash="0" * 64,
-        corpus_hash="0" * 64,
+        # a corpus of its own per data config, as prepared corpora are
+        corpus_hash=hashlib.sha256(corpus_folder(config.data).name.encode()).hexdigest(),
     )
     folder = ckpt.checkpoint_root(out) / ckpt.step_dir_name(step)
     folder.mkdir(parents=True)

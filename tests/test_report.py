@@ -304,3 +304,28 @@ rows = [{runs = ["runs/rnn"]}, {runs = ["runs/hornn3-fofe"]}]
         assert row["test ppl"] == f"{run.test_ppl:.2f}"
     assert rows[1]["× RNN"] == f"{fofe.test_ppl / rnn.test_ppl:.3f}"
     assert not list(record.rglob("report*"))  # it writes nothing
+
+
+def test_runs_of_different_corpora_are_said_to_be_so(tmp_path: Path) -> None:
+    from tests.fabricated_runs import curve, write_run
+
+    runs = tmp_path / "runs"
+    for name, data in (("a", []), ("b", []), ("c", ["data.min_count=2"])):
+        config = load_config(
+            REPO / "configs" / "demo.toml",
+            ["model.hidden_size=8", "model.embedding_size=8", f"train.output_dir={runs / name}"]
+            + data,
+        )
+        write_run(runs / name, config, curve(100.0, 5), 104.0)
+    corpus = {r.name: r.corpus for r in read_runs(runs)}
+    assert corpus["a"] == corpus["b"] != corpus["c"]
+    proc = run_here("hornn_dist.report", str(runs), "--no-plots")
+    check_ok(proc)
+    groups = sorted([f"{corpus['a']}: a, b", f"{corpus['c']}: c"])
+    note = (
+        f"These runs trained on 2 different corpora ({'; '.join(groups)}): perplexities of "
+        "different corpora do not compare"
+    )
+    assert note in proc.stdout and note in proc.stderr
+    single = run_here("hornn_dist.report", str(runs / "a"), "--no-plots")
+    assert "different corpora" not in single.stdout + single.stderr

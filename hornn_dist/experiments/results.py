@@ -10,6 +10,7 @@ from typing import Any
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
+from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.errors import ConfigError, HornnError
 from hornn_dist.experiments.plan import RUNS_FILE, run_name_problem
 from hornn_dist.run_layout import CONFIG_FILE
@@ -43,6 +44,8 @@ class RunRecord:
     final_lr: float = math.nan  # the lr its last epoch trained at
     halvings: int = 0  # of the lr, by the schedule
     damage: str = ""  # its newer checkpoints that are damaged, and what is wrong with each
+    corpus: str = ""  # the prepared corpus it trained on: its folder's name (`corpus_folder`)
+    corpus_hash: str = ""  # and the hash of its manifest ("" in runs recorded before it)
 
 
 def read_run(
@@ -85,6 +88,8 @@ def read_run(
         final_lr=_final_lr(state.schedule, history, config),
         halvings=int(state.schedule.get("halvings", 0) or 0),
         damage="; ".join(damaged),
+        corpus=corpus_folder(config.data).name,
+        corpus_hash=state.corpus_hash,
     )
 
 
