@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -65,7 +66,7 @@ def test_a_model_too_large_is_refused_before_allocating(workdir: Path, hidden: s
     line = only_error_line(train(workdir, "--set", f"model.hidden_size={hidden}"))
     assert "model.hidden_size" in line
     if hidden == "200000":
-        assert "parameters" in line and "GiB available" in line
+        assert "parameters" in line and "GiB cpu has available" in line
 
 
 def test_parameter_count_is_the_built_models() -> None:
@@ -141,11 +142,28 @@ def test_a_cgroup_limit_is_honoured(tmp_path: Path) -> None:
     (v1 / "memory.usage_in_bytes").write_text("0\n")
     assert cgroup_free_bytes([v2]) == cgroup_free_bytes([v1]) == 3 * 2**29
     for folder in (v2, v1):
-        with pytest.raises(ConfigError, match=r"1\.5 GiB available.*lower model\.hidden_size"):
+        with pytest.raises(ConfigError, match=r"1\.50 GiB cpu has available.*lower model\.hid"):
             check_fits(cfg, 5053, torch.device("cpu"), 20, 30, cgroups=[folder])
     (v2 / "memory.max").write_text("max\n")  # no limit: the host's memory decides
     assert cgroup_free_bytes([v2]) is None
     assert check_fits(cfg, 5053, torch.device("cpu"), 20, 30, cgroups=[v2])
+
+
+def test_the_refusals_numbers_add_up_to_more_than_is_available(tmp_path: Path) -> None:
+    """The issue's case: a need that looked smaller than what was available (the runtime's
+    share was left out of the sentence); now every part is said and the sum exceeds it."""
+    cfg = ModelConfig(hidden_size=1400, embedding_size=128)
+    limit = tmp_path / "v2"
+    limit.mkdir()
+    (limit / "memory.max").write_text(f"{int(0.4 * 2**30)}\n")
+    (limit / "memory.current").write_text("0\n")
+    with pytest.raises(ConfigError) as raised:
+        check_fits(cfg, 5053, torch.device("cpu"), 20, 30, cgroups=[limit])
+    line = str(raised.value)
+    numbers = [float(x) for x in re.findall(r"(\d+\.\d+) GiB", line)]
+    part, runtime, total, free = numbers[0], numbers[-3], numbers[-2], numbers[-1]
+    assert part < free < total and abs(total - part - runtime) < 0.2, line
+    assert f"{free:.2f} GiB cpu has available" in line
 
 
 @pytest.mark.parametrize(

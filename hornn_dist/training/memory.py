@@ -191,9 +191,13 @@ def check_fits(
             f"{weights / 2**30:.1f} GiB"
         )
         fix = _largest_sizes(cfg) + ", or the vocabulary (data.max_vocab)"
+    per_process = need / sharing
+    total = f"{per_process / 2**30:.2f} GiB" + (
+        f" per process, {need / 2**30:.2f} GiB for {sharing}" if sharing > 1 else ""
+    )
     raise ConfigError(
-        f"{what}, but {on} has {free / 2**30:.1f} GiB available (per process "
-        f"{need / sharing / 2**30:.1f} GiB); {fix}"
+        f"{what}; with {RUNTIME_BYTES / 2**30:.2f} GiB for torch's runtime that is {total}, "
+        f"more than the {free / 2**30:.2f} GiB {on} has available; {fix}"
     )
 
 
