@@ -28,7 +28,7 @@ from hornn_dist.loading import load_model_for, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.run_state import TrainerState
-from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
+from hornn_dist.runtime import build_accelerator, run_cli, setup_logging, stop_signals_end
 from hornn_dist.training.scoring import EvalResult, score_split
 from hornn_dist.writable import check_writable_folder
 
@@ -58,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{out} exists and is not an empty folder; export into a new one")
     check_writable_folder(out.absolute().parent, "OUT_DIR")  # before scoring
     folder = ckpt.resolve_checkpoint(args.checkpoint)
+    with stop_signals_end(f"exporting {folder}: nothing was written to {out}"):
+        return export(folder, out)
+
+
+def export(folder: Path, out: Path) -> int:
+    """Score the checkpoint in `folder` and write its model folder at `out`; return 0."""
     cfg = ckpt.read_config(folder)
     accelerator = build_accelerator(
         resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch).name

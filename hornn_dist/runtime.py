@@ -260,6 +260,9 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # what a user or a scheduler stops a command with
+
+
 class CollectiveError(HornnError):
     """A collective with the other processes failed or timed out."""
 
@@ -275,6 +278,28 @@ def collective_failure(err: BaseException, doing: str, timeout: int) -> Collecti
         f"rank {rank}: the other processes did not answer while {doing} ({first_line(err)[:200]}); one "
         f"stalled or died (see its log), or train.collective_timeout = {timeout} s is too short"
     )
+
+
+class StoppedError(HornnError):
+    """A stop signal ended a command that has nothing to checkpoint (export, evaluate)."""
+
+
+@contextlib.contextmanager
+def stop_signals_end(what: str) -> Iterator[None]:
+    """Make SIGTERM and SIGINT inside the block raise StoppedError ("stopped by SIGTERM while
+    `what`"): the block's clean-up runs and the command ends with one line, not a bare 143."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        raise StoppedError(f"stopped by {signal.Signals(signum).name} while {what}")
+
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class StopFlag:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.pretrained import PretrainedLM
 from hornn_dist.runtime import build_accelerator
 from tests.test_demo import _layout_modules
-from tests.train_helpers import check_ok, run_here, write_tiny_config
+from tests.train_helpers import REPO, check_ok, env, run_here, write_tiny_config
 
 HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
              "README.md", "checksums.json"}  # fmt: skip
@@ -250,3 +251,36 @@ def test_save_pretrained_round_trip(tmp_path: Path, arch: str) -> None:
 def test_readme_layout_lists_the_export_command() -> None:
     modules, _ = _layout_modules()
     assert "hornn_dist/export.py" in modules
+
+
+# `python -c SIGTERM_WHILE_WRITING CHECKPOINT OUT_DIR`: exports, sending itself SIGTERM while
+# the model folder is being built beside OUT_DIR (at its tokenizer_config.json)
+SIGTERM_WHILE_WRITING = """
+import os, signal, sys
+from hornn_dist import export
+from hornn_dist.runtime import run_cli
+
+real_write_json = export.write_json
+def write_then_sigterm(path, value):
+    real_write_json(path, value)
+    os.kill(os.getpid(), signal.SIGTERM)
+export.write_json = write_then_sigterm
+run_cli(export.main, sys.argv[1:])
+"""
+
+
+def test_sigterm_during_an_export_is_one_line_and_leaves_nothing(trained: Path) -> None:
+    out = trained.parent / "stopped_export"
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGTERM_WHILE_WRITING, str(trained), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env(),
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    checkpoint = list_checkpoints(trained)[-1]
+    assert proc.stderr.splitlines()[-1] == (
+        f"error: stopped by SIGTERM while exporting {checkpoint}: nothing was written to {out}"
+    )
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}.*"))

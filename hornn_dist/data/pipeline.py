@@ -51,12 +51,12 @@ from hornn_dist.data.shards import (
 )
 from hornn_dist.errors import ConfigError, DataError, HornnError, described
 from hornn_dist.files import open_for_writing, sha256_file, write_json
+from hornn_dist.runtime import STOP_SIGNALS
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")
 MAX_PIECE_BYTES = 64 << 20
 SAMPLE_CHARS = 1 << 16  # the saved tokenizer must read this much of the train text as we did
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass(frozen=True)
