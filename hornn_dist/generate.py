@@ -100,20 +100,19 @@ def is_greedy(temperature: float, top_k: int) -> bool:
 
 
 def print_words(words: Iterator[str], start: str, out: TextIO) -> None:
-    """Write `start`, then each word as it comes (flushed): words joined by spaces, a decoded
-    <eos> ("\\n") as a line end, no line end at the very start or end; then one line end."""
+    """Write `start`, then each word as it comes (flushed): words joined by spaces, each decoded
+    <eos> ("\\n") as a line end, so that every word drawn shows (a text of <eos> alone is
+    blank lines, not nothing); the output ends with one line end."""
     out.write(start)
-    written, line_ends = bool(start), 0
+    last = start[-1:]
     for word in words:
-        if word == "\n":
-            line_ends += 1  # held: trailing line ends are not printed
-            continue
-        if written:
-            out.write("\n" * line_ends if line_ends else " ")
+        if word != "\n" and last and last != "\n":
+            out.write(" ")
         out.write(word)
         out.flush()
-        written, line_ends = True, 0
-    out.write("\n")
+        last = word[-1:]
+    if last != "\n":
+        out.write("\n")
     out.flush()
 
 

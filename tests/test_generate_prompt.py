@@ -58,6 +58,27 @@ def test_the_warning_points_to_lowercase_words_of_a_cased_corpus() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("start", "words", "printed"),
+    [
+        ("a", ["\n", "\n", "\n"], "a\n\n\n"),  # greedy's <eos> loop: three line ends, seen
+        ("a", ["x", "\n", "y"], "a x\ny\n"),
+        ("", ["\n", "x"], "\nx\n"),  # a drawn <eos> first: a line end first
+        ("", [], "\n"),
+    ],
+)
+def test_every_drawn_word_shows_a_drawn_eos_as_a_line_end(
+    start: str, words: list[str], printed: str
+) -> None:
+    import io
+
+    from hornn_dist.generate import print_words
+
+    out = io.StringIO()
+    print_words(iter(words), start, out)
+    assert out.getvalue() == printed
+
+
 # ---------------------------------------------------------------- the demo corpus's own reading
 
 DEMO_SHRINK = ("train.max_steps=2", "model.hidden_size=8", "model.embedding_size=8",
