@@ -46,10 +46,12 @@ def build_accelerator(
     project_dir: str | Path | None = None,
     trackers: list[Any] | None = None,
     collective_timeout: int = 600,
+    say_launch: bool = True,
 ) -> Any:
     """Return an Accelerator: CUDA when present, else CPU (gloo for 2+ ranks), in
     `mixed_precision` as `resolve_mixed_precision` chose it, logging to `trackers` (its
-    log_with), whose collectives give up after `collective_timeout` seconds."""
+    log_with), whose collectives give up after `collective_timeout` seconds; `say_launch`:
+    print `launch_warning` on stderr (the trainer logs it into train.log instead)."""
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
 
@@ -93,15 +95,24 @@ def build_accelerator(
             f"WORLD_SIZE={expected} but Accelerate runs {accelerator.num_processes} process(es); "
             f"on CPU launch with {CPU_LAUNCH} -m hornn_dist.train ...`"
         )
-    asked = launch_asked_processes(_parent_command()) if expected == 1 else None
-    if asked is not None and asked > accelerator.num_processes:
-        print(
-            f"warning: the launch asked for {asked} processes but Accelerate started "
-            f"{accelerator.num_processes} (it does so under --cpu or distributed_type NO); for N "
-            f"processes on CPUs launch with {CPU_LAUNCH}` (launch/README.md)",
-            file=sys.stderr,
-        )
+    if say_launch and launch_warning(accelerator):
+        print(f"warning: {launch_warning(accelerator)}", file=sys.stderr)
     return accelerator
+
+
+def launch_warning(accelerator: Any) -> str:
+    """Return the warning for a launch that asked for more processes than Accelerate started
+    (`accelerate launch --cpu --num_processes 2` starts one), else ""."""
+    if int(os.environ.get("WORLD_SIZE", "1")) != 1:
+        return ""
+    asked = launch_asked_processes(_parent_command())
+    if asked is None or asked <= accelerator.num_processes:
+        return ""
+    return (
+        f"the launch asked for {asked} processes but Accelerate started "
+        f"{accelerator.num_processes} (it does so under --cpu or distributed_type NO); for N "
+        f"processes on CPUs launch with {CPU_LAUNCH}` (launch/README.md)"
+    )
 
 
 def group_start_failure(err: BaseException, environ: Mapping[str, str], timeout: int) -> str:

@@ -66,19 +66,22 @@ def test_a_launch_config_file_says_how_many_processes_it_asks_for(tmp_path: Path
 
 @pytest.mark.integration
 def test_accelerate_launch_cpu_with_two_processes_warns_that_one_runs(tmp_path: Path) -> None:
-    config = write_tiny_config(tmp_path)
-    (tmp_path / "valid.txt").unlink()  # ends after the start: no training needed
+    config = write_tiny_config(tmp_path, train={"max_steps": 1, "checkpoint_every": 0})
     cmd = [*LAUNCH, "--num_processes", "2", "--cpu", "--num_machines", "1", "--mixed_precision",
            "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
            "-m", "hornn_dist.train", str(config)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env(), timeout=300)
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: the launch")]
-    assert warnings == [
-        "warning: the launch asked for 2 processes but Accelerate started 1 (it does so under "
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warning = (
+        "WARNING the launch asked for 2 processes but Accelerate started 1 (it does so under "
         "--cpu or distributed_type NO); for N processes on CPUs launch with `accelerate launch "
         "--multi_gpu --num_processes N --num_machines 1 --mixed_precision no --dynamo_backend "
         "no` (launch/README.md)"
-    ], proc.stderr
+    )
+    said = [line for line in proc.stderr.splitlines() if "the launch asked" in line]
+    assert len(said) == 1 and said[0].endswith(warning), proc.stderr
+    logged = (tmp_path / "run" / "train.log").read_text().splitlines()
+    assert [line for line in logged if line.endswith(warning)], logged[:10]
 
 
 # ---------------------------------------------------------------- a group that never formed

@@ -36,6 +36,7 @@ from hornn_dist.runtime import (
     build_accelerator,
     collective_failure,
     describe_hardware,
+    launch_warning,
     set_cpu_threads,
     setup_logging,
 )
@@ -80,12 +81,14 @@ class Trainer:
         )
         self.precision = resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch)
         self.accelerator = build_accelerator(
-            self.precision.name, self.out, built, cfg.train.collective_timeout
+            self.precision.name, self.out, built, cfg.train.collective_timeout, say_launch=False
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
         self.threads = set_cpu_threads(cfg.train.cpu_threads, acc.device)  # before any torch work
         self.run_log = RunLog(acc.is_main_process)  # output_dir/train.log, from _run on
+        if launch_warning(acc):  # in train.log too: one process where two were meant
+            logger.warning("%s", launch_warning(acc))
         from accelerate.utils import set_seed
 
         set_seed(cfg.train.seed)
