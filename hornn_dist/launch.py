@@ -6,8 +6,9 @@ code, a `SignalException` holding the signal it got and passed on to the ranks. 
 `launch:` line in place of torchrun's traceback and failure summary (about 40 lines), and the
 agent's own log records (closing signals, the failure it saw) stop at their logger. The ranks
 write to this process's stdout and stderr, as under `accelerate launch`, errors included; the
-exit code is 1 after a failure, as `accelerate launch`'s. Other launchers (one process, a
-DeepSpeed or TPU launch) fail as they do under `accelerate launch`.
+exit code is 1 after a failure, as `accelerate launch`'s. One process (Accelerate's simple
+launcher, whose `CalledProcessError` traceback `accelerate launch` prints unless given `-q`)
+ends with one `launch:` line too; a DeepSpeed or TPU launch fails as under `accelerate launch`.
 
 Why not the routes torchrun offers for this (read in torch 2.13's torch/distributed/run.py and
 elastic/multiprocessing/errors/): `--redirects`/`--tee` with `--log-dir` move the ranks' output
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         line = failure_line(err.failures)
     except SignalException as err:  # the agent has stopped the ranks with the same signal
         line = signal_line(err.sigval)
+    except subprocess.CalledProcessError as err:  # one process: Accelerate's simple launcher
+        how = f"ended by {_signal_name(-err.returncode)}" if err.returncode < 0 else None
+        line = f"launch: failed ({how or f'exit {err.returncode}'})"
     else:
         return 0
     print(line, file=sys.stderr, flush=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from pathlib import Path
 
 from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
 from hornn_dist.data.config import apply_preset
@@ -68,12 +70,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(resolved_toml(cfg), end="")
         return 0
-    check_run_folder(cfg.train.output_dir)  # before any work: not at the first save
+    out = Path(cfg.train.output_dir)
+    created = not os.path.lexists(out)
+    check_run_folder(out)  # before any work: not at the first save
     stop = StopFlag()
     stop.install()
-    with naming_path(cfg.train.output_dir, "train.output_dir"):  # a full disk, mid-run
-        Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
+    try:
+        with naming_path(out, "train.output_dir"):  # a full disk, mid-run
+            Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
+    except BaseException:
+        if created and os.environ.get("RANK", "0") == "0":
+            remove_empty_tree(out)  # a run that failed before writing anything leaves nothing
+        raise
     return 0
+
+
+def remove_empty_tree(folder: Path) -> None:
+    """Remove `folder` when it and its sub-folders hold no file (rmdir only: nothing is lost)."""
+    for below, _, files in sorted(os.walk(folder), key=lambda walked: -len(walked[0])):
+        if files:
+            return
+        try:
+            os.rmdir(below)
+        except OSError:
+            return
 
 
 def cli() -> None:

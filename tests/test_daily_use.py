@@ -222,6 +222,23 @@ def test_a_config_error_under_the_quiet_launcher_is_two_lines() -> None:
 
 
 @pytest.mark.integration
+def test_an_error_of_one_process_under_the_quiet_launcher_is_two_lines(tmp_path: Path) -> None:
+    """Accelerate's simple launcher (one process) raises CalledProcessError, whose traceback
+    `accelerate launch` prints after the run's own line; the quiet launcher says one line."""
+    config = write_tiny_config(tmp_path)
+    (tmp_path / "valid.txt").unlink()
+    command = [sys.executable, "-m", "hornn_dist.launch", "--num_processes", "1", "--cpu",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "-m", "hornn_dist.train", str(config)]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env(), timeout=240)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode == 1, lines
+    assert lines[-2].startswith("error: data.valid: no file matches"), lines
+    assert lines[-1] == "launch: failed (exit 2)" and "Traceback" not in proc.stderr, lines
+    assert not (tmp_path / "run").exists()  # nothing written: no empty run folder either
+
+
+@pytest.mark.integration
 def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_path: Path) -> None:
     import os
     import signal

@@ -15,7 +15,7 @@ from hornn_dist import runtime
 from hornn_dist.config import load_config
 from hornn_dist.errors import DataError
 from hornn_dist.training.trainer import Trainer
-from tests.train_helpers import REPO, env, free_port, write_tiny_config
+from tests.train_helpers import REPO, env, free_port, run_here, write_tiny_config
 
 
 def test_the_first_line_of_a_run_is_its_folder(
@@ -134,3 +134,14 @@ def test_a_rank_alone_at_the_start_ends_with_that_line(tmp_path: Path) -> None:
     assert "accelerate launch" not in errors[0]
     assert "rank 0: waiting for all 2 processes to join the process group" in proc.stderr
     assert os.environ.get("WORLD_SIZE") is None  # the test's own environment untouched
+
+
+def test_a_run_that_fails_before_writing_anything_leaves_no_run_folder(tmp_path: Path) -> None:
+    config = write_tiny_config(tmp_path)
+    (tmp_path / "valid.txt").unlink()  # fails while the corpus is prepared
+    proc = run_here("hornn_dist.train", str(config))
+    assert proc.returncode == 2 and "data.valid: no file matches" in proc.stderr
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "run").mkdir()  # a folder the user made is theirs: kept, empty as it was
+    assert run_here("hornn_dist.train", str(config)).returncode == 2
+    assert (tmp_path / "run").is_dir()
