@@ -84,9 +84,8 @@ def test_docs_document_every_config_key_with_its_default() -> None:
 
 
 def _layout_modules() -> tuple[set[str], set[str]]:
-    """Return (modules, folders) that README's Layout block names, as paths from the repo root."""
-    section = README.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```\n", 2)[1]
+    """Return (modules, folders) that docs/layout.md's tree names, as paths from the repo root."""
+    block = (REPO / "docs" / "layout.md").read_text(encoding="utf-8").split("```\n", 2)[1]
     modules, folders = set(), set()
     stack: list[tuple[int, str]] = []  # (indent, folder path)
     for line in block.splitlines():
@@ -108,7 +107,7 @@ def _layout_modules() -> tuple[set[str], set[str]]:
     return modules, folders
 
 
-def test_readme_layout_names_every_module_and_only_real_ones() -> None:
+def test_the_layout_page_names_every_module_and_only_real_ones() -> None:
     listed, folders = _layout_modules()
     package = REPO / "hornn_dist"
     real = {
@@ -116,6 +115,6 @@ def test_readme_layout_names_every_module_and_only_real_ones() -> None:
         for path in package.rglob("*.py")
         if path.name != "__init__.py" and "__pycache__" not in path.parts
     }
-    assert listed == real, f"README Layout is missing {real - listed}, lists {listed - real}"
+    assert listed == real, f"docs/layout.md is missing {real - listed}, lists {listed - real}"
     for folder in folders:
         assert (REPO / folder).is_dir(), folder

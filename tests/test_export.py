@@ -248,7 +248,7 @@ def test_save_pretrained_round_trip(tmp_path: Path, arch: str) -> None:
         assert torch.equal(back.state_dict()[key], value), key
 
 
-def test_readme_layout_lists_the_export_command() -> None:
+def test_the_layout_page_lists_the_export_command() -> None:
     modules, _ = _layout_modules()
     assert "hornn_dist/export.py" in modules
 

@@ -29,8 +29,10 @@ with tempfile.TemporaryDirectory(dir=sys.argv[2] if len(sys.argv) > 2 else None)
             f.write(block)
     for name, path in (("ptb.train.txt", ptb), ("1 GB text", big)):
         size = path.stat().st_size
-        stat_s = timed(lambda: os.stat(path), 1000)
+        stat_s = timed(lambda path=path: os.stat(path), 1000)
         os.system("sync")
-        hash_s = timed(lambda: sha256_file(path), 3)
-        print(f"{name}: {size:,} bytes; stat {stat_s * 1e6:.1f} us; sha256 {hash_s:.3f} s "
-              f"({size / hash_s / 1e6:.0f} MB/s, file in the page cache)")
+        hash_s = timed(lambda path=path: sha256_file(path), 3)
+        print(
+            f"{name}: {size:,} bytes; stat {stat_s * 1e6:.1f} us; sha256 {hash_s:.3f} s "
+            f"({size / hash_s / 1e6:.0f} MB/s, file in the page cache)"
+        )
