@@ -37,7 +37,7 @@ from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
 from hornn_dist.files import CHECKSUMS
-from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, RUN_LOG, TENSORBOARD
+from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.run_state import STATE_FILE, STEP_DIR, TrainerState
 
 logger = logging.getLogger(__name__)
@@ -360,7 +360,9 @@ def set_aside_previous_run(output_dir: str | Path) -> Path | None:
     out = Path(output_dir)
     if not any((out / name).exists() for name in (CHECKPOINTS, TENSORBOARD)):
         return None
-    previous = [out / name for name in (CHECKPOINTS, TENSORBOARD, CONFIG_FILE, RUN_LOG)]
+    previous = [
+        out / name for name in (CHECKPOINTS, TENSORBOARD, CONFIG_FILE, RUN_LOG, EVENTS_FILE)
+    ]
     base = out if out.name not in ("", ".", "..") else out.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target, n = base.with_name(f"{base.name}.replaced-{stamp}"), 1

@@ -4,6 +4,7 @@
       checkpoints/   one step_<N>/ folder per save (layout: checkpoint.py)
       config.toml    the run's resolved config (each checkpoint holds its own copy too)
       train.log      the main process's log, appended by every run (training/run_log.py)
+      metrics.jsonl  the same run as data: one JSON object per event (training/events.py)
       tensorboard/   TensorBoard's event files (Accelerate's tracker of that name)
       mlruns/        mlflow's file store, when log.trackers names mlflow without
                      MLFLOW_TRACKING_URI (training/trackers.py); wandb/ is wandb's own
@@ -19,6 +20,7 @@ from __future__ import annotations
 CHECKPOINTS = "checkpoints"
 CONFIG_FILE = "config.toml"
 RUN_LOG = "train.log"
+EVENTS_FILE = "metrics.jsonl"
 TENSORBOARD = "tensorboard"  # also the project name the trainer gives Accelerate's tracker
 MLFLOW_STORE = "mlruns"
 LOCK_FILE = ".lock"

@@ -29,7 +29,7 @@ def test_the_first_line_of_a_run_is_its_folder(
     first = capsys.readouterr().err.splitlines()[0]
     assert first.endswith(
         f" INFO run folder {tmp_path / 'run'}: checkpoints/, config.toml, tensorboard/, log "
-        "train.log"
+        "train.log, events metrics.jsonl"
     )
 
 

@@ -91,6 +91,12 @@ class Cadence:
             return f"trained train.epochs = {counted(self.epochs, 'epoch')}"
         return ""
 
+    def end_code(self, step: int) -> str:
+        """Return `end_reason`'s code: "max_steps", "epochs", or "" while the run goes on."""
+        if self.max_steps and step >= self.max_steps:
+            return "max_steps"
+        return "epochs" if self.epochs and step >= self.steps_per_epoch * self.epochs else ""
+
     def after(self, step: int) -> AfterStep:
         """Return what follows step `step` (1-based)."""
         epoch_end = bool(self.steps_per_epoch) and step % self.steps_per_epoch == 0

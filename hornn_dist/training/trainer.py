@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist.config import RunConfig
+from hornn_dist.config import RunConfig, tomllib
 from hornn_dist.data.streams import TBPTTStream
 from hornn_dist.errors import HornnError
 from hornn_dist.files import write_text
@@ -29,7 +29,7 @@ from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpu
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
 from hornn_dist.models.precision import resolve_mixed_precision
-from hornn_dist.run_layout import CONFIG_FILE, RUN_LOG, TENSORBOARD
+from hornn_dist.run_layout import CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import (
     StopFlag,
@@ -42,6 +42,7 @@ from hornn_dist.runtime import (
 )
 from hornn_dist.training import dashboard, trackers
 from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cadence
+from hornn_dist.training.events import EventLog
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import LrSchedule, build_optimizer
@@ -74,10 +75,11 @@ class Trainer:
         # Accelerator, which says it again, may wait for the other processes first)
         setup_logging(os.environ.get("RANK", "0") == "0")
         logger.info(
-            "run folder %s: checkpoints/, config.toml, %slog %s",
+            "run folder %s: checkpoints/, config.toml, %slog %s, events %s",
             self.out,
             f"{TENSORBOARD}/, " if "tensorboard" in self.trackers else "",
             RUN_LOG,
+            EVENTS_FILE,
         )
         self.precision = resolve_mixed_precision(cfg.train.mixed_precision, cfg.model.arch)
         self.accelerator = build_accelerator(
@@ -87,6 +89,7 @@ class Trainer:
         setup_logging(acc.is_main_process)
         self.threads = set_cpu_threads(cfg.train.cpu_threads, acc.device)  # before any torch work
         self.run_log = RunLog(acc.is_main_process)  # output_dir/train.log, from _run on
+        self.events = EventLog(acc.is_main_process)  # output_dir/metrics.jsonl, from _run on
         if launch_warning(acc):  # in train.log too: one process where two were meant
             logger.warning("%s", launch_warning(acc))
         from accelerate.utils import set_seed
@@ -139,6 +142,7 @@ class Trainer:
             raise
         finally:
             self.run_log.close()
+            self.events.close()
             self.lock.release()
 
     def _last_checkpoint_line(self) -> str:
@@ -174,9 +178,10 @@ class Trainer:
             write_text(self.out / CONFIG_FILE, self.cfg.to_toml())  # atomic, never a link
         started = f"resumed from {resumed}" if resumed is not None else "fresh run"
         self.run_log.open(self.out, started)
+        self.events.open(self.out)
         logger.info("run folder %s (%s)", self.out, started)
         self._start_trackers(resumed is not None)
-        self._log_start()
+        self._log_start(started)
         self.phase = "training"
         stopped = self._stopped_before_training() or self._loop()
         if not stopped:  # a signal's stop was recorded before its checkpoint
@@ -232,6 +237,16 @@ class Trainer:
             last.ppl,
         )
         progress.test, progress.test_checkpoint = result.record(), best
+        self.events.write(
+            "test",
+            step=progress.step,
+            checkpoint=best,
+            loss=result.loss,
+            ppl=result.ppl,
+            tokens=result.tokens,
+            last_loss=last.loss,
+            last_ppl=last.ppl,
+        )
         progress.test_last = last.record()
         # the loss was checked at this step's validation or save; a step saved already is
         # saved again only to hold its test score, which its line says
@@ -283,7 +298,7 @@ class Trainer:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.describe_run(writer, self.cfg.flat(), self.core.feedback_path_slices())
 
-    def _log_start(self) -> None:
+    def _log_start(self, started: str) -> None:
         cfg, acc, corpus = self.cfg, self.accelerator, self.corpus
         world = acc.num_processes
         sizes = ", ".join(f"{s} {len(corpus.split(s)):,}" for s in corpus.splits)
@@ -318,6 +333,19 @@ class Trainer:
             clip.clip,
             cfg.optim.max_col_norm,
             cfg.optim.lr,
+        )
+        self.events.write(
+            "start",
+            step=self.progress.step,
+            started=started,
+            processes=world,
+            device=str(acc.device),
+            mixed_precision=self.precision.name,
+            parameters=self.core.num_parameters(),
+            steps_per_epoch=self.train_stream.steps_per_epoch,
+            clip_mode=clip.clip_mode,
+            clip=clip.clip,
+            config=tomllib.loads(cfg.to_toml()),
         )
 
     # ------------------------------------------------------------------ loop
@@ -427,9 +455,14 @@ class Trainer:
         last line."""
         if by_signal:
             reason = f"stopped by {self.stop.signal_name or 'a stop signal'}; run again to resume"
+            code = "signal"
+        elif self.schedule.stopped:
+            reason, code = self.schedule.stopped, "converged"
         else:
-            reason = self.schedule.stopped or self.cadence.end_reason(self.progress.step)
+            reason = self.cadence.end_reason(self.progress.step)
+            code = self.cadence.end_code(self.progress.step)
         self.progress.stop_reason = reason
+        self.events.write("stop", step=self.progress.step, code=code, reason=reason)
         if "tensorboard" in self.trackers and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
@@ -517,6 +550,15 @@ class Trainer:
             self.progress.best_valid = result.loss
             self.progress.best_checkpoint = ckpt.step_dir_name(self.progress.step)
         self._track({"valid/loss": result.loss, "valid/ppl": result.ppl})  # train/lr: log steps
+        self.events.write(
+            "valid",
+            step=self.progress.step,
+            epoch=self.progress.step / self.train_stream.steps_per_epoch,
+            loss=result.loss,
+            ppl=result.ppl,
+            lr=self.schedule.lr,
+            best=is_best,
+        )
         logger.info(
             "step %d: valid loss %.4f, ppl %.2f%s",
             self.progress.step,
@@ -556,6 +598,17 @@ class Trainer:
             **norms,
         }
         self._track(values)
+        self.events.write(
+            "train",
+            step=self.progress.step,
+            epoch=self.progress.step / self.train_stream.steps_per_epoch,
+            loss=loss,
+            ppl=ppl,
+            lr=self.schedule.lr,
+            tokens_per_sec=tokens_per_sec,
+            grad_norm=norms.get("grad_norm/total", math.nan),
+            path_grad_norms={k: v for k, v in norms.items() if k != "grad_norm/total"},
+        )
         bar.set_postfix(
             loss=f"{loss:.3f}",
             ppl=f"{ppl:.1f}",

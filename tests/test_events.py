@@ -1,0 +1,75 @@
+"""metrics.jsonl: a run's events as data, written by a real run and read back without parsing
+its log (the start with its config, every log step with each path's gradient norm, each
+validation, the test, the stop with its code), appended by a resumed run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from hornn_dist.checkpoint import list_checkpoints
+from hornn_dist.run_state import TrainerState
+from hornn_dist.training.events import EventLog, read_events
+from tests.train_helpers import check_ok, run_here, write_tiny_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("events")
+    config = write_tiny_config(folder, train={"epochs": 2})
+    check_ok(run_here("hornn_dist.train", str(config), "--set", "train.max_steps=12"))
+    check_ok(run_here("hornn_dist.train", str(config), "--set", "train.max_steps=20"))  # on
+    return folder / "run"
+
+
+def test_every_log_line_and_validation_is_an_event_with_the_states_numbers(run: Path) -> None:
+    events = read_events(run / "metrics.jsonl")
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "start" and kinds.count("start") == 2 and kinds.count("stop") == 2
+    starts = [e for e in events if e["event"] == "start"]
+    assert starts[0]["step"] == 0 and starts[1]["step"] == 12
+    assert starts[1]["started"].startswith("resumed from ")
+    assert starts[0]["config"]["model"]["pooling"] == "gated"
+    assert starts[0]["parameters"] > 0 and starts[0]["clip_mode"] in ("norm", "value")
+    train = [e for e in events if e["event"] == "train"]
+    assert [e["step"] for e in train] == list(range(2, 21, 2))  # log.every = 2
+    for event in train:
+        assert math.isclose(event["ppl"], math.exp(event["loss"]), rel_tol=1e-9)
+        assert event["path_grad_norms"] and event["grad_norm"] > 0
+    state = TrainerState.read(list_checkpoints(run)[-1])
+    valid = [e for e in events if e["event"] == "valid"]
+    assert [(e["step"], e["loss"]) for e in valid] == [
+        (h["step"], h["loss"]) for h in state.valid_history
+    ]
+    tests = [e for e in events if e["event"] == "test"]  # each run that ends scores the test
+    assert [t["step"] for t in tests] == [12, 20]
+    assert (tests[-1]["checkpoint"], tests[-1]["ppl"]) == (state.test_checkpoint, state.test["ppl"])
+    stops = [e for e in events if e["event"] == "stop"]
+    assert [s["code"] for s in stops] == ["max_steps", "max_steps"]
+    assert stops[-1]["reason"] == state.stop_reason and stops[-1]["step"] == 20
+
+
+def test_a_line_cut_short_by_a_kill_is_left_out_and_nan_is_null(tmp_path: Path) -> None:
+    log = EventLog(is_main=True)
+    log.open(tmp_path)
+    log.write("train", step=1, loss=math.nan, ppl=math.inf)
+    log.close()
+    path = tmp_path / "metrics.jsonl"
+    assert json.loads(path.read_text())["loss"] is None
+    with open(path, "a") as f:
+        f.write('{"event": "train", "step": 2, "lo')  # a kill mid-write
+    assert [e["step"] for e in read_events(path)] == [1]
+    with pytest.raises(ValueError, match="stop code"):
+        log.open(tmp_path)
+        log.write("stop", step=3, code="tired", reason="")
+    log.close()
+
+
+def test_other_ranks_write_nothing(tmp_path: Path) -> None:
+    log = EventLog(is_main=False)
+    log.open(tmp_path)
+    log.write("train", step=1)
+    assert not (tmp_path / "metrics.jsonl").exists()
