@@ -145,3 +145,18 @@ def test_a_run_that_fails_before_writing_anything_leaves_no_run_folder(tmp_path:
     (tmp_path / "run").mkdir()  # a folder the user made is theirs: kept, empty as it was
     assert run_here("hornn_dist.train", str(config)).returncode == 2
     assert (tmp_path / "run").is_dir()
+
+
+@pytest.mark.integration
+def test_streams_that_two_processes_cannot_share_are_refused_before_the_corpus(
+    tmp_path: Path,
+) -> None:
+    from tests.train_helpers import launch_two_ranks
+
+    config = write_tiny_config(tmp_path, train={"batch_size": 3})
+    (tmp_path / "valid.txt").unlink()  # preparing would fail: the layout is checked first
+    proc = launch_two_ranks("hornn_dist.train", str(config))
+    errors = {line for line in proc.stderr.splitlines() if line.startswith("error:")}
+    assert errors == {
+        "error: train.batch_size=3 is not divisible by the 2 processes; choose a multiple of 2"
+    }, proc.stderr[-3000:]

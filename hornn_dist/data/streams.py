@@ -94,7 +94,7 @@ class ArrayTokens:
         return self.array[a:b]
 
 
-def _check_layout(
+def check_layout(
     batch: int, bptt: int, rank: int, world_size: int, batch_key: str, bptt_key: str
 ) -> None:
     """Raise ConfigError for a batch size, bptt or rank that cannot be laid out on W processes."""
@@ -134,7 +134,7 @@ class TBPTTStream:
         bptt_key: str = "train.bptt",
     ) -> None:
         n = len(tokens)
-        _check_layout(global_batch, bptt, rank, world_size, batch_key, bptt_key)
+        check_layout(global_batch, bptt, rank, world_size, batch_key, bptt_key)
         need = global_batch * bptt + 1
         if n < need:
             raise ConfigError(
@@ -278,7 +278,7 @@ class EvalStream:
         bptt_key: str = "train.bptt",
     ) -> None:
         n = len(tokens)
-        _check_layout(batch_size, bptt, rank, world_size, batch_key, bptt_key)
+        check_layout(batch_size, bptt, rank, world_size, batch_key, bptt_key)
         pairs = n - 1 if n > 0 else 0  # (input, target) pairs
         if pairs < batch_size:
             raise ConfigError(

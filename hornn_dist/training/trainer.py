@@ -22,7 +22,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, tomllib
-from hornn_dist.data.streams import TBPTTStream
+from hornn_dist.data.streams import TBPTTStream, check_layout
 from hornn_dist.errors import HornnError
 from hornn_dist.files import write_text
 from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
@@ -87,6 +87,10 @@ class Trainer:
         )
         acc = self.accelerator
         setup_logging(acc.is_main_process)
+        rank, world = acc.process_index, acc.num_processes
+        train = cfg.train  # streams per process, checked before anything is sized from them
+        check_layout(train.batch_size, train.bptt, rank, world, "train.batch_size", "train.bptt")
+        self.batch_per_process = train.batch_size // world
         self.threads = set_cpu_threads(cfg.train.cpu_threads, acc.device)  # before any torch work
         self.run_log = RunLog(acc.is_main_process)  # output_dir/train.log, from _run on
         self.events = EventLog(acc.is_main_process)  # output_dir/metrics.jsonl, from _run on
@@ -101,7 +105,7 @@ class Trainer:
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.draws_progress())
-        batch = cfg.train.batch_size // acc.num_processes
+        batch = self.batch_per_process
         check_fits(cfg.model, self.corpus.vocab_size, acc.device, batch, cfg.train.bptt)
         plan = plan_for(cfg.model, acc.device, batch, acc.mixed_precision)
         # No DDP, so the model is not Accelerate's: placed here, the step averages the flat
@@ -110,7 +114,6 @@ class Trainer:
         self.fused_sgd = needs_fused_sgd(acc)
         optimizer = build_optimizer(self.core, cfg.optim, fused=self.fused_sgd)
         self.optimizer = acc.prepare_optimizer(optimizer)
-        rank, world = acc.process_index, acc.num_processes
         self.hardware = describe_hardware(acc.device, world)  # for the trainer state
         # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
         self.train_stream = TBPTTStream(
@@ -122,7 +125,7 @@ class Trainer:
         self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world, self.train_stream.steps_per_epoch)
         self.step = step_for_accelerator(
-            cfg, acc, self.core, self.optimizer, cfg.train.batch_size // world
+            cfg, acc, self.core, self.optimizer, self.batch_per_process
         )
 
     # ------------------------------------------------------------------ set-up
@@ -313,7 +316,7 @@ class Trainer:
             cfg.train.batch_size * cfg.train.bptt,
             counted(cfg.train.batch_size, "stream"),
             cfg.train.bptt,
-            cfg.train.batch_size // world,
+            self.batch_per_process,
             counted(world, "process", "processes"),
             self.train_stream.steps_per_epoch,
             counted(cfg.train.epochs, "epoch"),
