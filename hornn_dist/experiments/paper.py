@@ -1,7 +1,8 @@
 """The paper's numbers (Soltani & Jiang 2016, Tables 2 and 3, the text8 table, Figure 4) and the
 paper's name for the model a run trains.
 
-Every number is a test perplexity copied from /work/shared/paper/hornn-soltani-jiang-2016.tex:
+Every number is a test perplexity copied from the paper ("Higher Order Recurrent Neural
+Networks", Soltani & Jiang 2016, its LaTeX source):
 PTB with 400 hidden units, text8 with 500 (§4). Figure 4 (FOFE HORNN against α) has no numbers
 in the source, only its conclusion, kept here as text.
 """
