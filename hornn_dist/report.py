@@ -6,8 +6,7 @@ with its numbers beside ours) and PNG plots into `--out` (default RUNS_DIR/repor
 and the paper's corpus come from the sweep file (its sweep.json); --layout and --paper override.
 Layout `fair` groups the runs that differ only by seed and compares the models over their seeds
 (experiments/fair.py), with tokens/s from `--speed-record` (experiments/speed.py).
-`--record` prints the tables a benchmark record declares in its tables.toml, from the run
-folders it keeps, and writes nothing (experiments/record_tables.py).
+(A benchmark record's own tables: `python benchmarks/record_tables.py RECORD`.)
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from hornn_dist.config import KEYS_HELP
 from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.experiments.fair import render_fair
 from hornn_dist.experiments.plan import LAYOUTS, PAPERS
-from hornn_dist.experiments.record_tables import render_record_tables
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record, run_damage
 from hornn_dist.experiments.speed import SpeedRecord, read_speed_record
 from hornn_dist.experiments.tables import pick_best, render_tables
@@ -51,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "runs_dir",
-        help="a sweep's output_dir, e.g. runs/sweeps/demo_summary (with --record: a record folder)",
+        help="a sweep's output_dir, e.g. runs/sweeps/demo_summary, or a finished run's folder",
     )
     parser.add_argument(
         "--out", help="folder for report.md and the plots (default RUNS_DIR/report)"
@@ -70,18 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "JSON, a record folder holding throughput.json, or a folder of runs each trained "
         "alone); without it the column says none was given",
     )
-    parser.add_argument(
-        "--record",
-        action="store_true",
-        help="RUNS_DIR is a benchmark record (e.g. benchmarks/records/2026-11-27-h200-grids): "
-        "print the tables its tables.toml declares from the runs it keeps; write nothing",
-    )
-    args = parser.parse_args(argv)
-    if args.record and (args.out or args.layout or args.paper or args.speed_record):
-        parser.error(
-            "--record prints a record's own tables: drop --out, --layout, --paper and --speed-record"
-        )
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,9 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(True)
     runs_dir = Path(args.runs_dir)
-    if args.record:
-        print(render_record_tables(runs_dir), end="", flush=True)
-        return 0
     sweep = read_sweep_record(runs_dir)
     layout = args.layout or sweep.get("layout", "summary")
     paper = args.paper or sweep.get("paper", "none")

@@ -1,5 +1,5 @@
 """The benchmark records: each record that declares its tables (tables.toml) has them printed by
-`python -m hornn_dist.report RECORD --record` from its own run folders, its README names that
+`python benchmarks/record_tables.py RECORD` from its own run folders, its README names that
 command, and every table README.md, docs/ or a record's README quotes from it is what the
 command prints; every JSON record names its commit."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train_helpers import REPO, check_ok, run_here
+from tests.train_helpers import REPO, check_ok, run_here, run_record_tables
 
 RECORDS = REPO / "benchmarks" / "records"
 TABLED = sorted(spec.parent for spec in RECORDS.glob("*/tables.toml"))
@@ -41,13 +41,13 @@ def cells(line: str) -> tuple[str, ...]:
 
 
 def record_command(record: Path) -> str:
-    return f"python -m hornn_dist.report {record.relative_to(REPO)} --record"
+    return f"python benchmarks/record_tables.py {record.relative_to(REPO)}"
 
 
 @functools.cache
 def printed(record: Path) -> str:
     """Return what the record's README command prints, run in this process."""
-    result = run_here("hornn_dist.report", *record_command(record).split()[3:])
+    result = run_record_tables(record)
     check_ok(result)
     return result.stdout
 
@@ -161,12 +161,12 @@ def test_an_auto_clip_is_the_one_the_runs_log_says_not_todays(tmp_path: Path) ->
     log = record / "runs" / "x" / "train.log"
     assert "clip norm (auto) 0.5," in log.read_text()
     log.write_text(log.read_text().replace("clip norm (auto) 0.5,", "clip norm (auto) 0.25,"))
-    result = run_here("hornn_dist.report", str(record), "--record")
+    result = run_record_tables(record)
     check_ok(result)
     assert "| x | norm 0.25 (auto) |" in result.stdout.splitlines()
 
     log.unlink()
-    result = run_here("hornn_dist.report", str(record), "--record")
+    result = run_record_tables(record)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert str(record / "runs" / "x") in lines[0] and "clip_mode is auto" in lines[0]
@@ -188,7 +188,7 @@ def test_an_auto_clip_is_the_one_the_runs_log_says_not_todays(tmp_path: Path) ->
 )
 def test_a_bad_tables_file_is_one_line(tmp_path: Path, spec: str, words: str) -> None:
     record = _record_of(tmp_path, H200 / "demo_orders" / "runs" / "rnn", spec)
-    result = run_here("hornn_dist.report", str(record), "--record")
+    result = run_record_tables(record)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert words in lines[0], lines[0]
@@ -211,7 +211,7 @@ def test_a_fair_table_of_a_record_is_the_reports_one_screen_table(tmp_path: Path
         for name in ("trainer_state.json", "config.toml"):
             shutil.copy2(list_checkpoints(run)[-1] / name, kept / run.name / name)
     (record / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "fair"\n')
-    printed = run_here("hornn_dist.report", str(record), "--record")
+    printed = run_record_tables(record)
     check_ok(printed)
     report = run_here("hornn_dist.report", str(runs), "--no-plots")
     check_ok(report)
@@ -225,7 +225,7 @@ def test_a_fair_table_of_a_record_is_the_reports_one_screen_table(tmp_path: Path
         == one_screen.split("\n## ")[0]
     )
     (record / "tables.toml").write_text('[[table]]\ntitle = "Fair"\nfair = "nope"\n')
-    bad = run_here("hornn_dist.report", str(record), "--record")
+    bad = run_record_tables(record)
     assert bad.returncode == 2, bad.stderr
     (line,) = bad.stderr.strip().splitlines()
     assert "fair = 'nope' is no folder or file relative to the record" in line

@@ -20,7 +20,15 @@ from hornn_dist.experiments.paper import paper_model, paper_ppl
 from hornn_dist.experiments.results import RunRecord, read_run, read_runs
 from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
 from hornn_dist.training.optim import resolve_clip
-from tests.train_helpers import REPO, check_ok, env, markdown_table, run_here, write_tiny_config
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    env,
+    markdown_table,
+    run_here,
+    run_record_tables,
+    write_tiny_config,
+)
 
 SWEEP = """
 base = "config.toml"
@@ -268,7 +276,7 @@ def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Pa
 
 @pytest.mark.integration
 def test_a_record_of_the_sweeps_runs_prints_its_tables(runs: Path, tmp_path: Path) -> None:
-    """`report --record` over the files a record keeps of two finished runs (config.toml,
+    """`benchmarks/record_tables.py` over the files a record keeps of two finished runs (config.toml,
     train.log, the last trainer_state.json): the clip auto resolved to, read from the trainer's
     own start-up line, and the scores the runs' checkpoints hold."""
     record = tmp_path / "record"
@@ -293,7 +301,7 @@ columns = [
 rows = [{runs = ["runs/rnn"]}, {runs = ["runs/hornn3-fofe"]}]
 """
     )
-    proc = run_here("hornn_dist.report", str(record), "--record")
+    proc = run_record_tables(record)
     check_ok(proc)
     rows = markdown_table(proc.stdout, "## two runs")
     rnn, fofe = read_run(runs / "rnn"), read_run(runs / "hornn3-fofe")

@@ -148,6 +148,15 @@ def run_module(module: str, *args: str, timeout: int = 300) -> subprocess.Comple
     )
 
 
+def run_record_tables(record: Path) -> subprocess.CompletedProcess:
+    """Run `python benchmarks/record_tables.py RECORD` in this process, as `run_here` runs a
+    module (the script imports its sibling record_runs.py from its own folder)."""
+    benchmarks = str(REPO / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    return run_here("record_tables", str(record))
+
+
 def run_here(
     module: str, *args: str, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

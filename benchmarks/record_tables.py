@@ -1,5 +1,8 @@
-"""The tables of a benchmark record (`report RECORD --record`), computed from the run folders
-the record keeps, as its `tables.toml` declares them:
+"""Print the tables of a benchmark record: `python benchmarks/record_tables.py RECORD`.
+
+The tables are computed from the run folders the record keeps, as its `tables.toml` declares
+them (this repository's records only: a reader of them, so it lives beside them, not in the
+package):
 
     [[table]]
     title = "Five seeds"                          # printed as a heading above the table
@@ -35,6 +38,7 @@ several, perplexities are "mean ± sd" (sample sd) and epochs "min–max".
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -45,12 +49,14 @@ from typing import Any
 from hornn_dist.config import read_toml
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.fair import Stat, results_table
-from hornn_dist.experiments.record_runs import RecordRun, read_record_run
 from hornn_dist.experiments.results import read_runs, read_sweep_record
 from hornn_dist.experiments.speed import read_speed_record
 from hornn_dist.experiments.tables import NONE, fmt_ppl, markdown_table
+from hornn_dist.runtime import run_cli
 
-TABLES_FILE = "tables.toml"  # in a record's folder: the tables `report --record` prints
+from record_runs import RecordRun, read_record_run
+
+TABLES_FILE = "tables.toml"  # in a record's folder: the tables this script prints
 
 
 @dataclass(frozen=True)
@@ -423,3 +429,18 @@ def _column(where: str, raw: Any) -> Column:
     return Column(
         head, show, tuple(p - 1 for p in picks), raw.get("epoch"), raw.get("key", ""), align
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the record's tables; return the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "record", help="a record folder, e.g. benchmarks/records/2026-11-28-cpu-ptb"
+    )
+    args = parser.parse_args(argv)
+    print(render_record_tables(Path(args.record)), end="", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
