@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config, read_toml
-from hornn_dist.experiments.tables import short_stop
 from hornn_dist.run_state import TrainerState
 from hornn_dist.wording import counted
 from tests.train_helpers import (
@@ -176,8 +175,6 @@ def test_tokens_per_sec_leaves_out_the_paused_time() -> None:
 def test_epoch_wording() -> None:
     assert counted(1, "epoch") == "1 epoch" and counted(3, "epoch") == "3 epochs"
     assert counted(0, "run") == "0 runs"
-    assert short_stop("trained train.epochs = 1 epoch") == "1 epoch"
-    assert short_stop("trained train.epochs = 3 epochs") == "3 epochs"
 
 
 @pytest.mark.integration

@@ -231,13 +231,38 @@ def test_paper_models_of_each_arch() -> None:
         ), overrides
 
 
-def test_stop_reasons_are_shortened() -> None:
-    assert short_stop("reached train.max_steps = 4") == "max_steps 4"
-    assert short_stop("trained train.epochs = 15 epochs") == "15 epochs"
-    assert short_stop("converged: epoch 7 lowered the validation loss by 0.1%") == (
-        "converged (epoch 7)"
+def test_stop_reasons_are_shortened_from_the_stop_code_not_the_sentence() -> None:
+    def short(code: str, *overrides: str, epochs: float = 0.0, signal: str = "") -> str:
+        config = load_config(None, list(overrides))
+        record = RunRecord(
+            "r", Path("r"), config, stop_code=code, epochs=epochs, stop_signal=signal
+        )
+        record.stop_reason = "reworded, whatever it says"  # no reader looks at the wording
+        return short_stop(record)
+
+    assert short("max_steps", "train.max_steps=4") == "max_steps 4"
+    assert short("epochs", "train.epochs=15") == "15 epochs"
+    assert short("epochs", "train.epochs=1") == "1 epoch"
+    assert short("converged", epochs=7.0) == "converged (epoch 7)"
+    assert short("signal", signal="SIGTERM") == "stopped by SIGTERM"
+    assert short("signal") == "stopped by a signal"  # a run from before metrics.jsonl
+    assert short("") == "—"
+
+
+def test_a_runs_stop_code_comes_from_its_events_else_its_state(tmp_path: Path) -> None:
+    from hornn_dist.experiments.results import stop_of
+    from hornn_dist.run_state import TrainerState
+
+    config = load_config(None, ["train.max_steps=9", "train.epochs=3"])
+    state = TrainerState(step=9, stop_reason="anything")
+    assert stop_of(tmp_path, state, config) == ("max_steps", "")
+    state.schedule = {"stopped": "converged: ..."}
+    assert stop_of(tmp_path, state, config) == ("converged", "")
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"event": "stop", "step": 9, "code": "signal", "signal": "SIGINT", "reason": "x"}\n'
     )
-    assert short_stop("stopped by SIGTERM; run again to resume") == "stopped by SIGTERM"
+    assert stop_of(tmp_path, state, config) == ("signal", "SIGINT")
+    assert stop_of(tmp_path, TrainerState(step=3), config) == ("", "")  # still training
 
 
 def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:

@@ -38,7 +38,6 @@ from hornn_dist.experiments.tables import (
     runs_table,
     unfinished_note,
 )
-from hornn_dist.training.optim import CONVERGED
 
 NOISE_FACTOR = 2.0
 EPOCH_SLACK = 1e-9  # valid_history's epoch is step / steps_per_epoch, a float
@@ -384,7 +383,7 @@ def _how_ended(fams: Sequence[Family]) -> str:
     """Return "converged" where the stopping rule ended every picked run, else how many runs
     ended otherwise (e.g. at train.epochs: their test column is at equal tokens, not converged)."""
     runs = [run for family in fams for run in family.picked.runs]
-    early = sum(not run.stop_reason.startswith(CONVERGED) for run in runs)
+    early = sum(run.stop_code != "converged" for run in runs)
     return "converged" if not early else f"not converged: {early} of {len(runs)} runs"
 
 

@@ -13,8 +13,9 @@ from hornn_dist.config import RunConfig
 from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.errors import ConfigError, HornnError
 from hornn_dist.experiments.plan import RUNS_FILE, run_name_problem
-from hornn_dist.run_layout import CONFIG_FILE
+from hornn_dist.run_layout import CONFIG_FILE, EVENTS_FILE
 from hornn_dist.run_state import STATE_FILE, TrainerState
+from hornn_dist.training.events import read_events
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.resume import completion
 
@@ -39,7 +40,9 @@ class RunRecord:
     tokens_per_sec: float = 0.0
     train_seconds: float = 0.0
     hardware: str = ""
-    stop_reason: str = ""
+    stop_reason: str = ""  # the sentence, for people; programs read stop_code
+    stop_code: str = ""  # converged | max_steps | epochs | signal ("" while it trains)
+    stop_signal: str = ""  # the signal's name when stop_code is "signal" (where recorded)
     valid_history: list[dict[str, float]] = field(default_factory=list)
     final_lr: float = math.nan  # the lr its last epoch trained at
     halvings: int = 0  # of the lr, by the schedule
@@ -84,6 +87,7 @@ def read_run(
         train_seconds=float(state.train_seconds),
         hardware=state.hardware,
         stop_reason=state.stop_reason,
+        **dict(zip(("stop_code", "stop_signal"), stop_of(folder, state, config), strict=True)),
         valid_history=history,
         final_lr=_final_lr(state.schedule, history, config),
         halvings=int(state.schedule.get("halvings", 0) or 0),
@@ -91,6 +95,27 @@ def read_run(
         corpus=corpus_folder(config.data).name,
         corpus_hash=state.corpus_hash,
     )
+
+
+def stop_of(folder: Path, state: TrainerState, config: RunConfig) -> tuple[str, str]:
+    """Return how a run stopped, as a code of `events.STOP_CODES` ("" while it trains), and the
+    signal's name: its metrics.jsonl's stop event at the state's step, else (a run from before
+    that file) what its trainer state and config say, never the wording of its stop reason."""
+    events = folder / EVENTS_FILE
+    if events.is_file():
+        stops = [e for e in read_events(events) if e["event"] == "stop"]
+        if stops and stops[-1].get("step") == state.step:
+            return str(stops[-1]["code"]), str(stops[-1].get("signal") or "")
+    if not state.stop_reason:
+        return "", ""
+    if state.schedule.get("stopped"):
+        return "converged", ""
+    if config.train.max_steps and state.step >= config.train.max_steps:
+        return "max_steps", ""
+    done = state.valid_history[-1]["epoch"] if state.valid_history else state.epoch
+    if config.train.epochs and done >= config.train.epochs:
+        return "epochs", ""
+    return "signal", ""  # a stop reason that no rule of the run's config gave
 
 
 def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, TrainerState] | None, list[str]]:

@@ -9,7 +9,6 @@ checkpoint's by validation (`RunRecord.test_ppl`).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Iterable, Sequence
 
 from hornn_dist.experiments.paper import (
@@ -24,6 +23,7 @@ from hornn_dist.experiments.paper import (
 )
 from hornn_dist.experiments.params import recurrent_parameters
 from hornn_dist.experiments.results import RunRecord
+from hornn_dist.wording import counted
 
 NONE = "—"
 TEXT_COLUMNS = frozenset({"run", "model", "recipe", "finished", "kept", "stopped by"})
@@ -88,20 +88,19 @@ def fmt_count(n: float) -> str:
     return f"{n:,.0f}"
 
 
-def short_stop(reason: str) -> str:
-    """Return why a run stopped in a few words ("converged (epoch 7)", "max_steps 4", ...)."""
-    patterns = (
-        (r"converged: epoch (\d+)", r"converged (epoch \1)"),
-        (r"reached train\.max_steps = (\d+)", r"max_steps \1"),
-        (r"trained train\.epochs = (1) epoch\b", r"\1 epoch"),
-        (r"trained train\.epochs = (\d+)", r"\1 epochs"),
-        (r"stopped by ([^;]+)", r"stopped by \1"),
-    )
-    for pattern, short in patterns:
-        match = re.match(pattern, reason)
-        if match:
-            return match.expand(short)
-    return reason.split(";")[0][:40] or NONE
+def short_stop(record: RunRecord) -> str:
+    """Return why a run stopped in a few words ("converged (epoch 7)", "max_steps 4", ...),
+    from its stop code, state and config (never the wording of its stop reason)."""
+    code = record.stop_code
+    if code == "converged":
+        return f"converged (epoch {record.epochs:g})"
+    if code == "max_steps":
+        return f"max_steps {record.config.train.max_steps}"
+    if code == "epochs":
+        return counted(record.config.train.epochs, "epoch")
+    if code == "signal":
+        return f"stopped by {record.stop_signal or 'a signal'}"
+    return NONE
 
 
 def _recipe(record: RunRecord) -> str:
@@ -131,7 +130,7 @@ def summary_table(picked: Sequence[RunRecord], paper: str) -> str:
             row.append(fmt_paper(paper_ppl(model, paper)))
         row += [fmt_count(record.parameters), f"{record.epochs:.1f}"]
         row += [fmt_count(record.tokens_per_sec), fmt_duration(record.train_seconds)]
-        row.append(short_stop(record.stop_reason))
+        row.append(short_stop(record))
         rows.append(row)
     return markdown_table(headers, rows)
 
@@ -242,7 +241,7 @@ def runs_table(records: Sequence[RunRecord], picked: Sequence[RunRecord]) -> str
             f"{r.epochs:.1f}",
             f"{r.parameters:,}" if r.parameters else NONE,
             f"{recurrent_parameters(r.config.model):,}",
-            short_stop(r.stop_reason),
+            short_stop(r),
         ]
         for r in records
     ]

@@ -10,7 +10,8 @@ object with its `event` and the unix `time`:
     train  step, epoch, loss, ppl, lr, tokens_per_sec, grad_norm, path_grad_norms (name: value)
     valid  step, epoch, loss, ppl, lr (for the next steps), best
     test   step, checkpoint, loss, ppl, tokens, last_loss, last_ppl
-    stop   step, code (converged | max_steps | epochs | signal), reason
+    stop   step, code (converged | max_steps | epochs | signal), signal (its name, or ""),
+           reason
 
 Non-finite numbers are written as null (JSON has no NaN). A resumed run appends; its `start`
 says where it resumed, and a reader keeps, per step, the last object written.

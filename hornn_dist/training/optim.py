@@ -17,7 +17,7 @@ from hornn_dist.wording import counted
 # H 400; an unweighted sum of several feedback paths (`sum` pooling, order >= 2) went above the
 # vocabulary's perplexity at H 400 under 1 and trained there under 0.5 (better than 0.25)
 AUTO_CLIP_NORM = {"summed paths": 0.5, "other": 1.0}
-CONVERGED = "converged"  # how a stop reason of the stopping rule begins (reports look for it)
+CONVERGED = "converged"  # how a stop reason of the stopping rule begins (its stop code too)
 
 
 def resolve_clip(model: ModelConfig, cfg: OptimConfig) -> OptimConfig:

@@ -465,7 +465,8 @@ class Trainer:
             reason = self.cadence.end_reason(self.progress.step)
             code = self.cadence.end_code(self.progress.step)
         self.progress.stop_reason = reason
-        self.events.write("stop", step=self.progress.step, code=code, reason=reason)
+        signal = (self.stop.signal_name or "a stop signal") if by_signal else ""
+        self.events.write("stop", step=self.progress.step, code=code, signal=signal, reason=reason)
         if "tensorboard" in self.trackers and self.accelerator.is_main_process:
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.record_stop(writer, reason, self.progress.step)
