@@ -14,6 +14,7 @@ from hornn_dist.models import ModelConfig
 from hornn_dist.training.metrics import perplexity, total_grad_norm
 from hornn_dist.training.optim import (
     LrSchedule,
+    build_optimization,
     build_optimizer,
     clip_gradients,
     keep_fused,
@@ -263,15 +264,31 @@ def test_no_stopping_rule_runs_every_epoch() -> None:
     assert sched.lr == 0.5 and not sched.stopped
 
 
-def test_apply_sets_the_lr_on_every_parameter_group() -> None:
+def test_the_schedule_owns_the_optimizers_lr_through_every_change() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
     opt = torch.optim.SGD(
-        [{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=1.0
+        [{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=7.0
     )
-    sched = schedule(lr=1.0, schedule="fixed_then_halve", halve_after=0)
+    sched = schedule(lr=1.0, schedule="fixed_then_halve", halve_after=0).drive(opt)
+    lrs = lambda: [g["lr"] for g in opt.param_groups]  # noqa: E731
+    assert lrs() == [1.0, 1.0]  # bound: the schedule's lr at once
     sched.end_epoch(1.0)
-    sched.apply(opt)
-    assert [g["lr"] for g in opt.param_groups] == [0.5, 0.5]
+    assert lrs() == [0.5, 0.5]  # an epoch's halving, with no call to copy it
+    saved = sched.state_dict()
+    sched.end_epoch(1.0)
+    opt.load_state_dict(opt.state_dict())  # as a resume loads it: new group dicts
+    sched.load_state_dict(saved)
+    assert lrs() == [0.5, 0.5]  # a restored state
+    sched.set_lr(0.1)
+    assert lrs() == [0.1, 0.1]  # a resume's changed optim.lr
+
+
+def test_build_optimization_builds_the_optimizer_and_its_schedule_from_one_config() -> None:
+    model = torch.nn.Linear(3, 2)
+    cfg = OptimConfig(lr=0.3, schedule="fixed_then_halve", halve_after=1, min_lr=0.0)
+    opt, sched = build_optimization(model, cfg)
+    sched.end_epoch(1.0)
+    assert sched.lr == opt.param_groups[0]["lr"] == 0.15
 
 
 def test_build_optimizer_uses_the_config() -> None:

@@ -369,10 +369,11 @@ def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) 
         ".lock",
         "checkpoints",
         "config.toml",
+        "metrics.jsonl",
         "tensorboard",
         "train.log",  # the new run's; the old one's moved aside with its run
     }
-    assert (aside / "train.log").is_file()
+    assert (aside / "train.log").is_file() and (aside / "metrics.jsonl").is_file()
     assert [c.name for c in list_checkpoints(copy)] == ["step_00000004"]
 
 

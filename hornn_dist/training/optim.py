@@ -54,6 +54,15 @@ def build_optimizer(
     return sgd
 
 
+def build_optimization(
+    model: torch.nn.Module, cfg: OptimConfig, fused: bool = False
+) -> tuple[torch.optim.SGD, LrSchedule]:
+    """Return the run's SGD (`build_optimizer`) and the lr schedule that drives its lr: the one
+    owner of the lr, built with the optimizer from one config."""
+    optimizer = build_optimizer(model, cfg, fused)
+    return optimizer, LrSchedule.from_config(cfg).drive(optimizer)
+
+
 def keep_fused(optimizer: torch.optim.Optimizer, fused: bool) -> None:
     """Set every parameter group's `fused` to the run's choice after a checkpoint's state was
     loaded (a state dict carries the saving run's; fp16 needs fused SGD, other runs not)."""
@@ -86,6 +95,9 @@ class LrSchedule:
     newbob: as plateau until the first halving, then halve after every epoch (Mikolov's rnnlm,
     the "NewBob" rule of speech recognition): the fixed phase ends when validation says so.
     The lr never goes below `min_lr`.
+    The schedule owns the lr: bound to an optimizer (`build_optimization`, or `drive`), every
+    change of its lr (an epoch's end, a restored state, a resume's new optim.lr) is set on that
+    optimizer's parameter groups at once, so no caller copies it over.
     Convergence (`stop_improvement` > 0): once the lr has been halved, `stop_patience` epochs
     in a row that each lower the validation loss by less than that fraction end the run, as
     does a halving due at `min_lr` (the stopping rule of Mikolov's rnnlm, which the paper's PTB
@@ -124,6 +136,23 @@ class LrSchedule:
             halve_before_stop=cfg.halve_before_stop,
         )
 
+    def drive(self, optimizer: torch.optim.Optimizer) -> LrSchedule:
+        """Own `optimizer`'s lr from now on (set to this schedule's at once); return self."""
+        self._optimizer = optimizer  # not a field: the state dict holds numbers only
+        self._push()
+        return self
+
+    def set_lr(self, lr: float) -> None:
+        """Set the current lr (a resume's changed optim.lr): the schedule halves on from it."""
+        self.lr = lr
+        self._push()
+
+    def _push(self) -> None:
+        """Set the lr on every parameter group of the optimizer this schedule drives."""
+        optimizer = getattr(self, "_optimizer", None)
+        for group in optimizer.param_groups if optimizer is not None else ():
+            group["lr"] = self.lr
+
     def end_epoch(self, valid_loss: float) -> float:
         """Record one finished epoch and its validation loss; return the lr for the next epoch
         (`stopped` says why when the run has converged)."""
@@ -143,6 +172,7 @@ class LrSchedule:
             halve = self._judge_convergence(improvement, halve)
         if halve:  # also at a stop, so that a resume under a longer patience goes on as it would
             self._halve()
+        self._push()
         return self.lr
 
     def _halve(self) -> None:
@@ -183,11 +213,6 @@ class LrSchedule:
         than its first one."""
         return self.epoch_lr < self.streak_lr
 
-    def apply(self, optimizer: torch.optim.Optimizer) -> None:
-        """Set the current lr on every parameter group."""
-        for group in optimizer.param_groups:
-            group["lr"] = self.lr
-
     def state_dict(self) -> dict:
         """Return the schedule's state as plain values."""
         return asdict(self)
@@ -196,6 +221,7 @@ class LrSchedule:
         """Restore the schedule's state from `state_dict()`'s values."""
         for key, value in state.items():
             setattr(self, key, value)
+        self._push()
 
     def judge_stop_again(self) -> None:
         """Clear `stopped` when it was a small-improvement stop that this rule no longer
@@ -209,6 +235,7 @@ class LrSchedule:
             self.stopped = ""
             if self.lr >= self.epoch_lr:  # the stop epoch did not halve on its own
                 self._halve()
+                self._push()
 
 
 def relative_improvement(previous: float, current: float) -> float:

@@ -428,7 +428,6 @@ def _apply_changed_settings(run: Resumable, saved: RunConfig, state: TrainerStat
             str(schedule.halve_before_stop).lower(),
             schedule.lr,
         )
-    schedule.apply(run.optimizer)
 
 
 def apply_changed_settings(
@@ -441,7 +440,8 @@ def apply_changed_settings(
     the config changed since then wins, as nanoGPT takes its lr from the command line on
     resume: `lr` becomes the current lr (the schedule halves on from it), the schedule keeps
     its epochs done and last validation loss. A resume with the same config changes nothing,
-    so it stays bit-identical to an uninterrupted run. Call `schedule.apply` afterwards.
+    so it stays bit-identical to an uninterrupted run (the schedule sets each new lr on the
+    optimizer it drives).
     """
     notes = []
     restored_lr = schedule.lr
@@ -451,7 +451,7 @@ def apply_changed_settings(
             continue
         note = f"optim.{key} {old!r} -> {new!r}"
         if key == "lr":
-            schedule.lr = new
+            schedule.set_lr(new)
             if restored_lr != old:
                 note += f" (the schedule had reached {restored_lr:.4g})"
         elif key in SCHEDULE_KEYS:

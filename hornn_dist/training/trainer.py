@@ -45,7 +45,7 @@ from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cad
 from hornn_dist.training.events import EventLog
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
-from hornn_dist.training.optim import LrSchedule, build_optimizer
+from hornn_dist.training.optim import build_optimization
 from hornn_dist.training.resume import Resumable, start_run, take_run_folder
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import RunLog
@@ -112,7 +112,8 @@ class Trainer:
         # gradients itself (training/exchange.py, CUDA graphs) and autocasts the forward.
         self.core = build_model(cfg.model, self.corpus.vocab_size, plan).to(acc.device)
         self.fused_sgd = needs_fused_sgd(acc)
-        optimizer = build_optimizer(self.core, cfg.optim, fused=self.fused_sgd)
+        # the schedule owns the lr: every change of it is set on the optimizer at once
+        optimizer, self.schedule = build_optimization(self.core, cfg.optim, self.fused_sgd)
         self.optimizer = acc.prepare_optimizer(optimizer)
         self.hardware = describe_hardware(acc.device, world)  # for the trainer state
         # Streams are NOT passed through accelerator.prepare: each rank slices its own streams.
@@ -121,7 +122,6 @@ class Trainer:
         )
         for split in ("valid", "test"):  # a missing or too short split fails now, not later
             split_stream(self.corpus, split, acc, cfg.train.eval_batch_size, cfg.train.bptt)
-        self.schedule = LrSchedule.from_config(cfg.optim)
         self.lock = RunLock(self.out)
         self.cadence = Cadence.from_config(cfg, world, self.train_stream.steps_per_epoch)
         self.step = step_for_accelerator(
@@ -538,7 +538,6 @@ class Trainer:
             )
         if end_of_epoch:
             self.schedule.end_epoch(result.loss)
-            self.schedule.apply(self.optimizer)
         self.progress.valid_history.append(
             {
                 "step": self.progress.step,
