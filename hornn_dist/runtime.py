@@ -292,7 +292,7 @@ def collective_failure(err: BaseException, doing: str, timeout: int) -> Collecti
 
 
 class StoppedError(HornnError):
-    """A stop signal ended a command that has nothing to checkpoint (export, evaluate)."""
+    """A stop signal ended a command that has nothing to checkpoint (export)."""
 
 
 @contextlib.contextmanager
@@ -325,8 +325,8 @@ class StopFlag:
     def install(self) -> None:
         """Route SIGTERM and SIGINT to this flag (a second SIGINT still interrupts at once,
         but never a checkpoint being written: that finishes first)."""
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._handle)
 
     @contextlib.contextmanager
     def saving_checkpoint(self) -> Iterator[None]:
