@@ -145,9 +145,54 @@ def test_tied_hub_round_trip(tmp_path):
         assert torch.equal(back.state_dict()[key], value), key
 
 
+def locked(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Return x (T, B, F) times one Bernoulli(1 - p) / (1 - p) mask per stream and feature,
+    the same at every step: the reference of model.dropout_mask = "sequence"."""
+    keep = 1.0 - p
+    return x * (torch.empty(1, *x.shape[1:], dtype=x.dtype).bernoulli_(keep) / keep)
+
+
+def composed_locked(model: RecurrentLM, tokens: torch.Tensor, p: float) -> torch.Tensor:
+    """`composed` with a sequence mask at each place dropout drops."""
+    x = locked(model.embedding(tokens), p)
+    for i, layer in enumerate(model.layers):
+        x, _ = layer(locked(x, p) if i else x)
+    return model.decoder(locked(x, p))
+
+
+@pytest.mark.parametrize("pooling", ["fofe", "gated", "max"])
+def test_a_sequence_mask_matches_its_float64_reference(pooling):
+    model = seeded(config("hornn", pooling, dropout=0.4, dropout_mask="sequence")).double()
+    tokens = torch.randint(0, V, (6, 3))
+    model.train()
+    torch.manual_seed(11)
+    got, _ = model(tokens)
+    torch.manual_seed(11)  # the same masks, drawn in the same order at the same places
+    want = composed_locked(model, tokens, 0.4)
+    assert (got - want).abs().max() <= 1e-12 * want.abs().max()
+    model.eval()
+    plain = seeded(config("hornn", pooling)).double().eval()
+    rng = torch.get_rng_state()
+    with torch.no_grad():
+        assert torch.equal(model(tokens)[0], plain(tokens)[0])  # eval: the identity
+    assert torch.equal(torch.get_rng_state(), rng)  # and no draw
+
+
+def test_a_sequence_mask_is_the_same_at_every_step_and_keeps_the_mean():
+    model = seeded(config(dropout=0.25, dropout_mask="sequence")).train()
+    ones = torch.ones(5, 400, 64)
+    dropped = model._drop(ones)
+    assert torch.equal(dropped, dropped[:1].expand_as(dropped))  # one mask for the window
+    assert dropped.unique().tolist() == [0.0, pytest.approx(1 / 0.75)]
+    assert abs(dropped.mean().item() - 1.0) < 0.02  # E[mask] = 1: no rescaling at eval
+    step = seeded(config(dropout=0.25)).train()._drop(ones)  # "step": a new mask per token
+    assert not torch.equal(step, step[:1].expand_as(step))
+
+
 @pytest.mark.parametrize(
     "kw,words",
     [
+        ({"dropout_mask": "time"}, ["model.dropout_mask", "step", "sequence"]),
         ({"dropout": 1.0}, ["model.dropout", "[0, 1)"]),
         ({"dropout": -0.1}, ["model.dropout", "[0, 1)"]),
         ({"tie_weights": True, "embedding_size": 6}, ["model.embedding_size", "model.hidden_size"]),
@@ -171,3 +216,18 @@ def test_the_dropout_sweep_pairs_runs_that_differ_by_dropout_alone_at_equal_budg
         on.model.dropout = 0.0
         assert on.model == off.model and on.optim == off.optim
         assert on.train.epochs == off.train.epochs and off.optim.stop_improvement == 0
+
+
+def test_a_sequence_mask_runs_the_step_eagerly_until_cuda_graphs_have_run_it():
+    from types import SimpleNamespace
+
+    from hornn_dist.config import load_config
+    from hornn_dist.training.step_setup import graph_unavailable_reason
+
+    on_cuda = SimpleNamespace(device=torch.device("cuda"))  # only its device is read
+    cfg = load_config(None, ["model.dropout=0.5", 'model.dropout_mask="sequence"'])
+    assert graph_unavailable_reason(cfg, on_cuda) == (
+        'model.dropout_mask = "sequence" (not yet run under CUDA graphs)'
+    )
+    step = load_config(None, ["model.dropout=0.5"])
+    assert graph_unavailable_reason(step, on_cuda) is None

@@ -18,6 +18,7 @@ RNN_ACTIVATIONS = ("tanh", "relu")  # what torch.nn.RNN offers
 ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
 RECURRENT_INITS = ("paper", "scaled")  # how the feedback weights are drawn (models/init.py)
+DROPOUT_MASKS = ("step", "sequence")  # a new mask per token, or one per stream for a window
 # keys that pick how the same parameters are computed, not what they are: a resume may change
 # them (e.g. a run trained with the triton engine on a GPU, resumed on a CPU)
 EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
@@ -47,6 +48,10 @@ class ModelConfig:
     # between layers, before the output layer; never on a recurrent path. In [0, 1); 0 = off,
     # as in the paper
     dropout: float = 0.0
+    # step: a new mask for every token (Zaremba et al.; torch's nn.Dropout); sequence: one mask
+    # per stream, shared by every step of a window, at each place dropout drops ("variational"
+    # dropout, Gal & Ghahramani 2016; AWD-LSTM's locked dropout)
+    dropout_mask: str = "step"
     # the output layer reuses the embedding matrix (one tensor, saved once); needs
     # `embedding_size` = `hidden_size` (or 0)
     tie_weights: bool = False
@@ -78,6 +83,7 @@ class ModelConfig:
             check_choice("model.activation", self.activation, RNN_ACTIVATIONS, " for arch rnn")
         check_choice("model.engine", self.engine, ENGINES)
         check_choice("model.recurrent_init", self.recurrent_init, RECURRENT_INITS)
+        check_choice("model.dropout_mask", self.dropout_mask, DROPOUT_MASKS)
         check_choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)
         check_count("model.order", self.order)
         check_at_most("model.order", self.order, MAX_ORDER)

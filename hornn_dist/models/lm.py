@@ -159,9 +159,16 @@ class RecurrentLM(nn.Module):
         return logits, new
 
     def _drop(self, x: Tensor) -> Tensor:
-        """Return x after dropout (model.dropout, training mode only); dropout 0 does nothing,
-        not even a draw from the random generator."""
-        return self.drop(x) if self.cfg.dropout > 0 else x
+        """Return x (T, B, F) after dropout (model.dropout, training mode only): a mask per
+        token, or under model.dropout_mask = "sequence" one (1, B, F) mask for every step of
+        the window; dropout 0 or eval mode does nothing, not even a draw from the generator."""
+        if self.cfg.dropout == 0:
+            return x
+        if self.cfg.dropout_mask == "step" or not self.training:
+            return self.drop(x)
+        keep = 1.0 - self.cfg.dropout
+        mask = x.new_empty(1, *x.shape[1:]).bernoulli_(keep).div_(keep)
+        return x * mask
 
     def feedback_path_slices(self) -> path_norms.PathSlices:
         """Return {"layer{l}/path{n}" | "layer{l}/gate{n}": [(param, index), ...]} (path_norms)."""

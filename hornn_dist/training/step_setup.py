@@ -21,6 +21,8 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
         return "train.cuda_graph = false"
     if accelerator.device.type != "cuda":
         return "not on CUDA"
+    if cfg.model.dropout and cfg.model.dropout_mask == "sequence":
+        return 'model.dropout_mask = "sequence" (not yet run under CUDA graphs)'
     return None
 
 
