@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
-from hornn_dist.data.config import apply_preset
+from hornn_dist.data.pipeline import plan_corpus
 from hornn_dist.errors import naming_path
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.trainer import Trainer
@@ -54,7 +54,7 @@ def resolved_toml(cfg: RunConfig) -> str:
     if not cfg.data.preset:
         return text
     given = cfg.data.toml_table()
-    resolved = dataclasses.asdict(apply_preset(cfg.data))
+    resolved = dataclasses.asdict(plan_corpus(cfg.data).resolved)
     filled = [
         f"# {key} = {toml_value(value)}" for key, value in resolved.items() if key not in given
     ]

@@ -276,6 +276,11 @@ def _demo(cfg: DataConfig) -> dict[str, Any]:
 _PRESETS = {"ptb": _ptb, "text8": _text8, "wikitext103": _wikitext103, "demo": _demo}
 
 
+def preset_hub_id(preset: str) -> str:
+    """Return the hub dataset a preset reads when data.path is empty ("" if it has none)."""
+    return _PRESETS[preset](DataConfig(preset=preset)).get("hub_id", "") if preset else ""
+
+
 def apply_preset(cfg: DataConfig) -> DataConfig:
     """Return a copy of cfg with its preset's values in every key the user did not set."""
     cfg.validate()

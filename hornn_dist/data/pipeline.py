@@ -89,14 +89,31 @@ _TOKEN_KEYS = (
 )
 
 
-def token_settings(cfg: DataConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CorpusPlan:
+    """A [data] section resolved once: its preset applied, the settings that name its prepared
+    folder, and that folder (nothing on disk is read)."""
+
+    resolved: DataConfig  # the preset's values in every key the user did not set
+    settings: dict[str, Any]  # `token_settings`: what changes the shards
+    folder: Path  # cache_dir / "<name>-<hash of settings>"
+
+
+def plan_corpus(cfg: DataConfig) -> CorpusPlan:
+    """Return cfg's corpus plan: the one place a [data] section's preset is resolved."""
+    resolved = apply_preset(cfg)
+    settings = token_settings(cfg, resolved)
+    folder = Path(resolved.cache_dir) / f"{corpus_name(resolved)}-{settings_hash(settings)}"
+    return CorpusPlan(resolved, settings, folder)
+
+
+def token_settings(cfg: DataConfig, resolved: DataConfig) -> dict[str, Any]:
     """Return the settings that change the prepared folder's contents (they name the folder).
 
-    Inputs are taken as the user wrote them (path, train, valid, test) and never looked up on
-    disk, so the same config finds the same folder on a machine that has only the shards.
-    Everything else is taken after the preset is applied.
+    Inputs are taken as the user wrote them in `cfg` (path, train, valid, test) and never
+    looked up on disk, so the same config finds the same folder on a machine that has only the
+    shards. Everything else is taken from `resolved`, cfg with its preset applied.
     """
-    resolved = apply_preset(cfg)
     inputs: dict[str, Any] = {"path": os.path.normpath(cfg.path) if cfg.path else ""}
     inputs.update({s: [os.path.normpath(p) for p in getattr(cfg, s)] for s in SPLITS})
     if resolved.source == "hub":
@@ -130,10 +147,7 @@ def default_workers() -> int:
 
 def corpus_folder(cfg: DataConfig) -> Path:
     """Return the folder where prepare_corpus puts (or finds) the shards of cfg; prepares nothing."""
-    resolved = apply_preset(cfg)
-    return (
-        Path(resolved.cache_dir) / f"{corpus_name(resolved)}-{settings_hash(token_settings(cfg))}"
-    )
+    return plan_corpus(cfg).folder
 
 
 # ---------------------------------------------------------------- worker tasks (top level: picklable)
@@ -494,9 +508,8 @@ def prepare_corpus(
     """
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
-    resolved = apply_preset(cfg)
-    settings = token_settings(cfg)
-    folder = Path(resolved.cache_dir) / f"{corpus_name(resolved)}-{settings_hash(settings)}"
+    plan = plan_corpus(cfg)
+    resolved, settings, folder = plan.resolved, plan.settings, plan.folder
     if (folder / MANIFEST).exists():
         corpus = open_corpus(folder, verify=verify)
         check_inputs_unchanged(corpus.manifest, folder)

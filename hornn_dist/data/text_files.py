@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from hornn_dist.data.config import PRESET_DOWNLOADS, DataConfig, apply_preset
+from hornn_dist.data.config import PRESET_DOWNLOADS, preset_hub_id
 from hornn_dist.errors import DataError
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zip")
@@ -79,11 +79,6 @@ def _not_a_file(path: str) -> str:
     )
 
 
-def _preset_hub_id(preset: str) -> str:
-    """Return the hub dataset a preset reads when data.path is empty ("" if it has none)."""
-    return apply_preset(DataConfig(preset=preset)).hub_id
-
-
 def check_preset_path(cfg: Any) -> None:
     """Raise DataError when a preset's data.path, or a file the preset reads from it, is missing.
 
@@ -102,7 +97,7 @@ def check_preset_path(cfg: Any) -> None:
             return
         problem = f"has no {os.path.relpath(missing[0], root)}"
     hint = PRESET_DOWNLOADS[cfg.preset].format(path=cfg.path)
-    hub_id = _preset_hub_id(cfg.preset)
+    hub_id = preset_hub_id(cfg.preset)
     if hub_id:
         hint += f", or leave data.path empty to stream it from the hub ({hub_id})"
     raise DataError(
