@@ -222,7 +222,6 @@ class Runner:
         dtype = PRECISIONS[case.precision]
         self.train = TrainStep(
             forward,
-            self.model,
             self.opt,
             device=device,
             batch_size=shape.batch,

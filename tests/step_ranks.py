@@ -57,7 +57,6 @@ def train(name: str, data: torch.Tensor, device: torch.device, out: Path, rank: 
         )
     step = TrainStep(
         model,
-        core,
         optimizer,
         device=device,
         batch_size=data.shape[2],

@@ -177,7 +177,7 @@ def bare_step(cfg, seed: int = 0, **kwargs) -> TrainStep:
     model = build_model(cfg.model, V)
     optimizer = build_optimizer(model, cfg.optim)
     plain = dict(device=torch.device("cpu"), batch_size=B, bptt=T, optim=cfg.optim)
-    return TrainStep(model, model, optimizer, **{**plain, "graph_reason": "eager", **kwargs})
+    return TrainStep(model, optimizer, **{**plain, "graph_reason": "eager", **kwargs})
 
 
 @pytest.mark.parametrize(
@@ -370,7 +370,7 @@ def test_cuda_graphs_with_the_all_reduce_between_equal_eager_steps(one_process_g
         torch.manual_seed(0)
         model = build_model(cfg.model, V).to(device)
         step = TrainStep(
-            model, model, build_optimizer(model, cfg.optim), device=device, batch_size=B,
+            model, build_optimizer(model, cfg.optim), device=device, batch_size=B,
             bptt=T, optim=cfg.optim, graph_reason=graph_reason, reduce=True,
         )  # fmt: skip
         results.append((step, steps_with_the_lr_halved(step, data)))
@@ -394,7 +394,7 @@ def scaled_step(cfg, init_scale: float, loss_factor: torch.Tensor | None = None)
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
     factor = torch.ones(()) if loss_factor is None else loss_factor
     step = TrainStep(
-        model, model, AcceleratedOptimizer(sgd, device_placement=False, scaler=scaler),
+        model, AcceleratedOptimizer(sgd, device_placement=False, scaler=scaler),
         device=torch.device("cpu"), batch_size=B, bptt=T, optim=cfg.optim, graph_reason="eager",
         backward=lambda loss: (scaler.scale(loss) * factor).backward(),
         unscale=lambda: scaler.unscale_(sgd),

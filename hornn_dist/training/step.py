@@ -75,8 +75,10 @@ WARMUP_STEPS = 3  # eager steps before capture (momentum buffers, cuBLAS/cuDNN h
 class TrainStep:
     """The training step with static buffers; `run` calls it eagerly or replays its graphs.
 
-    model: what the forward calls (the trainer's: core itself, under Accelerate's autocast);
-        core: the bare RecurrentLM inside it (state, gradient norms, max-norm);
+    model: the RecurrentLM the forward calls (the trainer's, under Accelerate's autocast), or
+        a wrapper that holds it as `.module` (DistributedDataParallel, which the comparisons in
+        tests/step_ranks.py and benchmarks/throughput.py step through); `core` is the bare
+        RecurrentLM (state, gradient norms, max-norm);
         optimizer: its SGD (or Accelerate's wrapper of it).
     device, batch_size, bptt: where and what the static buffers hold (batch_size per process).
     optim: the clip (`clip`, `clip_mode`; "auto" resolved for core's model) and max-norm
@@ -95,7 +97,6 @@ class TrainStep:
     def __init__(
         self,
         model: torch.nn.Module,
-        core: RecurrentLM,
         optimizer: Any,
         *,
         device: torch.device,
@@ -111,6 +112,7 @@ class TrainStep:
     ) -> None:
         if graph_reason is None and device.type != "cuda":
             raise ValueError(f"a CUDA graph needs a CUDA device, not {device}")
+        core: RecurrentLM = getattr(model, "module", model)  # under a DDP wrapper, the model
         self.model, self.core, self.optimizer = model, core, optimizer
         self.optim = resolve_clip(core.cfg, optim)  # clip_mode "auto" chosen for this model
         self._backward, self._unscale, self._autocast = backward, unscale, autocast

@@ -46,7 +46,6 @@ def step_for_accelerator(
     fp16 = accelerator.mixed_precision == "fp16"
     return TrainStep(
         model,
-        model,
         optimizer,
         device=accelerator.device,
         batch_size=batch_size,
