@@ -17,9 +17,21 @@ from tests.train_helpers import check_ok, launch_two_ranks
 pytestmark = pytest.mark.integration
 
 
+# gloo sometimes aborts a rank early ("terminate called without an active exception", SIGABRT):
+# 4 times in about 46 launches of this test on the loaded 2-core CI machine, not yet traced
+# (the rank dies early in the launch, with no Python traceback). One more launch then, so
+# that this flake alone does not fail the suite; any other failure fails at once.
+GLOO_ABORT = "terminate called without an active exception"
+
+
 def _launch(out: Path, device: str) -> dict[str, list[dict]]:
     out.mkdir()
-    check_ok(launch_two_ranks("tests.step_ranks", str(out), "--device", device))
+    proc = launch_two_ranks("tests.step_ranks", str(out), "--device", device)
+    if proc.returncode != 0 and GLOO_ABORT in proc.stderr:
+        for stale in out.iterdir():
+            stale.unlink()
+        proc = launch_two_ranks("tests.step_ranks", str(out), "--device", device)
+    check_ok(proc)
     runs: dict[str, list[dict]] = {}
     for path in sorted(out.glob("*.rank*.pt")):
         name, rank = path.stem.split(".rank")
