@@ -270,7 +270,9 @@ def test_only_trains_the_selected_runs_and_the_next_sweep_the_rest(tmp_path: Pat
 def test_a_run_whose_train_process_is_stopped_is_reported_as_stopped(tmp_path: Path) -> None:
     path = write_sweep(
         tmp_path,
-        'set = { "train.max_steps" = 100000, "log.every" = 1, "log.tensorboard" = false }\n'
+        # epochs and the convergence stop out of reach: the signal must land mid-training
+        'set = { "train.epochs" = 1000, "optim.stop_improvement" = 0, "log.every" = 1,'
+        ' "log.tensorboard" = false }\n'
         '[[runs]]\nname = "a"\n',
     )
     sweep = subprocess.Popen(
