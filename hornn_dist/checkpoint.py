@@ -4,7 +4,7 @@ Layout of one checkpoint (`output_dir/checkpoints/step_00001200/`)::
 
     model.safetensors    the model's weights, written by the main process
     optimizer.bin  random_states_<r>.pkl  [scaler.pt]   <- accelerator.save_state
-    rank_<r>.pt          per-rank stream position and carried hidden history, written by rank r
+    rank_<r>.pt          rank r's own parts: stream position, carried hidden history
     trainer_state.json   step, epoch, lr schedule, validations, test results (run_state.py)
     config.toml          the resolved run config
     checksums.json       size and sha256 of every file above, written after them
@@ -499,32 +499,18 @@ def _torch_load(path: Path) -> Any:
         ) from None
 
 
-def load_rank_state(folder: Path, rank: int, world_size: int, saved: int) -> dict[str, Any]:
-    """Return rank `rank` of `world_size`'s stream position and hidden history from a checkpoint
-    written by `saved` processes (its trainer state's world_size).
-
-    The checkpoint may come from another number of processes: the saved per-rank histories are
-    joined along the batch dimension (streams in rank order) and this rank's streams sliced out,
-    which is exact because every process count sees the same global data order.
-    """
-    states = []
-    for saved_rank in range(saved):
-        path = folder / f"rank_{saved_rank}.pt"
-        if not path.is_file():
-            raise CheckpointError(
-                f"{path} is missing: the checkpoint is incomplete; resume from an older one"
-            )
-        states.append(_torch_load(path))
-    if saved == world_size:
-        return states[rank]
-    layers = zip(*(s["history"] for s in states), strict=True)
-    joined = [torch.cat(parts, dim=1) for parts in layers]  # each (..., B, H), batch at dim 1
-    batch = joined[0].shape[1] if joined else 0
-    if batch % world_size:
+def load_rank_file(folder: Path, rank: int) -> dict[str, Any]:
+    """Return the per-rank parts that rank `rank` saved in checkpoint `folder` (rank_<r>.pt),
+    or raise one CheckpointError."""
+    path = folder / f"rank_{rank}.pt"
+    if not path.is_file():
         raise CheckpointError(
-            f"the checkpoint holds {batch} streams, which {world_size} processes cannot share; "
-            f"resume with a number of processes that divides {batch}"
+            f"{path} is missing: the checkpoint is incomplete; resume from an older one"
         )
-    width = batch // world_size
-    history = tuple(h[:, rank * width : (rank + 1) * width].clone() for h in joined)
-    return {"stream": states[0]["stream"], "history": history}
+    saved = _torch_load(path)
+    if not isinstance(saved, dict):
+        raise CheckpointError(
+            f"{path} holds a {type(saved).__name__}, not the per-rank parts; resume from an "
+            "older checkpoint (--resume PATH)"
+        )
+    return saved

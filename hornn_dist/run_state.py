@@ -23,9 +23,9 @@ from hornn_dist import files
 from hornn_dist.errors import CheckpointError
 
 STATE_FILE = "trainer_state.json"
-VERSION = 2  # 1: the files before the version field, read by their commits' own shims
+VERSION = 3  # 1: the files before the version field; 3: rank_<r>.pt keyed by part
 # a commit that writes each older version, to finish that version's runs with
-WRITTEN_BY = {1: "75b372c"}
+WRITTEN_BY = {1: "75b372c", 2: "fc73f9f"}
 STEP_DIR = re.compile(r"^step_(\d{8,})$")  # a checkpoint folder's name (checkpoint.step_dir_name)
 
 

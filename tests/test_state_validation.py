@@ -12,7 +12,7 @@ import pytest
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.errors import CheckpointError
-from hornn_dist.run_state import VERSION, TrainerState
+from hornn_dist.run_state import VERSION, WRITTEN_BY, TrainerState
 from tests.train_helpers import check_ok, prepared_tiny, train_into
 
 STEP = 6
@@ -89,17 +89,22 @@ def test_every_reader_checks_the_state(trained, tmp_path):
         assert "\n" not in str(info.value)
 
 
-def test_a_checkpoint_of_the_previous_version_is_refused_naming_both(trained, tmp_path):
-    """A trainer state without the version field (as the commits before it wrote) is not
-    resumed: one line names its version and the one this code reads."""
+@pytest.mark.parametrize("version", [None, 2], ids=["no-field", "v2"])
+def test_a_checkpoint_of_a_previous_version_is_refused_naming_both(trained, tmp_path, version):
+    """A trainer state without the version field (as the commits before it wrote), or of
+    version 2 (rank files before they were keyed by part), is not resumed: one line names its
+    version, the one this code reads and a commit that finishes it."""
     folder = ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP)
     state = json.loads((folder / ckpt.STATE_FILE).read_text())
-    assert state.pop("version") == VERSION == 2
+    assert state.pop("version") == VERSION == 3
+    if version is not None:
+        state["version"] = version
     run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, json.dumps(state).encode())
     before = sorted(p.name for p in ckpt.checkpoint_root(run).iterdir())
     line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
-    assert "trainer state version 1; this code resumes version 2" in line
-    assert "the commit that wrote it" in line and "--no-resume" in line
+    old = version or 1
+    assert f"trainer state version {old}; this code resumes version 3" in line
+    assert f"commit {WRITTEN_BY[old]} writes version {old}" in line and "--no-resume" in line
     assert sorted(p.name for p in ckpt.checkpoint_root(run).iterdir()) == before
     assert TrainerState.read(ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)).step == STEP
 

@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from hornn_dist.config import config_from_dict
+from hornn_dist.errors import CheckpointError
 from hornn_dist.models import build_model, column_normalize_
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import build_optimizer, clip_gradients, resolve_clip
@@ -148,16 +149,34 @@ def test_first_non_finite_step_is_recorded(make_accelerator):
     assert int(step.bad_step) == 2  # the first bad one, not the last
 
 
-def test_load_state_copies_history_and_step(make_accelerator):
+def test_state_dict_round_trips_history_and_step_count(make_accelerator):
     step = make_step(run_config(), make_accelerator())
     buffers = [buf.data_ptr() for buf in step.state]
     saved = tuple(torch.randn_like(buf) for buf in step.state)
-    step.load_state(saved, step=41)
+    step.load_state_dict({"history": saved, "steps": 41})
     assert [buf.data_ptr() for buf in step.state] == buffers  # copied in, not replaced
     assert all(torch.equal(a, b) for a, b in zip(step.state, saved, strict=True))
     assert int(step.step_id) == 41
-    with pytest.raises(ValueError, match="expected 1 state tensors"):
-        step.load_state(saved * 2, step=0)
+    again = step.state_dict()
+    assert again["steps"] == 41
+    assert all(torch.equal(a, b) for a, b in zip(again["history"], saved, strict=True))
+    with pytest.raises(CheckpointError, match="holds 2 state tensors, this model carries 1"):
+        step.load_state_dict({"history": saved * 2, "steps": 0})
+    wide = tuple(torch.zeros(*buf.shape[:-2], 2 * buf.shape[-2], buf.shape[-1]) for buf in saved)
+    with pytest.raises(CheckpointError, match="resume with the checkpoint's train.batch_size"):
+        step.load_state_dict({"history": wide, "steps": 0})
+
+
+def test_reshard_joins_the_saving_ranks_streams_and_slices_this_ranks():
+    # two saving ranks of 2 streams each (batch at dim 1), resumed by 4 ranks and by 1
+    saved = [{"history": (torch.arange(8.0).view(1, 2, 4) + 100 * r,), "steps": 7} for r in (0, 1)]
+    whole = torch.cat([s["history"][0] for s in saved], dim=1)  # (1, 4, 4)
+    for rank in range(4):
+        mine = TrainStep.reshard(saved, rank, 4)
+        assert mine["steps"] == 7 and torch.equal(mine["history"][0], whole[:, rank : rank + 1])
+    assert torch.equal(TrainStep.reshard(saved, 0, 1)["history"][0], whole)
+    with pytest.raises(CheckpointError, match="4 streams, which 3 processes cannot share"):
+        TrainStep.reshard(saved, 0, 3)
 
 
 def test_graph_reason_names_what_rules_it_out(make_accelerator):

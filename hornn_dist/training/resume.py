@@ -48,13 +48,12 @@ import torch
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import OptimConfig, RunConfig
-from hornn_dist.data.shards import Corpus
-from hornn_dist.data.streams import TBPTTStream
 from hornn_dist.errors import CheckpointError, ConfigError
 from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 from hornn_dist.run_state import STATE_FILE, VERSION, WRITTEN_BY, TrainerState
+from hornn_dist.training.checkpointer import Checkpointer
 from hornn_dist.training.metrics import perplexity
-from hornn_dist.training.optim import LrSchedule, keep_fused
+from hornn_dist.training.optim import LrSchedule
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult
 from hornn_dist.wording import counted
@@ -76,22 +75,6 @@ STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at eve
 
 
 @dataclass
-class Resumable:
-    """The trainer's objects, built for this run's config, that a resume restores into."""
-
-    accelerator: Any
-    cfg: RunConfig
-    corpus: Corpus
-    out: Path  # train.output_dir
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    fused_sgd: bool  # this run's choice (training/step_setup.py)
-    schedule: LrSchedule
-    stream: TBPTTStream  # this rank's training streams
-    step: Any  # the training step (training/step.py): its carried state and step count
-
-
-@dataclass
 class Start:
     """How a run starts: afresh (`folder` None), resumed from `folder`, or complete (`result`)."""
 
@@ -100,8 +83,8 @@ class Start:
     result: EvalResult | None = None  # a complete run's stored test result: nothing to train
 
 
-def start_run(run: Resumable, resume_from: str | None, fresh: bool) -> Start:
-    """Return how the run starts, with `run`'s objects restored where it resumes (call on
+def start_run(run: Checkpointer, resume_from: str | None, fresh: bool) -> Start:
+    """Return how the run starts, with `run`'s parts restored where it resumes (call on
     every rank); --no-resume (`fresh`) sets a previous run in train.output_dir aside."""
     acc, cfg, corpus = run.accelerator, run.cfg, run.corpus
     if fresh:
@@ -265,10 +248,10 @@ def check_compatible(
     ]
 
 
-def _check_within_epochs(folder: Path, step: int, run: Resumable) -> None:
+def _check_within_epochs(folder: Path, step: int, run: Checkpointer) -> None:
     """Raise ConfigError when `folder`'s step lies past this config's train.epochs (a run
     trained with more, resumed without them): it would validate mid-epoch and end."""
-    per_epoch, epochs = run.stream.steps_per_epoch, run.cfg.train.epochs
+    per_epoch, epochs = run.per_rank["stream"].steps_per_epoch, run.cfg.train.epochs
     if step <= per_epoch * epochs:
         return
     in_epoch = math.ceil(step / per_epoch)
@@ -369,27 +352,19 @@ def _train_on(key: str, value: Any, state: TrainerState) -> str:
 # ---------------------------------------------------------------- restores
 
 
-def _restore(run: Resumable, folder: Path, state: TrainerState) -> None:
-    """Load `folder`'s weights, optimizer, random states, lr schedule, stream positions and
-    carried hidden state into `run`'s objects."""
-    acc = run.accelerator
-    ckpt.load_state(acc, folder, run.model)
-    keep_fused(run.optimizer, run.fused_sgd)  # the checkpoint's run may have chosen otherwise
-    run.schedule.load_state_dict(state.schedule)
-    rank_state = ckpt.load_rank_state(
-        folder, acc.process_index, acc.num_processes, state.world_size
-    )
-    run.stream.load_state_dict(rank_state["stream"])
-    run.step.load_state(tuple(h.to(acc.device) for h in rank_state["history"]), state.step)
+def _restore(run: Checkpointer, folder: Path, state: TrainerState) -> None:
+    """Restore `run`'s parts from `folder` and say where the run goes on."""
+    acc, stream = run.accelerator, run.per_rank["stream"]
+    run.load(folder, state)
     epochs = run.cfg.train.epochs
     logger.info(
         "resuming from %s (step %d, in epoch %d of %d, batch %d of %d)%s",
         folder,
         state.step,
-        min(run.stream.epoch + 1, epochs),  # 1-based, as logged
+        min(stream.epoch + 1, epochs),  # 1-based, as logged
         epochs,
-        run.stream.step,
-        run.stream.steps_per_epoch,
+        stream.step,
+        stream.steps_per_epoch,
         f"; written by {state.world_size} processes, now {acc.num_processes}"
         if state.world_size != acc.num_processes
         else "",
@@ -399,10 +374,10 @@ def _restore(run: Resumable, folder: Path, state: TrainerState) -> None:
 # ---------------------------------------------------------------- changes
 
 
-def _apply_changed_settings(run: Resumable, saved: RunConfig, state: TrainerState) -> None:
+def _apply_changed_settings(run: Checkpointer, saved: RunConfig, state: TrainerState) -> None:
     """Apply and name the [optim] keys this run's config changed since the checkpoint (its
     config `saved`), name a changed seed, which a resumed run cannot apply, and set the lr."""
-    cfg, schedule = run.cfg, run.schedule
+    cfg, schedule = run.cfg, run.shared["schedule"]
     notes = apply_changed_settings(saved.optim, cfg.optim, schedule, run.optimizer)
     if notes:
         logger.info(

@@ -62,6 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hornn_dist.config import OptimConfig
+from hornn_dist.errors import CheckpointError
 from hornn_dist.models import RecurrentLM, column_normalize_
 from hornn_dist.training.exchange import GradientExchange, plan_exchange
 from hornn_dist.training.metrics import total_grad_norm
@@ -176,14 +177,48 @@ class TrainStep:
         for buf in self.state:
             buf.zero_()
 
-    def load_state(self, state: tuple[torch.Tensor, ...], step: int) -> None:
-        """Copy a carried state (e.g. from a checkpoint) into the buffers; set the step count."""
-        if len(state) != len(self.state):
-            raise ValueError(f"expected {len(self.state)} state tensors, got {len(state)}")
-        for buf, value in zip(self.state, state, strict=True):
+    def state_dict(self) -> dict[str, Any]:
+        """Return what survives a restart: the carried history (on the CPU) and the step count."""
+        return {
+            "history": tuple(h.detach().cpu() for h in self.state),
+            "steps": int(self.step_id.item()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Copy a carried history and step count from `state_dict()` into the buffers."""
+        history = state.get("history")
+        if not isinstance(history, tuple | list) or len(history) != len(self.state):
+            got = len(history) if isinstance(history, tuple | list) else type(history).__name__
+            raise CheckpointError(
+                f"the step's saved history holds {got} state tensors, this model carries "
+                f"{len(self.state)}: the checkpoint is of another model; use one of this run"
+            )
+        for buf, value in zip(self.state, history, strict=True):
+            if value.shape != buf.shape:
+                raise CheckpointError(
+                    f"the step's saved history has shape {tuple(value.shape)}, this run carries "
+                    f"{tuple(buf.shape)}: resume with the checkpoint's train.batch_size"
+                )
             buf.copy_(value)
-        self.step_id.fill_(step)
+        self.step_id.fill_(int(state.get("steps", 0)))
         self.forget_graph()  # a restore replaces the optimizer's momentum tensors
+
+    @staticmethod
+    def reshard(states: list[dict[str, Any]], rank: int, world_size: int) -> dict[str, Any]:
+        """Return rank `rank` of `world_size`'s state from every saving rank's `state_dict()`
+        (elastic resume): the histories joined along the batch, in rank order, and this rank's
+        streams sliced out, exact because every process count sees the same data order."""
+        layers = zip(*(s["history"] for s in states), strict=True)
+        joined = [torch.cat(parts, dim=1) for parts in layers]  # each (..., B, H), batch at dim 1
+        batch = joined[0].shape[1] if joined else 0
+        if batch % world_size:
+            raise CheckpointError(
+                f"the checkpoint holds {batch} streams, which {world_size} processes cannot "
+                f"share; resume with a number of processes that divides {batch}"
+            )
+        width = batch // world_size
+        history = tuple(h[:, rank * width : (rank + 1) * width].clone() for h in joined)
+        return {"history": history, "steps": states[0]["steps"]}
 
     def forget_graph(self) -> None:
         """Drop the captured graphs: the next steps warm up and capture again."""

@@ -42,11 +42,12 @@ from hornn_dist.runtime import (
 )
 from hornn_dist.training import dashboard, trackers
 from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cadence
+from hornn_dist.training.checkpointer import Checkpointer
 from hornn_dist.training.events import EventLog
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import build_optimization
-from hornn_dist.training.resume import Resumable, start_run, take_run_folder
+from hornn_dist.training.resume import start_run, take_run_folder
 from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import RunLog
 from hornn_dist.training.scoring import EvalResult, score_split, split_stream
@@ -127,6 +128,18 @@ class Trainer:
         self.step = step_for_accelerator(
             cfg, acc, self.core, self.optimizer, self.batch_per_process
         )
+        # every part that survives a restart, saved and restored together
+        self.checkpointer = Checkpointer(
+            accelerator=acc,
+            cfg=cfg,
+            corpus=self.corpus,
+            out=self.out,
+            model=self.core,
+            optimizer=self.optimizer,
+            fused_sgd=self.fused_sgd,
+            shared={"schedule": self.schedule},
+            per_rank={"stream": self.train_stream, "step": self.step},
+        )
 
     # ------------------------------------------------------------------ set-up
 
@@ -171,7 +184,7 @@ class Trainer:
     def _run(self, resume_from: str | None, fresh: bool) -> EvalResult | None:
         acc = self.accelerator
         self.phase = "resuming"
-        start = start_run(self._resumable(), resume_from, fresh)
+        start = start_run(self.checkpointer, resume_from, fresh)
         if start.result is not None:  # a finished run: nothing to train, nothing to write
             return start.result
         self.progress, resumed = start.state, start.folder
@@ -271,21 +284,6 @@ class Trainer:
             folder = ckpt.checkpoint_root(self.out) / name
             model = load_model(folder, cfg, self.corpus, acc.device)
         return self._score(model, "test")
-
-    def _resumable(self) -> Resumable:
-        """Return the objects a resume restores into."""
-        return Resumable(
-            accelerator=self.accelerator,
-            cfg=self.cfg,
-            corpus=self.corpus,
-            out=self.out,
-            model=self.core,
-            optimizer=self.optimizer,
-            fused_sgd=self.fused_sgd,
-            schedule=self.schedule,
-            stream=self.train_stream,
-            step=self.step,
-        )
 
     def _start_trackers(self, resumed: bool) -> None:
         if not self.trackers:
@@ -646,25 +644,16 @@ class Trainer:
         state = replace(
             self.progress,
             epoch=self.train_stream.epoch,
-            schedule=self.schedule.state_dict(),
             train_seconds=seconds,
             tokens_per_sec=tokens / training if training > 0 else 0.0,
             hardware=self.hardware,
-            parameters=self.core.num_parameters(),
-            vocab_hash=self.corpus.vocab_hash,
-            corpus_hash=self.corpus.content_hash,
-            world_size=acc.num_processes,
         )
-        rank_state = {
-            "stream": self.train_stream.state_dict(),
-            "history": tuple(h.detach().cpu() for h in self.step.state),
-        }
         with (
             self._doing("saving a checkpoint"),
             self._off_the_clock(),
             self.stop.saving_checkpoint(),
         ):
-            folder = ckpt.save_checkpoint(acc, self.out, state, rank_state, self.cfg, self.core)
+            folder = self.checkpointer.save(state)
         if acc.is_main_process:
             ckpt.prune_checkpoints(
                 self.out, self.cfg.train.keep_checkpoints, self.progress.best_checkpoint

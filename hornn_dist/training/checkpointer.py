@@ -1,0 +1,105 @@
+"""The one owner of a run's state: the parts that survive a restart, saved and restored together.
+
+Each part has `state_dict()` / `load_state_dict()` (torchtitan's `Stateful`) and is registered
+here by name; `Checkpointer.save` writes them all into one checkpoint folder (atomically, with
+checksums and the DONE marker: `checkpoint.save_checkpoint`) and `Checkpointer.load` restores
+them all from one. Where each part lives in a checkpoint folder:
+
+    part        kept in                                  holds
+    model       model.safetensors                        the weights
+    optimizer   optimizer.bin, random_states_<r>.pkl,    Accelerate's save_state: the
+                [scaler.pt]                              optimizer, every rank's RNG, scaler
+    progress    trainer_state.json                       the loop's TrainerState: step,
+                                                         validations, test, timing
+    schedule    trainer_state.json, field "schedule"     the lr schedule (LrSchedule)
+    stream      rank_<r>.pt                              each rank's data position
+    step        rank_<r>.pt                              each rank's carried hidden history
+
+A new part is one entry in `shared` (the same on every rank: a field of trainer_state.json) or
+in `per_rank` (its own on each rank: a key of rank_<r>.pt).
+
+Accelerate's `register_for_checkpointing` was not chosen for the per-rank parts: it saves a
+registered object from the main process only (each rank's stream position and hidden history
+would be lost) and loads it with `weights_only=False` (unpickling a checkpoint could run code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from hornn_dist import checkpoint as ckpt
+from hornn_dist.config import RunConfig
+from hornn_dist.data.shards import Corpus
+from hornn_dist.errors import CheckpointError
+from hornn_dist.run_state import TrainerState
+from hornn_dist.training.optim import keep_fused
+
+
+class Stateful(Protocol):
+    """A part of a run that survives a restart."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Checkpointer:
+    """The run's parts (built for this run's config) and the one place that saves and loads them."""
+
+    accelerator: Any
+    cfg: RunConfig
+    corpus: Corpus
+    out: Path  # train.output_dir
+    model: torch.nn.Module  # model.safetensors
+    optimizer: torch.optim.Optimizer  # with the RNG and scaler: Accelerate's save_state
+    fused_sgd: bool  # this run's choice of fused SGD (training/step_setup.py)
+    shared: dict[str, Stateful]  # name: a field of trainer_state.json
+    per_rank: dict[str, Stateful]  # name: a key of each rank_<r>.pt
+
+    def save(self, progress: TrainerState) -> Path:
+        """Write a complete checkpoint of every part at `progress.step` and return its folder
+        (call on every rank)."""
+        acc = self.accelerator
+        state = replace(
+            progress,
+            **{name: part.state_dict() for name, part in self.shared.items()},
+            parameters=self.model.num_parameters(),
+            vocab_hash=self.corpus.vocab_hash,
+            corpus_hash=self.corpus.content_hash,
+            world_size=acc.num_processes,
+        )
+        rank_state = {name: part.state_dict() for name, part in self.per_rank.items()}
+        return ckpt.save_checkpoint(acc, self.out, state, rank_state, self.cfg, self.model)
+
+    def load(self, folder: Path, state: TrainerState) -> None:
+        """Restore every part from checkpoint `folder`, whose trainer state is `state` (read and
+        checked by the caller); a checkpoint of another process count is re-sliced."""
+        acc = self.accelerator
+        ckpt.load_state(acc, folder, self.model)  # weights, optimizer, RNG, scaler
+        keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
+        for name, part in self.shared.items():
+            part.load_state_dict(getattr(state, name))
+        saved = [ckpt.load_rank_file(folder, r) for r in range(state.world_size)]
+        for name, part in self.per_rank.items():
+            if any(name not in s for s in saved):
+                raise CheckpointError(
+                    f"{folder}: a rank file lacks the part {name!r}: the checkpoint is "
+                    "incomplete; resume from an older one"
+                )
+            mine = _reshard(part, [s[name] for s in saved], acc.process_index, acc.num_processes)
+            part.load_state_dict(mine)
+
+
+def _reshard(part: Stateful, states: list[dict], rank: int, world_size: int) -> dict[str, Any]:
+    """Return rank `rank` of `world_size`'s state of `part` from the states every rank of the
+    saving run wrote: its own where the count is the same, else the part's re-slicing (a part
+    without one holds the same state on every rank)."""
+    if len(states) == world_size:
+        return states[rank]
+    reshard = getattr(part, "reshard", None)
+    return reshard(states, rank, world_size) if reshard is not None else states[0]
