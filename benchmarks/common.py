@@ -8,18 +8,21 @@ The scripts run as `python benchmarks/X.py`, so Python puts this folder on sys.p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from hornn_dist.errors import described
+from hornn_dist.models.triton_tiles import TILES_ENV
 from hornn_dist.runtime import cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,3 +135,18 @@ def write_json(path: Path, meta: dict, rows: list[dict]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def forced_tiles(tiles: tuple[int, ...] | list[int] | None) -> Iterator[None]:
+    """Run the block with the Triton engine's tiles forced to `tiles` through
+    $HORNN_TRITON_TILES, as a user forces them (None: the engine chooses); restore it after."""
+    before = os.environ.pop(TILES_ENV, None)
+    if tiles is not None:
+        os.environ[TILES_ENV] = "x".join(map(str, tiles))
+    try:
+        yield
+    finally:
+        os.environ.pop(TILES_ENV, None)
+        if before is not None:
+            os.environ[TILES_ENV] = before

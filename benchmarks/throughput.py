@@ -78,7 +78,15 @@ from hornn_dist.models.precision import AUTOCAST_DTYPES
 from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 
-from common import comma_list, error_line, free_port, meta_line, run_meta, write_json
+from common import (
+    comma_list,
+    error_line,
+    forced_tiles,
+    free_port,
+    meta_line,
+    run_meta,
+    write_json,
+)
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "throughput.json"
 OPTIM = OptimConfig()  # the trainer's default recipe, as in configs/demo.toml
@@ -639,13 +647,8 @@ def measure_group_with_tiles(
     """measure_group with the triton engine's tiles of --triton-tiles for `config`, if any."""
     if config not in args.triton_tiles:
         return measure_group(cases, shape, args, device)
-    from hornn_dist.models import triton_tiles
-
-    triton_tiles.TILES = args.triton_tiles[config]
-    try:
+    with forced_tiles(args.triton_tiles[config]):
         return measure_group(cases, shape, args, device)
-    finally:
-        triton_tiles.TILES = None
 
 
 if __name__ == "__main__":

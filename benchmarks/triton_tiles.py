@@ -4,7 +4,7 @@ CUDA only. For each config, precision and pooling it times one HornnLayer (order
 = H) forward and backward, `out, hist = layer(x, hist0); out.backward(grad)`, captured in a
 CUDA graph (3 warm-up iterations on a side stream, then the capture, as in PyTorch's "whole
 network capture" example) and replayed: once with engine "fused" (the baseline), then with
-engine "triton" for every tile choice of the grid, set through `models.triton_tiles.TILES`:
+engine "triton" for every tile choice of the grid, set through $HORNN_TRITON_TILES (`common.forced_tiles`):
 
     BLOCK_B in 16, 32, 64 (only <= the batch rounded up to a power of 2, at least 16)
     BLOCK_H in 16, 32, 64 (only <= H)   BLOCK_K in 32, 64   num_warps in 2, 4
@@ -49,7 +49,7 @@ from torch import Tensor
 from hornn_dist.models import HornnLayer
 from hornn_dist.models.config import POOLINGS
 
-from common import comma_list, error_line, meta_line, run_meta, write_json
+from common import comma_list, error_line, forced_tiles, meta_line, run_meta, write_json
 
 ORDER = 3
 WARMUP = 3  # eager iterations on the side stream before the capture
@@ -178,9 +178,9 @@ def run_group(
     from hornn_dist.models import triton_tiles
 
     head = {"config": config, **asdict(size), "precision": precision, "pooling": pooling}
-    triton_tiles.TILES = None
     sms = triton_tiles.multiprocessors(torch.device("cuda", torch.cuda.current_device()))
-    default = triton_tiles.choose_tiles(size.batch, size.hidden, sms)
+    with forced_tiles(None):  # the engine's own choice, whatever $HORNN_TRITON_TILES says
+        default = triton_tiles.choose_tiles(size.batch, size.hidden, sms)
     default = tuple(default[k] for k in ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "SPLIT"))
     rows: list[dict] = []
     ref: Tensor | None = None
@@ -192,8 +192,8 @@ def run_group(
         if tiles:
             row["default"] = tiles == default
         try:
-            triton_tiles.TILES = tiles
-            fields, out = measure(size, pooling, engine, precision, args, ref)
+            with forced_tiles(tiles):
+                fields, out = measure(size, pooling, engine, precision, args, ref)
             row.update(fields)
             if engine == "fused":
                 ref, fused_ms = out, fields["ms_per_iter"]
@@ -201,8 +201,6 @@ def run_group(
                 row["ratio_to_fused"] = row["ms_per_iter"] / fused_ms
         except Exception as exc:  # e.g. out of resources, a capture error: record, go on
             row["error"] = error_line(exc)
-        finally:
-            triton_tiles.TILES = None
         rows.append(row)
         emit(row)
     timed = [r for r in rows if r["engine"] == "triton" and "ms_per_iter" in r]
@@ -317,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"triton_tiles.py: {reason}", file=sys.stderr)
         return 2
-    from hornn_dist.models import triton_scan, triton_tiles
+    from hornn_dist.models import triton_scan
 
     meta = run_meta(
         "triton_tiles.py",
@@ -339,17 +337,14 @@ def main(argv: list[str] | None = None) -> int:
             write_json(args.json, meta, rows)
 
     groups: list[list[dict]] = []
-    try:
-        for config in args.configs:
-            overrides = {k: getattr(args, k) for k in ("batch", "hidden", "bptt")}
-            size = replace(CONFIGS[config], **{k: v for k, v in overrides.items() if v})
-            for precision in args.precisions:
-                for pooling in args.poolings:
-                    groups.append(run_group(config, size, precision, pooling, args, emit))
-                    if args.json is not None:
-                        write_json(args.json, meta, rows)  # with the group's best mark
-    finally:
-        triton_tiles.TILES = None
+    for config in args.configs:
+        overrides = {k: getattr(args, k) for k in ("batch", "hidden", "bptt")}
+        size = replace(CONFIGS[config], **{k: v for k, v in overrides.items() if v})
+        for precision in args.precisions:
+            for pooling in args.poolings:
+                groups.append(run_group(config, size, precision, pooling, args, emit))
+                if args.json is not None:
+                    write_json(args.json, meta, rows)  # with the group's best mark
     print("\n== fused, best and default tiles of each (config, precision, pooling)")
     print(HEADER)
     for group in groups:

@@ -17,6 +17,7 @@ import torch
 from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
+from hornn_dist.models.triton_tiles import TILES_ENV
 from hornn_dist.training.optim import resolve_clip
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 from tests.train_helpers import load_benchmark
@@ -215,8 +216,6 @@ def test_triton_variants_are_cuda_defaults_only_where_the_engine_runs(monkeypatc
 def test_triton_variant_runs_under_the_interpreter(tmp_path):
     if triton_cpu_reason() is not None:
         pytest.skip(triton_cpu_reason())
-    from hornn_dist.models import triton_tiles
-
     argv = [*FAST, "--variants", "hornn-fofe-triton,hornn-fofe", "--json", str(tmp_path / "t.json")]
     rows = tp.main([*argv, "--triton-tiles", "paper=16x16x16x4x2"])  # K split over 2 programs
     assert [(r["variant"], r["engine"]) for r in rows] == [
@@ -228,7 +227,7 @@ def test_triton_variant_runs_under_the_interpreter(tmp_path):
         assert r["tokens_per_s"] > 0 and r["params"] == rows[1]["params"]
     meta = json.loads((tmp_path / "t.json").read_text())["meta"]
     assert meta["args"]["triton_tiles"] == {"paper": [16, 16, 16, 4, 2]}
-    assert triton_tiles.TILES is None  # only while the group ran
+    assert TILES_ENV not in os.environ  # only while the group ran
     with pytest.raises(SystemExit):
         tp.parse_args(["--triton-tiles", "paper=16x16"])
 
@@ -313,7 +312,6 @@ def test_profile_adds_launches_and_time_per_step(tmp_path):
 @cuda
 def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
     tt = load_benchmark("triton_tiles")
-    from hornn_dist.models import triton_tiles
 
     out = tmp_path / "tiles.json"
     argv = ["--configs", "paper", "--hidden", "32", "--batch", "4", "--bptt", "5"]
@@ -326,7 +324,7 @@ def test_cuda_triton_tiles_times_fused_and_each_tile_choice(tmp_path):
         "16x16x32x4,16x32x32x2x2",
     ]
     assert tt.main([*argv, "--rounds", "2", "--iters", "2", "--json", str(out)]) == 0
-    assert triton_tiles.TILES is None
+    assert TILES_ENV not in os.environ
     rows = json.loads(out.read_text())["results"]
     got = [(r["precision"], r["engine"], r["tiles"]) for r in rows]
     tiles = [None, [16, 16, 32, 4, 1], [16, 32, 32, 2, 2]]  # 4 parts: split 1
@@ -594,3 +592,20 @@ def test_all_reduce_mode_times_the_multi_process_step_against_the_one_process_on
     alone = next(r for r in rows if r["mode"] == "eager")
     assert ar["ratio_to_one_process"] == pytest.approx(ar["tokens_per_s"] / alone["tokens_per_s"])
     assert "ratio_to_one_process" not in alone
+
+
+def test_forced_tiles_sets_the_users_variable_for_the_block_and_restores_it(monkeypatch):
+    from hornn_dist.models import triton_tiles
+
+    common = load_benchmark("common")
+    chosen = triton_tiles.choose_tiles(20, 400)
+    monkeypatch.setenv(TILES_ENV, "32x32x32x4x1")  # the user's own forcing
+    with common.forced_tiles((16, 16, 16, 4, 2)):
+        assert os.environ[TILES_ENV] == "16x16x16x4x2"
+        forced = triton_tiles.choose_tiles(20, 400)
+        assert (forced["BLOCK_B"], forced["BLOCK_H"], forced["SPLIT"]) == (16, 16, 2)
+    assert os.environ[TILES_ENV] == "32x32x32x4x1"
+    with common.forced_tiles(None):
+        assert TILES_ENV not in os.environ
+        assert triton_tiles.choose_tiles(20, 400) == chosen  # the engine's own choice
+    assert os.environ[TILES_ENV] == "32x32x32x4x1"

@@ -323,7 +323,7 @@ def test_cuda_graph_replay_equals_eager_steps_triton_bf16(make_accelerator, monk
     pytest.importorskip("triton")
     from hornn_dist.models import triton_tiles
 
-    monkeypatch.setattr(triton_tiles, "TILES", tiles)
+    monkeypatch.setenv(triton_tiles.TILES_ENV, "x".join(map(str, tiles)))
     _graph_vs_eager(make_accelerator, "max", "bf16", rtol=1e-2, engine="triton")
 
 

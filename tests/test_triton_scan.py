@@ -134,7 +134,7 @@ def check_layer_against_reference(
 def test_split_k_matches_reference(monkeypatch, pooling, tiles):
     """K split over programs (the last of a tile sums the partials): the same values, also
     where a split is short (hidden 40 = 16 + 16 + 8) or empty (40 in 32-chunks over 4)."""
-    monkeypatch.setattr(tt, "TILES", tiles)
+    monkeypatch.setenv(tt.TILES_ENV, "x".join(map(str, tiles)))
     # two steps: the split sums within each step; the second reads the first's output back
     check_layer_against_reference(pooling, order=3, T=2, batch=18, hidden=40, seed=12)
 
@@ -364,7 +364,7 @@ def test_cuda_triton_agrees_with_fused(monkeypatch, pooling, autocast, precision
     sums run in another order (an H100 run with K split gave 7e-5 for W_in's gradient). With
     the default tiles (K split over 4 programs per tile, their partials summed by the last to
     arrive, in a fixed order: a second run gives the same bits) and without a split."""
-    monkeypatch.setattr(tt, "TILES", tiles)
+    monkeypatch.setenv(tt.TILES_ENV, "x".join(map(str, tiles)))
     torch.manual_seed(8)
     kwargs = {"order": 3, "pooling": pooling, "init_std": 0.04, "precision": precision}
     fused = HornnLayer(64, 400, engine="fused", **kwargs).cuda()

@@ -38,11 +38,8 @@ def parse_tiles(text: str, source: str = TILES_ENV) -> tuple[int, ...]:
     return values if len(values) == 5 else (*values, 1)
 
 
-TILES: tuple[int, ...] | None = None  # set by benchmarks: these tiles for every call
-
-
 def tiles_error() -> str | None:
-    """Return the one-line error of a malformed TILES or $HORNN_TRITON_TILES, or None."""
+    """Return the one-line error of a malformed $HORNN_TRITON_TILES, or None."""
     try:
         _forced_tiles()
     except ValueError as err:
@@ -51,16 +48,14 @@ def tiles_error() -> str | None:
 
 
 def _forced_tiles() -> tuple[int, ...] | None:
-    """Return TILES, else the tiles of $HORNN_TRITON_TILES, else None (the engine chooses)."""
-    if TILES is not None:
-        return parse_tiles("x".join(map(str, TILES)), "TILES")
+    """Return the tiles of $HORNN_TRITON_TILES, else None (the engine chooses)."""
     text = os.environ.get(TILES_ENV, "")
     return parse_tiles(text) if text else None
 
 
 def choose_tiles(batch: int, hidden: int, sms: int = 132) -> dict[str, int]:
     """Return the tile sizes, warps and K split for a step of B x H outputs on `sms`
-    multiprocessors (TILES or $HORNN_TRITON_TILES win).
+    multiprocessors ($HORNN_TRITON_TILES wins).
 
     From the tile sweep on one H100 (benchmarks/records/2026-11-26-h100-run3/, bf16, fofe and gated): 16 or 32 batch
     rows, 16 hidden columns up to H 512 (32 above), BLOCK_K 32, 4 warps, and K split over 2-8
