@@ -4,8 +4,6 @@ really run under Accelerate's CPU autocast, and resumed bit for bit after a kill
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +17,10 @@ from hornn_dist.models.precision import (
 )
 from tests.train_helpers import (
     KILL_IN_SECOND_CHECKPOINT,
-    REPO,
     check_ok,
-    env,
     final_weights,
     run_here,
+    run_patched,
     write_tiny_config,
 )
 
@@ -113,13 +110,7 @@ def test_bf16_on_a_cpu_resumes_bit_for_bit_after_a_kill(tmp_path: Path) -> None:
         ]
 
     check_ok(run_here("hornn_dist.train", *args("straight")))
-    killed = subprocess.run(
-        [sys.executable, "-c", KILL_IN_SECOND_CHECKPOINT, *args("killed")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env(),
-    )
+    killed = run_patched(KILL_IN_SECOND_CHECKPOINT, *args("killed"))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     complete = list_checkpoints(tmp_path / "killed")
     assert [c.name for c in complete] == ["step_00000005"]

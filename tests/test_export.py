@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.pretrained import PretrainedLM
 from hornn_dist.runtime import build_accelerator
 from tests.test_demo import _layout_modules
-from tests.train_helpers import REPO, check_ok, env, run_here, write_tiny_config
+from tests.train_helpers import check_ok, run_here, run_patched, write_tiny_config
 
 HUB_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
              "README.md", "checksums.json"}  # fmt: skip
@@ -271,13 +270,7 @@ run_cli(export.main, sys.argv[1:])
 
 def test_sigterm_during_an_export_is_one_line_and_leaves_nothing(trained: Path) -> None:
     out = trained.parent / "stopped_export"
-    proc = subprocess.run(
-        [sys.executable, "-c", SIGTERM_WHILE_WRITING, str(trained), str(out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env(),
-    )
+    proc = run_patched(SIGTERM_WHILE_WRITING, str(trained), str(out))
     assert proc.returncode == 2, proc.stderr[-2000:]
     checkpoint = list_checkpoints(trained)[-1]
     assert proc.stderr.splitlines()[-1] == (

@@ -6,7 +6,6 @@ import math
 import re
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,13 +17,12 @@ from hornn_dist.checkpoint import list_checkpoints
 from hornn_dist.run_state import TrainerState
 from tests.train_helpers import (
     KILL_IN_SECOND_CHECKPOINT,
-    REPO,
     check_ok,
-    env,
     final_weights,
     launch_two_ranks,
     read_until,
     run_here,
+    run_patched,
     scalars,
     start,
     write_tiny_config,
@@ -206,13 +204,7 @@ def test_sigkill_while_checkpointing_keeps_previous_checkpoint(
         "--set",
         f"train.max_steps={K_STEPS}",
     ]
-    proc = subprocess.run(
-        [sys.executable, "-c", KILL_IN_SECOND_CHECKPOINT, *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env(),
-    )
+    proc = run_patched(KILL_IN_SECOND_CHECKPOINT, *args)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     complete = list_checkpoints(out)
     assert [c.name for c in complete] == ["step_00000005"]
@@ -290,13 +282,7 @@ def test_two_ctrl_cs_before_the_stop_checkpoint_name_the_one_a_rerun_resumes(
 ) -> None:
     out = _out(workdir, "ctrl-c-twice")
     args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", "train.epochs=1000"]
-    proc = subprocess.run(
-        [sys.executable, "-c", CTRL_C_TWICE_AT_STEP_12, *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env(),
-    )
+    proc = run_patched(CTRL_C_TWICE_AT_STEP_12, *args)
     assert proc.returncode == 130, proc.stderr[-3000:]
     newest = list_checkpoints(out)[-1]
     line = f"interrupted: the last complete checkpoint is {newest}: running again resumes from it"

@@ -35,6 +35,14 @@ run_cli(train.main, sys.argv[1:])
 """
 
 
+def run_patched(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Run `python -c script ARGS...` (a command with one function patched to inject a fault:
+    a kill, a signal) from the repo root in the test environment; return the finished process."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=REPO, env=env()
+    )
+
+
 def reset_accelerate_state() -> None:
     """Forget Accelerate's process-wide singleton, so the next Accelerator in this process is new."""
     from accelerate.state import AcceleratorState
