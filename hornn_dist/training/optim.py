@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -121,6 +121,8 @@ class LrSchedule:
     epoch_lr: float = 0.0  # the lr the last finished epoch trained at
     streak_lr: float = 0.0  # the lr the first of those `small_epochs` trained at (0: none)
     stopped: str = ""  # why the run converged; empty while it trains
+    # the optimizer whose lr this schedule sets (`drive`); not state: the state dict holds numbers
+    optimizer: torch.optim.Optimizer | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, cfg: OptimConfig) -> LrSchedule:
@@ -138,7 +140,7 @@ class LrSchedule:
 
     def drive(self, optimizer: torch.optim.Optimizer) -> LrSchedule:
         """Own `optimizer`'s lr from now on (set to this schedule's at once); return self."""
-        self._optimizer = optimizer  # not a field: the state dict holds numbers only
+        self.optimizer = optimizer
         self._push()
         return self
 
@@ -149,8 +151,7 @@ class LrSchedule:
 
     def _push(self) -> None:
         """Set the lr on every parameter group of the optimizer this schedule drives."""
-        optimizer = getattr(self, "_optimizer", None)
-        for group in optimizer.param_groups if optimizer is not None else ():
+        for group in self.optimizer.param_groups if self.optimizer is not None else ():
             group["lr"] = self.lr
 
     def end_epoch(self, valid_loss: float) -> float:
@@ -214,13 +215,14 @@ class LrSchedule:
         return self.epoch_lr < self.streak_lr
 
     def state_dict(self) -> dict:
-        """Return the schedule's state as plain values."""
-        return asdict(self)
+        """Return the schedule's state as plain values (the optimizer it drives is not state)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "optimizer"}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the schedule's state from `state_dict()`'s values."""
-        for key, value in state.items():
-            setattr(self, key, value)
+        for key in self.state_dict():  # the optimizer it drives stays
+            if key in state:
+                setattr(self, key, state[key])
         self._push()
 
     def judge_stop_again(self) -> None:
