@@ -74,6 +74,28 @@ class RecordRun:
         ((mode, value, _),) = found
         return f"{mode} {value} (auto)"
 
+    def recipe(self) -> str:
+        """Return the run's training recipe in one phrase: lr, momentum, clip, column norm,
+        weight decay, lr schedule, dropout and tied weights, as its config.toml set them."""
+        optim, model = self.config.get("optim", {}), self.config.get("model", {})
+        parts = [f"lr {optim.get('lr', math.nan):g}"]
+        if optim.get("momentum", 0):
+            parts.append(f"momentum {optim['momentum']:g}")
+        parts.append(f"clip {self.clip()}")
+        if optim.get("max_col_norm", 0):
+            parts.append(f"column norm {optim['max_col_norm']:g}")
+        if optim.get("weight_decay", 0):
+            parts.append(f"weight decay {optim['weight_decay']:g}")
+        parts.append(str(optim.get("schedule", "plateau")))
+        if model.get("dropout", 0):
+            mask = model.get("dropout_mask", "step")
+            parts.append(
+                f"dropout {model['dropout']:g}" + (f" ({mask} mask)" if mask != "step" else "")
+            )
+        if model.get("tie_weights", False):
+            parts.append("tied")
+        return ", ".join(parts)
+
     def startup_recipe(self) -> str:
         """Return the first start-up recipe line's init and clip, as "init ...; clip ..."."""
         found = RECIPE_LINE.search(self.log)

@@ -32,7 +32,9 @@ Paths are relative to the record's folder; "" in a row's `runs` is a blank cell.
 `run` (1-based) or `runs` (a list) picks the row's runs it shows; the reference is one run for
 every column, or one per position of the rows' runs. `show` names a quantity of `QUANTITIES`;
 `epoch` and `key` are its arguments where it takes one; `align` ("left" or "right") overrides
-a column's alignment (text left, numbers right). A quantity over one run shows its value; over
+a column's alignment (text left, numbers right); `choose = "valid"` makes a column show the
+one run of those it picks with the lowest validation ppl (a model's recipes side by side in a
+row, each column showing the chosen one's). A quantity over one run shows its value; over
 several, perplexities are "mean ± sd" (sample sd) and epochs "min–max".
 """
 
@@ -69,6 +71,7 @@ class Column:
     epoch: int | None = None
     key: str = ""
     align: str = ""  # "left" | "right" | "" (the quantity's)
+    choose: bool = False  # the one run of those picked with the lowest validation ppl
 
     @property
     def left(self) -> bool:
@@ -202,6 +205,11 @@ QUANTITIES: dict[str, Quantity] = {
         'the clip it trained under: its config.toml\'s, or under "auto" the one its log says',
     ),
     "config": Quantity(_setting, False, "the value of `key` (section.key) in its config.toml"),
+    "recipe": Quantity(
+        lambda runs, _, c: _same([r.recipe() for r in runs], c),
+        True,
+        "lr, momentum, clip, column norm, weight decay, schedule, dropout, tied",
+    ),
     "epochs": Quantity(_epochs, False, "the epochs it trained (several runs: min–max)"),
     "halvings": Quantity(
         lambda runs, _, c: _span([_schedule(r, "halvings") for r in runs], ".0f"),
@@ -284,6 +292,9 @@ def _cell(table: Table, row: Row, column: Column) -> str:
         return row.text.get(column.head, "")
     positions = column.positions or tuple(range(len(row.runs)))
     runs = [row.runs[i] for i in positions if row.runs[i] is not None]
+    if column.choose:  # by validation, never by test; a run not yet validated is no choice
+        validated = [r for r in runs if math.isfinite(r.best_valid_ppl())]
+        runs = [min(validated, key=lambda r: r.best_valid_ppl())] if validated else []
     if not runs:
         return ""
     if len(table.reference) <= 1:
@@ -411,7 +422,7 @@ def _column(where: str, raw: Any) -> Column:
     if not isinstance(raw, dict) or not isinstance(raw.get("head"), str):
         raise ConfigError(f'{where}: column {raw!r} is not {{head = "...", show = "..."}}')
     head, show = raw["head"], raw.get("show", "")
-    unknown = set(raw) - {"head", "show", "run", "runs", "epoch", "key", "align"}
+    unknown = set(raw) - {"head", "show", "run", "runs", "epoch", "key", "align", "choose"}
     if unknown:
         raise ConfigError(f'{where}: column "{head}": unknown key(s) {", ".join(sorted(unknown))}')
     if show and show not in QUANTITIES:
@@ -426,8 +437,20 @@ def _column(where: str, raw: Any) -> Column:
     align = raw.get("align", "")
     if align not in ("", "left", "right"):
         raise ConfigError(f'{where}: column "{head}": align is "left" or "right", got {align!r}')
+    choose = raw.get("choose", "")
+    if choose not in ("", "valid"):
+        raise ConfigError(
+            f'{where}: column "{head}": choose = "valid" (the run with the lowest validation '
+            f"ppl) is the one choice, got {choose!r}"
+        )
     return Column(
-        head, show, tuple(p - 1 for p in picks), raw.get("epoch"), raw.get("key", ""), align
+        head,
+        show,
+        tuple(p - 1 for p in picks),
+        raw.get("epoch"),
+        raw.get("key", ""),
+        align,
+        choose == "valid",
     )
 
 

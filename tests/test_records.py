@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train_helpers import REPO, check_ok, run_here, run_record_tables
+from tests.train_helpers import REPO, check_ok, load_benchmark, run_here, run_record_tables
 
 RECORDS = REPO / "benchmarks" / "records"
 TABLED = sorted(spec.parent for spec in RECORDS.glob("*/tables.toml"))
@@ -229,3 +229,53 @@ def test_a_fair_table_of_a_record_is_the_reports_one_screen_table(tmp_path: Path
     assert bad.returncode == 2, bad.stderr
     (line,) = bad.stderr.strip().splitlines()
     assert "fair = 'nope' is no folder or file relative to the record" in line
+
+
+CHOSEN_TABLE = """
+[[table]]
+title = "chosen"
+columns = [
+  {head = "model"},
+  {head = "recipe", show = "recipe", choose = "valid"},
+  {head = "best valid ppl", show = "best valid ppl", choose = "valid"},
+  {head = "test ppl", show = "test ppl", choose = "valid"},
+  {head = "epochs, all three", show = "epochs"},
+]
+rows = [{model = "gated-3", runs = ["runs/plateau", "runs/dropout", "runs/newbob"]}]
+"""
+
+
+def test_a_chosen_column_shows_the_run_with_the_lowest_validation_never_the_test(
+    tmp_path: Path,
+) -> None:
+    """`choose = "valid"` shows, of a row's runs, the one with the lowest validation ppl; a
+    run that validates lower but tests higher is still the one shown (test never chooses)."""
+    read_record_run = load_benchmark("record_runs").read_record_run
+    ptb = REPO / "benchmarks" / "records"
+    kept = {
+        "plateau": ptb / "2026-11-28-cpu-ptb-converge/ptb_recipe_converge/hornn3-gated-seed1234",
+        "newbob": ptb / "2026-11-28-cpu-ptb-converge/ptb_recipe_newbob/hornn3-gated-seed1234",
+        "dropout": ptb / "2026-11-28-cpu-ptb-dropout/ptb_recipe_dropout/hornn3-gated-drop0.5-seed1234",
+    }  # fmt: skip
+    record = tmp_path / "record"
+    for name, run in kept.items():
+        shutil.copytree(run, record / "runs" / name)
+    (record / "tables.toml").write_text(CHOSEN_TABLE)
+    runs = {name: read_record_run(record / "runs" / name) for name in kept}
+    best = min(runs.values(), key=lambda r: r.best_valid_ppl())
+    assert best.name == "dropout"
+    result = run_record_tables(record)
+    check_ok(result)
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("| gated-3")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "lr 5, clip norm 1, weight decay 1e-06, newbob, dropout 0.5"
+    assert cells[2:4] == [f"{best.best_valid_ppl():.2f}", f"{best.test_ppl():.2f}"]
+    # the test ppl never chooses: make the dropout run test worst of all, it is still shown
+    state = record / "runs" / "dropout" / "trainer_state.json"
+    worst = max(r.test_ppl() for r in runs.values()) + 100
+    stored = json.loads(state.read_text())
+    stored["test"]["ppl"] = worst
+    state.write_text(json.dumps(stored))
+    again = run_record_tables(record)
+    check_ok(again)
+    assert f"| {worst:.2f} |" in again.stdout
