@@ -8,7 +8,8 @@ Every rank joins a gloo group (on CUDA both ranks share cuda:0: gloo all-reduces
 tensors, NCCL refuses two ranks on one GPU) and trains, from the same seeded model on its own
 batches, the runs below; each rank saves `OUT_DIR/<run>.rank<r>.pt` = {"losses", "params"}:
 
-    ddp      the model wrapped in DistributedDataParallel, the step eager (the trainer's old path)
+    ddp      the reference step (training/reference_step.py) on the model wrapped in
+             DistributedDataParallel
     flat     TrainStep(reduce=True) eager: the gradient exchange (training/exchange.py)
     graphed  (CUDA) TrainStep(reduce=True) replaying its two graphs, the all-reduce between
     one      (rank 0) one process on both ranks' batches side by side (batch 2b), eager
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from hornn_dist.config import config_from_dict
 from hornn_dist.models import build_model
 from hornn_dist.training.optim import build_optimizer
+from hornn_dist.training.reference_step import reference_step
 from hornn_dist.training.step import TrainStep
 
 V, T, B, STEPS = 50, 6, 4, 8  # B streams per rank
@@ -50,13 +52,19 @@ def train(name: str, data: torch.Tensor, device: torch.device, out: Path, rank: 
     torch.manual_seed(0)  # every run, every rank: the same initial model
     core = build_model(cfg.model, V).to(device)
     optimizer = build_optimizer(core, cfg.optim)
-    model: torch.nn.Module = core
-    if name == "ddp":
+    if name == "ddp":  # the reference: the plain step on a DDP model
         model = torch.nn.parallel.DistributedDataParallel(
             core, device_ids=[device.index] if device.type == "cuda" else None
         )
+        state, losses = core.init_state(data.shape[2], device), []
+        for block in data.to(device):
+            result = reference_step(model, optimizer, block[:-1], block[1:], state, cfg.optim)
+            state = result.state
+            losses.append(result.loss)
+        _save(out / f"{name}.rank{rank}.pt", losses, core)
+        return
     step = TrainStep(
-        model,
+        core,
         optimizer,
         device=device,
         batch_size=data.shape[2],
@@ -66,10 +74,13 @@ def train(name: str, data: torch.Tensor, device: torch.device, out: Path, rank: 
         reduce=name in ("flat", "graphed"),
     )
     losses = [step.run(block[:-1], block[1:], measure=False).clone() for block in data]
+    _save(out / f"{name}.rank{rank}.pt", losses, core)
+
+
+def _save(path: Path, losses: list[torch.Tensor], core: torch.nn.Module) -> None:
+    """Save a run's losses and final parameters."""
     params = [p.detach().cpu() for p in core.parameters()]
-    torch.save(
-        {"losses": torch.stack(losses).cpu(), "params": params}, out / f"{name}.rank{rank}.pt"
-    )
+    torch.save({"losses": torch.stack(losses).cpu(), "params": params}, path)
 
 
 def main() -> None:

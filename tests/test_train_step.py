@@ -20,9 +20,9 @@ import torch.nn.functional as F
 
 from hornn_dist.config import config_from_dict
 from hornn_dist.errors import CheckpointError
-from hornn_dist.models import build_model, column_normalize_
-from hornn_dist.training.metrics import total_grad_norm
-from hornn_dist.training.optim import build_optimizer, clip_gradients, resolve_clip
+from hornn_dist.models import build_model
+from hornn_dist.training.optim import build_optimizer
+from hornn_dist.training.reference_step import reference_step
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 from hornn_dist.training.step_setup import (
     graph_unavailable_reason,
@@ -91,7 +91,9 @@ def float64_path_norms(model) -> list[float]:
 
 
 @pytest.mark.parametrize("pooling", ["fofe", "gated"])
-def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
+def test_eager_step_equals_the_reference_step(make_accelerator, pooling):
+    """TrainStep's eager step is training/reference_step.py's plain step, bit for bit: losses,
+    weights, carried state; its gradient norms too, and those match a float64 computation."""
     cfg = run_config(pooling)
     step = make_step(cfg, make_accelerator())
     ref = copy.deepcopy(step.core)
@@ -99,19 +101,9 @@ def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
     state = ref.init_state(B, torch.device("cpu"))
     for i, (x, y) in enumerate(batches(5)):
         loss = step.run(x, y, measure=i == 4).clone()
-        logits, state = ref(x, state)
-        ref_loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-        ref_loss.backward()
-        state = ref.detach_state(state)
-        params = [p for p in ref.parameters() if p.requires_grad]
-        if i == 4:
-            ref_norms = [total_grad_norm(params), *ref.path_grad_norms().values()]
-            exact = [float64_total_norm(params), *float64_path_norms(ref)]
-        clip_gradients(params, resolve_clip(cfg.model, cfg.optim))  # fofe: norm 1
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        column_normalize_(ref, cfg.optim.max_col_norm)
-        assert torch.equal(loss, ref_loss.detach())
+        result = reference_step(ref, opt, x, y, state, cfg.optim, measure=i == 4)
+        state = result.state
+        assert torch.equal(loss, result.loss)
     for p, q in zip(step.core.parameters(), ref.parameters(), strict=True):
         assert torch.equal(p, q)
     for buf, s in zip(step.state, state, strict=True):
@@ -120,9 +112,26 @@ def test_eager_step_equals_a_plain_training_loop(make_accelerator, pooling):
     assert list(norms) == step.norm_names
     assert norms["grad_norm/total"] > 0
     assert any(k.startswith("grad_norm/layer0/path3") for k in norms)
-    assert [norms[k] for k in step.norm_names] == pytest.approx([float(n) for n in ref_norms])
-    assert [norms[k] for k in step.norm_names] == pytest.approx(exact, rel=1e-6)
+    assert [norms[k] for k in step.norm_names] == pytest.approx(result.norms)
     assert int(step.step_id) == 5 and int(step.bad_step) == 0
+
+
+def test_the_reference_steps_norms_are_the_float64_norms_before_the_clip():
+    cfg = run_config("gated")
+    torch.manual_seed(0)
+    model = build_model(cfg.model, V)
+    opt = build_optimizer(model, cfg.optim)
+    state = model.init_state(B, torch.device("cpu"))
+    x, y = batches(1)[0]
+    probe = copy.deepcopy(model)  # the same forward and backward, no update
+    logits, _ = probe(x, state)
+    F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
+    params = [p for p in probe.parameters() if p.requires_grad]
+    exact = [float64_total_norm(params), *float64_path_norms(probe)]
+    tight = dataclasses.replace(cfg.optim, clip_mode="norm", clip=0.05)  # a clip that binds
+    assert exact[0] > tight.clip
+    result = reference_step(model, opt, x, y, state, tight, measure=True)
+    assert result.norms == pytest.approx(exact, rel=1e-6)  # measured before the clip
 
 
 def test_norms_only_when_measured_and_state_reset(make_accelerator):

@@ -1,5 +1,8 @@
 """One training step (a TBPTT window), called eagerly or replayed from CUDA graphs.
 
+What it computes is the plain step of `reference_step.py` (checked bit for bit in one process,
+and against that step on a DDP model with two); what it adds is how it runs fast.
+
 `TrainStep.run(x, y)` copies the batch into static buffers and runs the whole step in three
 parts:
 
@@ -77,8 +80,8 @@ class TrainStep:
     """The training step with static buffers; `run` calls it eagerly or replays its graphs.
 
     model: the RecurrentLM the forward calls (the trainer's, under Accelerate's autocast), or
-        a wrapper that holds it as `.module` (DistributedDataParallel, which the comparisons in
-        tests/step_ranks.py and benchmarks/throughput.py step through); `core` is the bare
+        a wrapper that holds it as `.module` (DistributedDataParallel, the peer
+        benchmarks/throughput.py's eager-ddp times it against); `core` is the bare
         RecurrentLM (state, gradient norms, max-norm);
         optimizer: its SGD (or Accelerate's wrapper of it).
     device, batch_size, bptt: where and what the static buffers hold (batch_size per process).
