@@ -84,22 +84,23 @@ class Checkpointer:
         keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
         for name, part in self.shared.items():
             part.load_state_dict(getattr(state, name))
-        saved = [ckpt.load_rank_file(folder, r) for r in range(state.world_size)]
+        rank, world = acc.process_index, acc.num_processes
+        same = state.world_size == world  # then each rank reads its own file alone
+        ranks = [rank] if same else range(state.world_size)
+        saved = [ckpt.load_rank_file(folder, r) for r in ranks]
         for name, part in self.per_rank.items():
             if any(name not in s for s in saved):
                 raise CheckpointError(
                     f"{folder}: a rank file lacks the part {name!r}: the checkpoint is "
                     "incomplete; resume from an older one"
                 )
-            mine = _reshard(part, [s[name] for s in saved], acc.process_index, acc.num_processes)
-            part.load_state_dict(mine)
+            states = [s[name] for s in saved]
+            part.load_state_dict(states[0] if same else _reshard(part, states, rank, world))
 
 
 def _reshard(part: Stateful, states: list[dict], rank: int, world_size: int) -> dict[str, Any]:
-    """Return rank `rank` of `world_size`'s state of `part` from the states every rank of the
-    saving run wrote: its own where the count is the same, else the part's re-slicing (a part
-    without one holds the same state on every rank)."""
-    if len(states) == world_size:
-        return states[rank]
+    """Return rank `rank` of `world_size`'s state of `part` from the states every rank of a
+    run with another process count wrote: the part's re-slicing (a part without one holds the
+    same state on every rank)."""
     reshard = getattr(part, "reshard", None)
     return reshard(states, rank, world_size) if reshard is not None else states[0]

@@ -3,8 +3,9 @@
 The trainer builds its parts for this run's config and registers them in its `Checkpointer`
 (training/checkpointer.py), then calls `start_run` once: it starts afresh, or resumes from a
 checkpoint (the one given by --resume, else the newest of train.output_dir whose files
-verify), or finds the run complete. Each decision is made on the main process (it reads and verifies the files) and
-handed to every rank, so all ranks resume from the same checkpoint or stop with the same error.
+verify), or finds the run complete. Each decision is made on the main process (it reads and
+verifies the files) and handed to every rank, so all ranks resume from the same checkpoint or
+stop with the same error.
 
 Checks, before anything is loaded (each refusal is one line naming the fix):
   - every file of the checkpoint matches its sha256 (checksums.json);
