@@ -5,12 +5,18 @@ of that file, `run_state.TrainerState.read`).
 
 What the run did is read from these files only, never recomputed by today's code: under
 `optim.clip_mode = "auto"` the clip is the one its start-up log line says auto resolved to.
+
+As a script it prints each run's learning curve, one epoch after another, for a record's text:
+    python benchmarks/record_runs.py RUN_FOLDER [RUN_FOLDER ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
+import statistics
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,10 @@ RECIPE_LINE = re.compile(
 )
 # the trainer's training-loss line (training/trainer.py, "step %d: loss %.4f, ppl %.2f, ...")
 TRAIN_LINE = re.compile(r"step (\d+): loss ([\w.+-]+), ppl ([\w.+-]+),")
+# the same line's lr, where the log has it: the lr that step trained at
+TRAIN_LR_LINE = re.compile(r"step (\d+): loss [\w.+-]+, ppl ([\w.+-]+), lr ([\w.+-]+),")
+# the training ppl of an epoch in a curve: the median of its last this many log lines
+CURVE_TRAIN_LINES = 10
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,30 @@ class RecordRun:
         ppl = [float(m[3]) for m in TRAIN_LINE.finditer(self.log)]
         return max(ppl) if ppl else math.nan
 
+    def epoch_curve(self) -> list[tuple[float, float, float, float]]:
+        """Return (epoch, lr, training ppl, validation ppl) at each validation: the lr of the
+        epoch's last training log line and the median ppl of its last `CURVE_TRAIN_LINES` (NaN
+        where the log holds none, e.g. a record that keeps no train.log)."""
+        lines = [(int(m[1]), float(m[2]), float(m[3])) for m in TRAIN_LR_LINE.finditer(self.log)]
+        curve, start = [], 0
+        for entry in self.valid_history:
+            end = int(entry["step"])
+            epoch = [(ppl, lr) for step, ppl, lr in lines if start < step <= end]
+            ppls = [ppl for ppl, _ in epoch[-CURVE_TRAIN_LINES:]]
+            train = statistics.median(ppls) if ppls else math.nan
+            lr = epoch[-1][1] if epoch else math.nan
+            curve.append((float(entry["epoch"]), lr, train, _ppl(entry)))
+            start = end
+        return curve
+
+    def curve_text(self) -> str:
+        """Return the epoch curve in one line: "1: 5, 377 / 319.73; 2: ..." (epoch: lr,
+        training ppl / validation ppl)."""
+        return "; ".join(
+            f"{epoch:g}: {lr:g}, {train:.0f} / {valid:.2f}"
+            for epoch, lr, train, valid in self.epoch_curve()
+        )
+
     @property
     def valid_history(self) -> list[dict[str, Any]]:
         return list(self.state.get("valid_history") or [])
@@ -160,3 +194,24 @@ def read_record_run(folder: Path) -> RecordRun:
     log_path = folder / run_layout.RUN_LOG
     log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
     return RecordRun(folder, state, config, log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print each run folder's learning curve (the script's use, in the module docstring)."""
+    parser = argparse.ArgumentParser(
+        description="Print each record run's learning curve: per epoch, the lr, then the median "
+        f"training ppl of its last {CURVE_TRAIN_LINES} log lines / the validation ppl."
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="a record's run folders")
+    args = parser.parse_args(argv)
+    try:
+        for folder in args.runs:
+            print(f"- {folder.name}: {read_record_run(folder).curve_text()}")
+    except (ConfigError, ckpt.CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.train_helpers import REPO, check_ok, load_benchmark, run_here, run_record_tables
+from tests.train_helpers import (
+    REPO,
+    check_ok,
+    load_benchmark,
+    run_benchmark,
+    run_here,
+    run_record_tables,
+)
 
 RECORDS = REPO / "benchmarks" / "records"
 TABLED = sorted(spec.parent for spec in RECORDS.glob("*/tables.toml"))
@@ -279,3 +286,41 @@ def test_a_chosen_column_shows_the_run_with_the_lowest_validation_never_the_test
     again = run_record_tables(record)
     check_ok(again)
     assert f"| {worst:.2f} |" in again.stdout
+
+
+def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_log(
+    tmp_path: Path,
+) -> None:
+    """A record run's curve: per validation, the lr of the epoch's last training line and the
+    median of its last 10 training ppls, beside the validation ppl trainer_state.json keeps."""
+    record_runs = load_benchmark("record_runs")
+    kept = REPO / "benchmarks/records/2026-11-29-cpu-ptb-tied/ptb_recipe_tied/rnn-tied-seed1234"
+    run = tmp_path / "run"
+    shutil.copytree(kept, run)
+    history = record_runs.read_record_run(run).valid_history[:2]
+    state = json.loads((run / "trainer_state.json").read_text())
+    state["valid_history"] = history
+    (run / "trainer_state.json").write_text(json.dumps(state))
+    first, second = int(history[0]["step"]), int(history[1]["step"])
+    lines = [
+        f"step {first - 11 + i}: loss 1.0, ppl {i + 1}.0, lr 5, 10 tokens/s" for i in range(12)
+    ]
+    lines += [
+        f"step {second - 2 + i}: loss 1.0, ppl {100 + i}.0, lr 2.5, 10 tokens/s" for i in range(3)
+    ]
+    (run / "train.log").write_text("\n".join(f"00:00:00 INFO {line}" for line in lines) + "\n")
+    curve = record_runs.read_record_run(run).epoch_curve()
+    assert [(e, lr, train) for e, lr, train, _ in curve] == [
+        (1.0, 5.0, statistics.median(range(3, 13))),
+        (2.0, 2.5, 101.0),
+    ]
+    assert [valid for *_, valid in curve] == pytest.approx([h["ppl"] for h in history])
+    printed = run_benchmark("record_runs", str(run))
+    check_ok(printed)
+    assert (
+        printed.stdout.strip()
+        == f"- run: 1: 5, 8 / {history[0]['ppl']:.2f}; 2: 2.5, 101 / {history[1]['ppl']:.2f}"
+    )
+    missing = run_benchmark("record_runs", str(tmp_path))
+    assert missing.returncode == 2
+    assert missing.stderr.startswith(f"error: run folder {tmp_path} has no trainer_state.json")
