@@ -23,7 +23,7 @@ from typing import Any
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist import run_layout
-from hornn_dist.config import read_toml
+from hornn_dist.config import OptimConfig, read_toml
 from hornn_dist.errors import ConfigError
 from hornn_dist.run_state import TrainerState
 from hornn_dist.training.metrics import perplexity
@@ -96,7 +96,10 @@ class RecordRun:
             parts.append(f"column norm {optim['max_col_norm']:g}")
         if optim.get("weight_decay", 0):
             parts.append(f"weight decay {optim['weight_decay']:g}")
-        parts.append(str(optim.get("schedule", "plateau")))
+        schedule = str(optim.get("schedule", "plateau"))
+        if schedule == "fixed_then_halve":  # the epochs at the first lr make the schedule
+            schedule += f" after {optim.get('halve_after', OptimConfig.halve_after)}"
+        parts.append(schedule)
         if model.get("dropout", 0):
             mask = model.get("dropout_mask", "step")
             parts.append(

@@ -324,3 +324,18 @@ def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_lo
     missing = run_benchmark("record_runs", str(tmp_path))
     assert missing.returncode == 2
     assert missing.stderr.startswith(f"error: run folder {tmp_path} has no trainer_state.json")
+
+
+def test_a_recipe_under_fixed_then_halve_says_after_how_many_epochs() -> None:
+    """The recipe phrase of a fixed_then_halve run names its `optim.halve_after` (the epochs at
+    the first lr), which is what tells two such schedules apart."""
+    read_record_run = load_benchmark("record_runs").read_record_run
+    runs = REPO / "benchmarks/records/2026-11-29-cpu-ptb-baselines/ptb_recipe_lstm_anneal"
+    phrases = {}
+    for folder in sorted(runs.iterdir()):
+        if folder.is_dir():
+            run = read_record_run(folder)
+            phrases[run.setting("optim.halve_after")] = run.recipe()
+    assert len(phrases) == 2, phrases
+    for after, phrase in phrases.items():
+        assert f"fixed_then_halve after {after}," in phrase, phrase
