@@ -166,6 +166,18 @@ def _setting(runs: list[RecordRun], _refs: list[RecordRun], column: Column) -> s
     return _same([f"{v:g}" if isinstance(v, int | float) else str(v) for v in values], column)
 
 
+def _parameters(runs: list[RecordRun], _refs: list[RecordRun], column: Column) -> str:
+    counts = []
+    for run in runs:
+        if not run.state.get("parameters"):
+            raise ConfigError(
+                f"{run.folder}: its trainer_state.json has no parameters (a state older than the "
+                f'count); drop column "{column.head}" or train the run again'
+            )
+        counts.append(f"{int(run.state['parameters']):,}")
+    return _same(counts, column)
+
+
 def _over_reference(runs: list[RecordRun], refs: list[RecordRun], _column: Column) -> str:
     return _ratio(_mean_test(runs), _mean_test(refs))
 
@@ -205,6 +217,7 @@ QUANTITIES: dict[str, Quantity] = {
         'the clip it trained under: its config.toml\'s, or under "auto" the one its log says',
     ),
     "config": Quantity(_setting, False, "the value of `key` (section.key) in its config.toml"),
+    "parameters": Quantity(_parameters, False, "its parameter count (its trainer state's)"),
     "recipe": Quantity(
         lambda runs, _, c: _same([r.recipe() for r in runs], c),
         True,

@@ -179,6 +179,25 @@ def test_an_auto_clip_is_the_one_the_runs_log_says_not_todays(tmp_path: Path) ->
     assert str(record / "runs" / "x") in lines[0] and "clip_mode is auto" in lines[0]
 
 
+def test_a_parameters_column_is_the_count_the_runs_state_keeps(tmp_path: Path) -> None:
+    """`show = "parameters"` prints the trainer state's count; a state without one is one line
+    naming the run and the column."""
+    spec = CLIP_TABLE.replace('show = "clip"', 'show = "parameters"')
+    record = _record_of(tmp_path, H200 / "demo_orders" / "runs" / "rnn", spec)
+    state_file = record / "runs" / "x" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["parameters"] = 1234567
+    state_file.write_text(json.dumps(state))
+    result = run_record_tables(record)
+    check_ok(result)
+    assert "| x | 1,234,567 |" in result.stdout.splitlines()
+    del state["parameters"]
+    state_file.write_text(json.dumps(state))
+    result = run_record_tables(record)
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "has no parameters" in line and 'column "clip"' in line
+
+
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
