@@ -114,6 +114,27 @@ def test_a_target_no_size_reaches_is_one_line() -> None:
         matched_hidden_size(cfg, 1000, 10)
 
 
+def test_a_multiple_matches_the_nearest_total_among_multiples_only() -> None:
+    """match_multiple: the size is the multiple of N whose total is nearest the target (every
+    multiple up to twice the width checked), and with N 1 it is the plain nearest size."""
+    cfg = ModelConfig(arch="lstm", hidden_size=400, embedding_size=400, tie_weights=True)
+    gated = ModelConfig(pooling="gated", hidden_size=400, embedding_size=400, tie_weights=True)
+    target = total_parameters(gated, 10_000)
+
+    def off(hidden: int) -> int:
+        sized = dataclasses.replace(cfg, hidden_size=hidden, embedding_size=hidden)
+        return abs(total_parameters(sized, 10_000) - target)
+
+    plain = matched_hidden_size(cfg, 10_000, target)
+    assert plain == min(range(1, 800), key=off) and plain % 16 != 0
+    for multiple in (2, 8, 16):
+        hidden = matched_hidden_size(cfg, 10_000, target, multiple)
+        assert hidden % multiple == 0
+        assert hidden == min(range(multiple, 800, multiple), key=off)
+    with pytest.raises(ConfigError, match=r"no model.hidden_size among multiples of 64 gives"):
+        matched_hidden_size(cfg, 10_000, target, 64)
+
+
 MATCHED = """
 [[runs]]
 name = "fofe3-s{train.seed}"
@@ -196,6 +217,15 @@ def test_an_embedding_the_config_sets_apart_stays(tmp_path: Path) -> None:
         (
             'match_params = "fofe3-{train.seed}"',
             "[[runs]] #2 match_params uses {train.seed}, which its grid does not set",
+        ),
+        ("match_multiple = 16", "[[runs]] #2 match_multiple needs match_params beside it"),
+        (
+            'match_params = "fofe3"\nmatch_multiple = 0',
+            "[[runs]] #2 match_multiple must be a whole number in [1, 1024] (e.g. 16), got 0",
+        ),
+        (
+            'match_params = "fofe3"\nmatch_multiple = 8.0',
+            "[[runs]] #2 match_multiple must be a whole number in [1, 1024] (e.g. 16), got 8.0",
         ),
     ],
 )

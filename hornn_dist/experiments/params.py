@@ -7,7 +7,8 @@ feedback paths, gates, biases). The recurrent count does not depend on the vocab
 total does (embedding V x E, output layer V x H + V), so it needs the prepared corpus.
 
 `match_params` in a sweep (experiments/plan.py) sizes a run's `model.hidden_size` with
-`matched_hidden_size`: the H whose total is nearest the named run's, within `MATCH_TOLERANCE`.
+`matched_hidden_size`: the H whose total is nearest the named run's, within `MATCH_TOLERANCE`
+(with `match_multiple`, among multiples of it).
 The embedding follows H only where the run's config ties the two (`embedding_follows_hidden`,
 the one place of that rule): `model.embedding_size` 0 ("= hidden_size"), the same number as
 `model.hidden_size` (every shipped config writes the paper's E = H that way), or
@@ -82,9 +83,10 @@ def recurrent_parameters(cfg: ModelConfig) -> int:
     return _counts(cfg, 1)[1]
 
 
-def matched_hidden_size(cfg: ModelConfig, vocab_size: int, target: int) -> int:
-    """Return the hidden size (E with it where tied) that brings model `cfg`'s total nearest
-    `target` parameters; raise ConfigError when no size comes within MATCH_TOLERANCE."""
+def matched_hidden_size(cfg: ModelConfig, vocab_size: int, target: int, multiple: int = 1) -> int:
+    """Return the hidden size (E with it where tied), a multiple of `multiple`, that brings
+    model `cfg`'s total nearest `target` parameters; raise ConfigError when no such size comes
+    within MATCH_TOLERANCE."""
 
     def total(hidden: int) -> int:
         return total_parameters(with_hidden_size(cfg, hidden), vocab_size)
@@ -99,13 +101,15 @@ def matched_hidden_size(cfg: ModelConfig, vocab_size: int, target: int) -> int:
                 lo = mid
             else:
                 hi = mid - 1
-    candidates = {lo, min(lo + 1, MAX_WIDTH)}
+    below = max(lo // multiple * multiple, multiple)  # the multiples either side of lo
+    candidates = {h for h in (below, below + multiple) if h <= MAX_WIDTH} or {below}
     best = min(sorted(candidates), key=lambda h: abs(total(h) - target))
     off = abs(total(best) - target) / target
     if off > MATCH_TOLERANCE:
+        among = f" among multiples of {multiple}" if multiple > 1 else ""
         raise ConfigError(
-            f"no model.hidden_size gives this {cfg.arch} model {target:,} parameters within "
-            f"{MATCH_TOLERANCE:.0%} (nearest: H {best}, {total(best):,})"
+            f"no model.hidden_size{among} gives this {cfg.arch} model {target:,} parameters "
+            f"within {MATCH_TOLERANCE:.0%} (nearest: H {best}, {total(best):,})"
         )
     return best
 

@@ -30,7 +30,9 @@ one line naming the run and the key.
 `match_params = "NAME"` sizes `model.hidden_size` of each run of its group so that the run's
 total parameter count is within 2% of run NAME's: a run of the same sweep that is not matched
 itself, named as its group names it (without the recipe: each recipe's run is matched to
-NAME under the same recipe). NAME may use the grid's keys as the group's name does, e.g.
+NAME under the same recipe). `match_multiple = N` (default 1) sizes it among multiples of N
+only: bf16 kernels (oneDNN's LSTM on a CPU, tensor cores) run far slower at other widths
+(benchmarks/README.md, "Hidden sizes"). NAME may use the grid's keys as the group's name does, e.g.
 "hornn3-fofe-seed{train.seed}". The counts are the model's own (experiments/params.py), on the
 prepared corpus's vocabulary: a sweep with match_params prepares its corpus when read (also
 with --dry-run), as its first run would. `model.embedding_size` follows the hidden size only
@@ -58,7 +60,7 @@ from hornn_dist.errors import ConfigError, HornnError
 LAYOUTS = ("orders", "alpha", "summary", "fair")
 PAPERS = ("ptb", "text8", "none")
 SWEEP_KEYS = ("description", "base", "output_dir", "layout", "paper", "set", "runs", "recipes")
-GROUP_KEYS = ("name", "set", "grid", "match_params")
+GROUP_KEYS = ("name", "set", "grid", "match_params", "match_multiple")
 RUNS_FILE = "sweep.json"  # written into output_dir: the runs, their recipes and overrides
 
 
@@ -133,7 +135,11 @@ def read_sweep(path: str | Path, cli_overrides: tuple[str, ...] = ()) -> SweepPl
                     path, point.where, f"{point.model}--{recipe}" if recipe else point.model
                 )
                 items = (*shared, *point.overrides, *recipe_overrides, *cli_overrides)
-                planned.append(_Entry(name, point.model, recipe, items, point.match, point.where))
+                planned.append(
+                    _Entry(
+                        name, point.model, recipe, items, point.match, point.multiple, point.where
+                    )
+                )
     _check_unique(path, planned)
     _check_matches(path, planned)
     configs = {
@@ -158,6 +164,7 @@ class _Point:
     model: str
     overrides: tuple[str, ...]
     match: str  # "" without match_params
+    multiple: int  # match_multiple: the matched hidden size is a multiple of it
     where: str  # "[[runs]] #N", for messages
 
 
@@ -170,6 +177,7 @@ class _Entry:
     recipe: str
     items: tuple[str, ...]
     match: str
+    multiple: int
     where: str
 
 
@@ -238,7 +246,8 @@ def _matched(
     own = configs[entry.name]
     try:
         count = total_parameters(goal.model, vocabulary_size(goal.data, prepare=True))
-        hidden = matched_hidden_size(own.model, vocabulary_size(own.data, prepare=True), count)
+        vocab = vocabulary_size(own.data, prepare=True)
+        hidden = matched_hidden_size(own.model, vocab, count, entry.multiple)
     except ConfigError as err:
         raise ConfigError(
             f"{path}: run {entry.name} (match_params = {entry.match!r}): {err}"
@@ -320,6 +329,14 @@ def _expand_group(path: Path, index: int, group: Any) -> list[_Point]:
             f"{path}: {where} match_params must name a run of the sweep, e.g. match_params = "
             f'"hornn3-fofe", got {match!r}'
         )
+    multiple = group.get("match_multiple", 1)
+    if "match_multiple" in group and not match:
+        raise ConfigError(f"{path}: {where} match_multiple needs match_params beside it")
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or not 1 <= multiple <= 1024:
+        raise ConfigError(
+            f"{path}: {where} match_multiple must be a whole number in [1, 1024] (e.g. 16), "
+            f"got {multiple!r}"
+        )
     out = []
     for point in itertools.product(*axes):
         values = dict(point)
@@ -328,7 +345,7 @@ def _expand_group(path: Path, index: int, group: Any) -> list[_Point]:
             path, where, _format_name(path, where, "name", str(group["name"]), values)
         )
         target = _format_name(path, where, "match_params", match, values) if match else ""
-        out.append(_Point(name, overrides, target, where))
+        out.append(_Point(name, overrides, target, multiple, where))
     return out
 
 
