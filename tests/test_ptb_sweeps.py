@@ -229,3 +229,37 @@ def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() ->
     assert shipped.optim == best.optim, folder
     for key in ("batch_size", "bptt", "epochs", "eval_batch_size", "mixed_precision"):
         assert getattr(shipped.train, key) == getattr(best.train, key), (key, folder)
+
+
+def test_the_verdict_seeds_train_each_rows_chosen_run_with_dropout() -> None:
+    """ptb_verdict_seeds.toml trains, for the RNN, gated-3 and the LSTM, the recipe of the run
+    the PTB table's dropout columns choose (the lowest validation ppl of the row's runs 6-8):
+    a better run added to the table fails this until the sweep follows."""
+    import tomllib
+
+    from tests.train_helpers import load_benchmark
+
+    read_record_run = load_benchmark("record_runs").read_record_run
+    table = REPO / "benchmarks" / "records" / "2026-11-29-cpu-ptb-table"
+    spec = tomllib.loads((table / "tables.toml").read_text())["table"][0]
+    (positions,) = {tuple(c["runs"]) for c in spec["columns"] if c["head"].startswith("with")}
+    chosen = {}
+    for row in spec["rows"]:
+        runs = [row["runs"][i - 1] for i in positions if row["runs"][i - 1]]
+        if runs:
+            best = min(runs, key=lambda r: read_record_run(table / r).best_valid_ppl())
+            chosen[row["model"]] = table / best
+    plan = read_sweep(SWEEPS / "ptb_verdict_seeds.toml", ("data.path=ptb",))
+    groups = {"HORNN-3 gated": "hornn3-gated", "RNN": "rnn", "LSTM": "lstm"}
+    for model, prefix in groups.items():
+        best = load_config(chosen[model] / "config.toml")
+        runs = [r for r in plan.runs if r.name.startswith(prefix + "-")]
+        assert [r.config.train.seed for r in runs] == [1234, 1235, 1236], model
+        for run in runs:
+            own = run.config.model
+            if own.arch != "hornn":  # pooling means nothing to torch.nn's LSTM
+                own = replace(own, pooling=best.model.pooling)
+            assert own == best.model, (model, chosen[model])
+            assert run.config.optim == best.optim, (model, chosen[model])
+            for key in ("batch_size", "bptt", "epochs", "eval_batch_size", "mixed_precision"):
+                assert getattr(run.config.train, key) == getattr(best.train, key), (key, model)
