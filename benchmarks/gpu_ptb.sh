@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The paper's own benchmark on one GPU: Tables 2 and 3 and Figure 4 on Mikolov's PTB at H 400
-# (configs/sweeps/ptb_fair.toml, ptb_orders.toml, ptb_alpha.toml), trained by gpu_grids.sh in
-# the issue's order of priority within one deadline, test ppl on each run's best checkpoint by
-# validation, everything a record needs packed into $OUT/grids.tgz and $OUT/summary.txt.
+# PTB on one GPU: every row of the CPU's PTB table at its chosen recipe over three seeds
+# (configs/sweeps/ptb_chosen.toml: each model's run chosen on validation without dropout and
+# with it, and the RNN and the LSTM sized to gated-3's parameters), then the paper's Table 2
+# and Figure 4 at the shipped recipe (ptb_orders.toml, ptb_alpha.toml), trained by
+# gpu_grids.sh in the GPU issue's order within one deadline, test ppl on each run's best
+# checkpoint by validation, everything a record needs packed into $OUT/grids.tgz and
+# $OUT/summary.txt.
 #
 # Here, before the call (the device gets neither ../shared nor .git; gpu_carry/ is in
 # .git/info/exclude, so only `carry` takes it there; ~8 MB):
@@ -20,16 +23,14 @@
 #     bash benchmarks/gpu_ptb.sh
 #
 # The queue, first to last (each run once, at its first item; GRIDS in gpu_grids.sh):
-#   1. Table 3 at lr 0.5: the RNN, HORNN-3 sum/max/fofe/gated and the LSTM, seed 1234, then
-#      seeds 1235 and 1236 (18 runs)
-#   2. Table 2's cells not in 1: orders 2 and 4 of each pooling, seed 1234 (8 runs)
-#   3. the RNN and the LSTM sized to HORNN-3 FOFE's parameters, three seeds, lr 0.5 (6 runs);
-#      the RNN, FOFE-3, gated-3 and the LSTM at lr 1.0, seed 1234 (4 runs)
+#   1. ptb_chosen.toml, seed 1234: the RNN, HORNN-3 sum/max/fofe/gated and the LSTM at each
+#      one's chosen recipe without dropout and with it, and the equal-parameter rows (13 runs)
+#   2. ptb_chosen.toml, seeds 1235 and 1236 (26 runs): the noise rule's seeds
+#   3. Table 2: orders 2, 3 and 4 of each pooling, the RNN and the LSTM (14 runs; FOFE-3's
+#      chosen recipe without dropout is this shipped one, in bf16 here)
 #   4. Figure 4: FOFE-3 at alpha 0.2 ... 0.9, seed 1234 (8 runs)
-#   5. the rest of ptb_fair.toml: lr 1.0 for the other runs (20 runs)
 # PTB_JOBS (18) runs train at once where MPS runs (the whole of item 1 at once),
-# PTB_JOBS_NO_MPS (6) where it does not (one seed of Table 3 at a time); no run starts with
-# under 60 s left; at PTB_SECONDS (390) from the start the runs still training are stopped
+# PTB_JOBS_NO_MPS (6) where it does not; no run starts with under 60 s left; at PTB_SECONDS (390) from the start the runs still training are stopped
 # (SIGTERM: a checkpoint) and their best checkpoints by validation so far scored on the test
 # split within PTB_FINISH_SECONDS (45); such a run stays unfinished (no report takes it for a
 # converged one) and the sweep command resumes it later.
@@ -40,13 +41,10 @@ if ! compgen -G "$carry/data_cache/ptb-*/manifest.json" > /dev/null; then
     "(this script's header) and carry $carry" >&2
   exit 2
 fi
-export GRIDS='ptb_fair:^(rnn|lstm|hornn3-[a-z]+)-seed1234--lr05$
-  ptb_fair:^(rnn|lstm|hornn3-[a-z]+)-seed123[56]--lr05$
-  ptb_orders:^hornn[24]-
-  ptb_fair:-matched-seed[0-9]+--lr05$
-  ptb_fair:^(rnn|lstm|hornn3-(fofe|gated))-seed1234--lr1$
-  ptb_alpha
-  ptb_fair'
+export GRIDS='ptb_chosen:-seed1234$
+  ptb_chosen:-seed123[56]$
+  ptb_orders
+  ptb_alpha'
 export GRIDS_SET="data.path=$carry/ptb data.cache_dir=$carry/data_cache ${PTB_SET:-}"
 export GRIDS_SECONDS=${PTB_SECONDS:-390}
 export GRIDS_JOBS=${PTB_JOBS:-18}

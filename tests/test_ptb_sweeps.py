@@ -49,7 +49,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Plann
     )
     return {
         sweep: {run.name: run for run in read_sweep(SWEEPS / f"{sweep}.toml", sets).runs}
-        for sweep in ("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu")
+        for sweep in ("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen")
     }
 
 
@@ -148,17 +148,12 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
         batch = [n for n in batch if n not in queued]
         queued += batch
         batches.append(batch)
-    seed1234 = {f"ptb_fair/{m}-seed1234--lr05" for m in TABLE3}
-    assert set(batches[0]) == seed1234
-    assert set(batches[1]) == {f"ptb_fair/{m}-seed{s}--lr05" for m in TABLE3 for s in SEEDS[1:]}
-    assert set(batches[2]) == {f"ptb_orders/hornn{n}-{p}" for n in (2, 4) for p in POOLINGS}
-    matched = {f"ptb_fair/{m}-matched-seed{s}--lr05" for m in ("rnn", "lstm") for s in SEEDS}
-    assert set(batches[3]) == matched
-    second_lr = {"rnn", "hornn3-fofe", "hornn3-gated", "lstm"}
-    assert set(batches[4]) == {f"ptb_fair/{m}-seed1234--lr1" for m in second_lr}
-    assert batches[5] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches[6]) == 20 and all(n.endswith("--lr1") for n in batches[6])
-    assert len(queued) == len(set(queued)) == 48 + 8 + 8  # ptb_fair whole; orders 2, 4; alpha
+    groups = set(CHOSEN_GROUPS.values())
+    assert set(batches[0]) == {f"ptb_chosen/{g}-seed1234" for g in groups}
+    assert set(batches[1]) == {f"ptb_chosen/{g}-seed{s}" for g in groups for s in SEEDS[1:]}
+    assert batches[2] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
+    assert batches[3] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
+    assert len(batches) == 4 and len(queued) == len(set(queued)) == 39 + 14 + 8
 
 
 @pytest.mark.integration
@@ -231,35 +226,68 @@ def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() ->
         assert getattr(shipped.train, key) == getattr(best.train, key), (key, folder)
 
 
-def test_the_verdict_seeds_train_each_rows_chosen_run_with_dropout() -> None:
-    """ptb_verdict_seeds.toml trains, for the RNN, gated-3 and the LSTM, the recipe of the run
-    the PTB table's dropout columns choose (the lowest validation ppl of the row's runs 6-8):
-    a better run added to the table fails this until the sweep follows."""
+CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (its runs' prefix)
+    ("RNN", "no dropout"): "rnn-tied",
+    ("HORNN-3 sum", "no dropout"): "hornn3-sum",
+    ("HORNN-3 max", "no dropout"): "hornn3-max",
+    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe",
+    ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-halve1",
+    ("LSTM", "no dropout"): "lstm-tied-halve1",
+    ("RNN", "with dropout"): "rnn-drop0.2-tied",
+    ("HORNN-3 max", "with dropout"): "hornn3-max-drop0.5",
+    ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-drop0.5",
+    ("HORNN-3 gated", "with dropout"): "hornn3-gated-drop0.5-tied",
+    ("LSTM", "with dropout"): "lstm-drop0.5",
+    ("RNN", "equal parameters"): "rnn-matched-drop0.2-tied",
+    ("LSTM", "equal parameters"): "lstm-matched-drop0.5-tied",
+}
+
+
+def chosen_table_runs() -> dict[tuple[str, str], Path]:
+    """Return the PTB table's chosen run of each (row, column): the lowest validation ppl of
+    the row's runs 1-5 (no dropout) and 6-8 (with dropout), and the equal-parameter rows."""
     import tomllib
 
     from tests.train_helpers import load_benchmark
 
     read_record_run = load_benchmark("record_runs").read_record_run
     table = REPO / "benchmarks" / "records" / "2026-11-29-cpu-ptb-table"
-    spec = tomllib.loads((table / "tables.toml").read_text())["table"][0]
-    (positions,) = {tuple(c["runs"]) for c in spec["columns"] if c["head"].startswith("with")}
+    tables = tomllib.loads((table / "tables.toml").read_text())["table"]
     chosen = {}
-    for row in spec["rows"]:
-        runs = [row["runs"][i - 1] for i in positions if row["runs"][i - 1]]
-        if runs:
-            best = min(runs, key=lambda r: read_record_run(table / r).best_valid_ppl())
-            chosen[row["model"]] = table / best
-    plan = read_sweep(SWEEPS / "ptb_verdict_seeds.toml", ("data.path=ptb",))
-    groups = {"HORNN-3 gated": "hornn3-gated", "RNN": "rnn", "LSTM": "lstm"}
-    for model, prefix in groups.items():
-        best = load_config(chosen[model] / "config.toml")
-        runs = [r for r in plan.runs if r.name.startswith(prefix + "-")]
-        assert [r.config.train.seed for r in runs] == [1234, 1235, 1236], model
+    for column in ("no dropout", "with dropout"):
+        (positions,) = {
+            tuple(c["runs"]) for c in tables[0]["columns"] if c["head"].startswith(column)
+        }
+        for row in tables[0]["rows"]:
+            runs = [row["runs"][i - 1] for i in positions if row["runs"][i - 1]]
+            if runs and "calibration" not in row["model"]:
+                best = min(runs, key=lambda r: read_record_run(table / r).best_valid_ppl())
+                chosen[row["model"], column] = table / best
+    for row in tables[2]["rows"]:
+        if row["model"] in ("RNN", "LSTM"):
+            chosen[row["model"], "equal parameters"] = table / row["runs"][0]
+    return chosen
+
+
+def test_ptb_chosen_trains_each_table_rows_chosen_run_over_three_seeds(plans: dict) -> None:
+    """ptb_chosen.toml trains, for every row and column of the PTB table, the recipe of the run
+    the table chooses by validation, at seeds 1234-1236: a better run added to the table fails
+    this until the sweep follows."""
+    chosen = chosen_table_runs()
+    assert set(chosen) == set(CHOSEN_GROUPS)  # a new row or column needs its group here
+    groups: dict[str, list[PlannedRun]] = {}
+    for run in plans["ptb_chosen"].values():  # sized on a corpus of PTB's vocabulary
+        groups.setdefault(run.name.rpartition("-seed")[0], []).append(run)
+    assert set(groups) == set(CHOSEN_GROUPS.values())
+    for key, prefix in CHOSEN_GROUPS.items():
+        best = load_config(chosen[key] / "config.toml")
+        runs = groups[prefix]
+        assert [r.config.train.seed for r in runs] == list(SEEDS), key
         for run in runs:
             own = run.config.model
             if own.arch != "hornn":  # pooling means nothing to torch.nn's LSTM
                 own = replace(own, pooling=best.model.pooling)
-            assert own == best.model, (model, chosen[model])
-            assert run.config.optim == best.optim, (model, chosen[model])
-            for key in ("batch_size", "bptt", "epochs", "eval_batch_size", "mixed_precision"):
-                assert getattr(run.config.train, key) == getattr(best.train, key), (key, model)
+            assert own == best.model, (key, chosen[key])
+            assert run.config.optim == best.optim, (key, chosen[key])
+            for name in ("batch_size", "bptt", "epochs", "eval_batch_size", "mixed_precision"):
+                assert getattr(run.config.train, name) == getattr(best.train, name), (name, key)
