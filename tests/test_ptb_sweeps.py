@@ -230,7 +230,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("RNN", "no dropout"): "rnn-tied",
     ("HORNN-3 sum", "no dropout"): "hornn3-sum",
     ("HORNN-3 max", "no dropout"): "hornn3-max",
-    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe",
+    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-halve1",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-halve1",
     ("LSTM", "no dropout"): "lstm-tied-halve1",
     ("RNN", "with dropout"): "rnn-drop0.2-tied",
