@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist.config import load_config
+from hornn_dist.config import RunConfig, load_config
 from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.experiments.params import MATCH_TOLERANCE, total_parameters
 from hornn_dist.experiments.plan import PlannedRun, read_sweep
@@ -219,11 +219,19 @@ def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() ->
     assert len(runs) >= 5, runs  # the Table 3 runs and the recipe stages at least
     _, folder = min(runs, key=lambda r: r[0])
     best = load_config(folder)
-    shipped = load_config(REPO / "configs" / "ptb.toml")
-    assert shipped.model == best.model, folder
-    assert shipped.optim == best.optim, folder
+    check_same_recipe(load_config(REPO / "configs" / "ptb.toml"), best, folder)
+
+
+def check_same_recipe(config: RunConfig, best: RunConfig, where: object) -> None:
+    """Assert that `config` trains `best`'s model, optimiser and batches (its seed and folders
+    aside); an LSTM's pooling, which torch.nn's LSTM ignores, is not compared."""
+    model = config.model
+    if model.arch != "hornn":
+        model = replace(model, pooling=best.model.pooling)
+    assert model == best.model, where
+    assert config.optim == best.optim, where
     for key in ("batch_size", "bptt", "epochs", "eval_batch_size", "mixed_precision"):
-        assert getattr(shipped.train, key) == getattr(best.train, key), (key, folder)
+        assert getattr(config.train, key) == getattr(best.train, key), (key, where)
 
 
 CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (its runs' prefix)
@@ -284,10 +292,4 @@ def test_ptb_chosen_trains_each_table_rows_chosen_run_over_three_seeds(plans: di
         runs = groups[prefix]
         assert [r.config.train.seed for r in runs] == list(SEEDS), key
         for run in runs:
-            own = run.config.model
-            if own.arch != "hornn":  # pooling means nothing to torch.nn's LSTM
-                own = replace(own, pooling=best.model.pooling)
-            assert own == best.model, (key, chosen[key])
-            assert run.config.optim == best.optim, (key, chosen[key])
-            for name in ("batch_size", "bptt", "epochs", "eval_batch_size", "mixed_precision"):
-                assert getattr(run.config.train, name) == getattr(best.train, name), (name, key)
+            check_same_recipe(run.config, best, (key, chosen[key]))
