@@ -86,7 +86,8 @@ class RecordRun:
 
     def recipe(self) -> str:
         """Return the run's training recipe in one phrase: lr, momentum, clip, column norm,
-        weight decay, lr schedule, dropout and tied weights, as its config.toml set them."""
+        weight decay, lr schedule, dropout, weight drop and tied weights, as its config.toml set
+        them."""
         optim, model = self.config.get("optim", {}), self.config.get("model", {})
         parts = [f"lr {optim.get('lr', math.nan):g}"]
         if optim.get("momentum", 0):
@@ -105,6 +106,8 @@ class RecordRun:
             parts.append(
                 f"dropout {model['dropout']:g}" + (f" ({mask} mask)" if mask != "step" else "")
             )
+        if model.get("weight_drop", 0):
+            parts.append(f"weight drop {model['weight_drop']:g}")
         if model.get("tie_weights", False):
             parts.append("tied")
         return ", ".join(parts)

@@ -190,6 +190,7 @@ def describe(m: ModelConfig) -> str:
         f"word vectors of {m.embedding_size or m.hidden_size}"
         + (" tied to the output layer" if m.tie_weights else "")
         + (f", dropout {m.dropout:g} in training" if m.dropout else "")
+        + (f", weight drop {m.weight_drop:g} in training" if m.weight_drop else "")
     )
 
 

@@ -358,3 +358,19 @@ def test_a_recipe_under_fixed_then_halve_says_after_how_many_epochs() -> None:
     assert len(phrases) == 2, phrases
     for after, phrase in phrases.items():
         assert f"fixed_then_halve after {after}," in phrase, phrase
+
+
+def test_a_recipe_with_weight_drop_names_its_rate(tmp_path: Path) -> None:
+    """model.weight_drop appears in the recipe phrase, so runs that differ by it alone differ."""
+    read_record_run = load_benchmark("record_runs").read_record_run
+    source = REPO / "benchmarks/records/2026-11-29-cpu-ptb-gated-dropout/ptb_recipe_gated_dropout"
+    run = next(folder for folder in sorted(source.iterdir()) if folder.is_dir())
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    config = (copy / "config.toml").read_text(encoding="utf-8")
+    (copy / "config.toml").write_text(
+        config.replace("[model]\n", "[model]\nweight_drop = 0.25\n", 1), encoding="utf-8"
+    )
+    plain, dropped = read_record_run(run).recipe(), read_record_run(copy).recipe()
+    assert "weight drop" not in plain
+    assert dropped.replace("weight drop 0.25, ", "") == plain, dropped

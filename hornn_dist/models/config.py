@@ -52,6 +52,11 @@ class ModelConfig:
     # per stream, shared by every step of a window, at each place dropout drops ("variational"
     # dropout, Gal & Ghahramani 2016; AWD-LSTM's locked dropout)
     dropout_mask: str = "step"
+    # DropConnect on the recurrent weights (Wan et al. 2013; AWD-LSTM's weight drop, Merity et
+    # al. 2017): in training, one Bernoulli mask per forward zeroes entries of every feedback
+    # matrix (weight_hh: the HORNN's W_hn and gated's W2n, the RNN/LSTM/GRU's) and scales the
+    # rest by 1/(1-p); every stream and step of the window sees the same weights. In [0, 1); 0 = off
+    weight_drop: float = 0.0
     # the output layer reuses the embedding matrix (one tensor, saved once); needs
     # `embedding_size` = `hidden_size` (or 0)
     tie_weights: bool = False
@@ -100,6 +105,8 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if not 0.0 <= self.weight_drop < 1.0:
+            raise ConfigError(f"model.weight_drop must be in [0, 1), got {self.weight_drop!r}")
         if self.tie_weights and self.embedding_size not in (0, self.hidden_size):
             raise ConfigError(
                 f"model.tie_weights = true needs model.embedding_size equal to model.hidden_size, "

@@ -30,6 +30,7 @@ so U_t = h_t @ weight_hh holds block n-1 = (W_hn h_t)^T and, for gated, block N+
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hornn_dist.checks import check_choice, check_count
@@ -37,6 +38,12 @@ from hornn_dist.models.config import ACTIVATIONS, POOLINGS, check_alpha
 from hornn_dist.models.plan import LayerPlan, resolve_plan
 from hornn_dist.models.precision import recurrence_dtype
 from hornn_dist.models.recurrence import fused_scan, input_projection_autocast, loop_scan
+
+
+def drop_connect(weight: Tensor, p: float, training: bool) -> Tensor:
+    """Return weight with each entry zeroed with probability p and the rest scaled by 1/(1-p)
+    (DropConnect, `model.weight_drop`) in training; weight itself otherwise, with no draw."""
+    return F.dropout(weight, p, training=True) if training and p > 0 else weight
 
 
 def hornn_forward(
@@ -93,9 +100,11 @@ class HornnLayer(nn.Module):
         init_std: float = 0.1,
         precision: str | None = None,
         plan: LayerPlan | None = None,
+        weight_drop: float = 0.0,
     ) -> None:
         """engine ("auto" if None) and precision ("fp16" if None) make the layer's own plan,
-        with no device check ("auto" is "fused"); or pass the model's `plan` instead."""
+        with no device check ("auto" is "fused"); or pass the model's `plan` instead.
+        weight_drop: DropConnect on weight_hh in training (`model.weight_drop`), in [0, 1)."""
         super().__init__()
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
             check_count(name, value)
@@ -103,6 +112,8 @@ class HornnLayer(nn.Module):
         check_choice("pooling", pooling, POOLINGS)
         check_alpha("alpha", alpha)
         check_choice("activation", activation, ACTIVATIONS)
+        if not 0.0 <= weight_drop < 1.0:
+            raise ValueError(f"weight_drop must be in [0, 1), got {weight_drop!r}")
         if plan is None:
             plan = resolve_plan(engine or "auto", precision or "fp16", hidden_size)
         elif engine not in (None, plan.configured) or precision not in (None, plan.precision):
@@ -113,6 +124,7 @@ class HornnLayer(nn.Module):
         self.plan = plan  # how the forward runs: engine and precision
         self.input_size, self.hidden_size, self.order = input_size, hidden_size, order
         self.pooling, self.alpha, self.activation = pooling, alpha, activation
+        self.weight_drop = weight_drop
         self.gated = pooling == "gated"
         n_in = 1 + order if self.gated else 1
         n_hh = 2 * order if self.gated else order
@@ -167,7 +179,7 @@ class HornnLayer(nn.Module):
             x,
             history,
             self.weight_ih,
-            self.weight_hh,
+            drop_connect(self.weight_hh, self.weight_drop, self.training),
             self.bias,
             self.gate_bias,
             pooling=self.pooling,
@@ -182,4 +194,5 @@ class HornnLayer(nn.Module):
             f"{self.input_size}, {self.hidden_size}, order={self.order}, pooling={self.pooling}, "
             f"alpha={self.alpha}, activation={self.activation}, engine={self.plan.engine}, "
             f"precision={self.plan.precision}"
+            + (f", weight_drop={self.weight_drop}" if self.weight_drop else "")
         )

@@ -8,8 +8,10 @@ parameter counts (§4.1.1): RNN 8.3M, HORNN-3 8.6M, LSTM 9.3M, gated HORNN-3 9.6
 
 `model.dropout` > 0 drops units where the arrows ─► cross between modules above (after the
 embedding, between layers, before the output layer), never on a recurrent path (Zaremba et
-al. 2014; `word_language_model`). `model.tie_weights` makes the output layer's (V, H) matrix
-the embedding's (V, E = H) one: a single Parameter, saved once under "embedding.weight".
+al. 2014; `word_language_model`); `model.weight_drop` > 0 drops entries of the recurrent
+weights (DropConnect: one mask per forward, AWD-LSTM's weight drop). `model.tie_weights`
+makes the output layer's (V, H) matrix the embedding's (V, E = H) one: a single Parameter,
+saved once under "embedding.weight".
 
 State is always a tuple of tensors whose dim 1 is the batch, so a trainer can slice, detach
 and checkpoint it without knowing the architecture:
@@ -25,11 +27,12 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import path_norms
 from hornn_dist.models.config import ModelConfig
-from hornn_dist.models.hornn import HornnLayer
+from hornn_dist.models.hornn import HornnLayer, drop_connect
 from hornn_dist.models.init import recurrent_std
 from hornn_dist.models.plan import LayerPlan, plan_for
 
@@ -76,6 +79,7 @@ class RecurrentLM(nn.Module):
                         activation=cfg.activation,
                         init_std=cfg.init_std,
                         plan=plan,
+                        weight_drop=cfg.weight_drop,
                     )
                 )
         elif cfg.arch == "rnn":
@@ -147,16 +151,27 @@ class RecurrentLM(nn.Module):
                 new_state.append(new_hist)
             new = tuple(new_state)
         else:
-            assert self.rnn is not None
             if state is None:
-                x, hidden = self.rnn(x)
+                x, hidden = self._run_rnn(x)
             elif self.arch == "lstm":
-                x, hidden = self.rnn(x, (state[0], state[1]))
+                x, hidden = self._run_rnn(x, (state[0], state[1]))
             else:
-                x, hidden = self.rnn(x, state[0])
+                x, hidden = self._run_rnn(x, state[0])
             new = tuple(hidden) if self.arch == "lstm" else (hidden,)
         logits = self.decoder(self._drop(x))  # (T, B, V)
         return logits, new
+
+    def _run_rnn(self, *args: Tensor | tuple[Tensor, Tensor]) -> Any:
+        """Run the torch RNN module on args, its weight_hh_l* under DropConnect in training
+        (model.weight_drop, as HornnLayer does), its other parameters as they are."""
+        assert self.rnn is not None
+        if not (self.training and self.cfg.weight_drop > 0):
+            return self.rnn(*args)
+        weights = {
+            name: drop_connect(p, self.cfg.weight_drop, True) if name.startswith("weight_hh") else p
+            for name, p in self.rnn.named_parameters()
+        }
+        return functional_call(self.rnn, weights, args)
 
     def _drop(self, x: Tensor) -> Tensor:
         """Return x (T, B, F) after dropout (model.dropout, training mode only): a mask per

@@ -23,6 +23,8 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
         return "not on CUDA"
     if cfg.model.dropout and cfg.model.dropout_mask == "sequence":
         return 'model.dropout_mask = "sequence" (not yet run under CUDA graphs)'
+    if cfg.model.weight_drop:
+        return "model.weight_drop > 0 (not yet run under CUDA graphs)"
     return None
 
 
