@@ -15,6 +15,7 @@ from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 from hornn_dist.models.hornn import HornnLayer
 from hornn_dist.training.step_setup import graph_unavailable_reason
 from tests.reference_hornn import reference_layer
+from tests.train_helpers import check_ok, final_weights, run_here, write_tiny_config
 
 V, H = 30, 8
 POOLINGS = ["sum", "max", "fofe", "gated"]
@@ -133,3 +134,31 @@ def test_weight_drop_runs_the_step_eagerly_until_cuda_graphs_have_run_it():
     assert graph_unavailable_reason(cfg, on_cuda) == (
         "model.weight_drop > 0 (not yet run under CUDA graphs)"
     )
+
+
+@pytest.mark.integration
+def test_a_run_under_weight_drop_and_dropout_resumes_bit_for_bit(tmp_path):
+    """The masks come from the generators a checkpoint saves: stopped mid-epoch and resumed, a
+    run with weight drop (and dropout) ends with the weights of the same run trained straight."""
+    config = str(write_tiny_config(tmp_path))
+    check_ok(run_here("hornn_dist.prepare", config))
+    drop = ["--set", "model.weight_drop=0.3", "--set", "model.dropout=0.2"]
+
+    def train(name: str, steps: int, *extra: str):
+        out = f"train.output_dir={tmp_path / name}"
+        return run_here(
+            "hornn_dist.train", config, *extra, "--set", out, "--set", f"train.max_steps={steps}"
+        )
+
+    check_ok(train("straight", 20, *drop))
+    check_ok(train("resumed", 7, *drop))
+    second = train("resumed", 20, *drop)
+    check_ok(second)
+    assert "resuming from" in second.stderr
+    straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "resumed")
+    assert straight.keys() == resumed.keys()
+    for key in straight:
+        assert torch.equal(straight[key], resumed[key]), key
+    check_ok(train("dropout_only", 20, "--set", "model.dropout=0.2"))  # the same but weight drop
+    other = final_weights(tmp_path / "dropout_only")
+    assert not torch.equal(other["layers.0.weight_hh"], straight["layers.0.weight_hh"])
