@@ -103,16 +103,20 @@ class ModelConfig:
             raise ConfigError(
                 f"model.init_std must be in (0, {MAX_INIT_STD:g}], got {self.init_std}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
-        if not 0.0 <= self.weight_drop < 1.0:
-            raise ConfigError(f"model.weight_drop must be in [0, 1), got {self.weight_drop!r}")
+        check_drop_rate("model.dropout", self.dropout)
+        check_drop_rate("model.weight_drop", self.weight_drop)
         if self.tie_weights and self.embedding_size not in (0, self.hidden_size):
             raise ConfigError(
                 f"model.tie_weights = true needs model.embedding_size equal to model.hidden_size, "
                 f"got {self.embedding_size} and {self.hidden_size}; set model.embedding_size = 0 "
                 "(= hidden_size) or model.tie_weights = false"
             )
+
+
+def check_drop_rate(key: str, value: float) -> None:
+    """Raise ConfigError (a ValueError) unless value, a dropout probability, is in [0, 1)."""
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"{key} must be in [0, 1), got {value!r}")
 
 
 def check_alpha(key: str, value: float) -> None:

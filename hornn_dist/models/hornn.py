@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hornn_dist.checks import check_choice, check_count
-from hornn_dist.models.config import ACTIVATIONS, POOLINGS, check_alpha
+from hornn_dist.models.config import ACTIVATIONS, POOLINGS, check_alpha, check_drop_rate
 from hornn_dist.models.plan import LayerPlan, resolve_plan
 from hornn_dist.models.precision import recurrence_dtype
 from hornn_dist.models.recurrence import fused_scan, input_projection_autocast, loop_scan
@@ -112,8 +112,7 @@ class HornnLayer(nn.Module):
         check_choice("pooling", pooling, POOLINGS)
         check_alpha("alpha", alpha)
         check_choice("activation", activation, ACTIVATIONS)
-        if not 0.0 <= weight_drop < 1.0:
-            raise ValueError(f"weight_drop must be in [0, 1), got {weight_drop!r}")
+        check_drop_rate("weight_drop", weight_drop)
         if plan is None:
             plan = resolve_plan(engine or "auto", precision or "fp16", hidden_size)
         elif engine not in (None, plan.configured) or precision not in (None, plan.precision):
