@@ -241,7 +241,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-halve1",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-halve1",
     ("LSTM", "no dropout"): "lstm-tied-halve1",
-    ("RNN", "with dropout"): "rnn-drop0.2-tied",
+    ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10",
     ("HORNN-3 max", "with dropout"): "hornn3-max-drop0.5",
     ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-drop0.5",
     ("HORNN-3 gated", "with dropout"): "hornn3-gated-drop0.3-tied",
