@@ -100,6 +100,8 @@ class RecordRun:
         schedule = str(optim.get("schedule", "plateau"))
         if schedule == "fixed_then_halve":  # the epochs at the first lr make the schedule
             schedule += f" after {optim.get('halve_after', OptimConfig.halve_after)}"
+        elif optim.get("halve_patience", 1) != 1:  # failed epochs in a row before a halving
+            schedule += f" (patience {optim['halve_patience']})"
         parts.append(schedule)
         if model.get("dropout", 0):
             mask = model.get("dropout_mask", "step")

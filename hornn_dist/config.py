@@ -85,6 +85,11 @@ class OptimConfig:
     # fraction (0: only when it does not decrease, §4's rule; 0.003 is rnnlm's); refused under
     # fixed_then_halve, which never reads it
     halve_below: float = 0.0
+    # plateau and newbob: epochs in a row that each fail that test before the lr halves (1: the
+    # first one, §4's and rnnlm's rule); 2 keeps one noisy epoch at a long step from ending
+    # newbob's fixed phase (docs/reproduction.md, "PTB: each model's own recipe"); refused
+    # under fixed_then_halve
+    halve_patience: int = 1
     # convergence: once the lr has been halved, stop when `stop_patience` epochs in a row each
     # lower the validation loss by less than this fraction, or when a halving is due at `min_lr`
     # (0 = run all `train.epochs`)
@@ -124,6 +129,13 @@ class OptimConfig:
                 f'optim.halve_below = {self.halve_below:g} applies to optim.schedule = "plateau" '
                 f'or "newbob" only; "{self.schedule}" halves the lr every epoch after '
                 'optim.halve_after: set optim.halve_below = 0 or optim.schedule = "plateau"'
+            )
+        check_at_least("optim.halve_patience", self.halve_patience, 1)
+        if self.halve_patience != 1 and self.schedule == "fixed_then_halve":
+            raise ConfigError(
+                f"optim.halve_patience = {self.halve_patience} applies to optim.schedule = "
+                f'"plateau" or "newbob" only; "{self.schedule}" halves the lr every epoch after '
+                'optim.halve_after: set optim.halve_patience = 1 or optim.schedule = "newbob"'
             )
         check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
         check_at_least("optim.stop_patience", self.stop_patience, 1)

@@ -21,6 +21,7 @@ from hornn_dist.training.optim import (
     resolve_clip,
 )
 from hornn_dist.training.resume import stop_stands
+from tests.train_helpers import REPO
 
 
 def schedule(**overrides: object) -> LrSchedule:
@@ -123,6 +124,58 @@ def test_newbob_resumes_from_its_state_dict_mid_halving() -> None:
     b = schedule(lr=1.0, schedule="newbob", min_lr=0.0)
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
     assert run_epochs(b, [4.0, 3.0]) == run_epochs(a, [4.0, 3.0]) == [0.25, 0.125]
+
+
+def test_halve_patience_halves_after_that_many_failed_epochs_in_a_row() -> None:
+    once = schedule(lr=1.0, schedule="plateau", min_lr=0.0)
+    twice = schedule(lr=1.0, schedule="plateau", min_lr=0.0, halve_patience=2)
+    # 5.0 -> 5.1 fails once; 4.0 passes and resets the count; 4.2, 4.3 fail twice in a row:
+    # the halving; the count starts again, so 4.4 alone does not halve.
+    losses = [5.0, 5.1, 4.0, 4.2, 4.3, 4.4, 3.0]
+    assert run_epochs(once, losses) == [1.0, 0.5, 0.5, 0.25, 0.125, 0.0625, 0.0625]
+    assert run_epochs(twice, losses) == [1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
+
+
+def test_newbob_under_halve_patience_2_keeps_the_rnns_lr_through_its_noisy_epochs() -> None:
+    """The tied RNN at dropout 0.2 (record 2026-11-29-cpu-ptb-anneal, lr 5 for 10 epochs):
+    under rnnlm's rule its one worse epoch 4 would have begun the halving; patience 2 keeps lr
+    5 through its first 10 epochs, as the fixed phase that validated 6.6% lower did."""
+    state = REPO / "benchmarks/records/2026-11-29-cpu-ptb-anneal/ptb_recipe_anneal"
+    history = json.loads(
+        (state / "rnn-tied-drop0.2-fixed10-seed1234/trainer_state.json").read_text()
+    )["valid_history"]
+    losses = [entry["loss"] for entry in history[:10]]
+    rnnlm = schedule(lr=5.0, schedule="newbob", halve_below=0.003)
+    patient = schedule(lr=5.0, schedule="newbob", halve_below=0.003, halve_patience=2)
+    assert run_epochs(rnnlm, losses)[:4] == [5.0, 5.0, 5.0, 2.5]
+    assert run_epochs(patient, losses) == [5.0] * 10
+    assert patient.end_epoch(losses[-1]) == 5.0 and patient.end_epoch(losses[-1]) == 2.5
+    assert patient.end_epoch(4.0) == 1.25  # newbob: every epoch after the first halving
+
+
+def test_halve_patience_resumes_mid_count_from_its_state_dict() -> None:
+    a = schedule(lr=1.0, schedule="plateau", min_lr=0.0, halve_patience=3)
+    run_epochs(a, [5.0, 5.1, 5.2])  # two failed epochs counted
+    b = schedule(lr=1.0, schedule="plateau", min_lr=0.0, halve_patience=3)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert run_epochs(b, [5.3, 5.4]) == run_epochs(a, [5.3, 5.4]) == [0.5, 0.5]
+
+
+@pytest.mark.parametrize(
+    "settings,words",
+    [
+        ({"halve_patience": 0}, ["optim.halve_patience", "1"]),
+        (
+            {"halve_patience": 2, "schedule": "fixed_then_halve"},
+            ["optim.halve_patience = 2", "fixed_then_halve", "optim.halve_after"],
+        ),
+    ],
+)
+def test_a_bad_halve_patience_is_one_line_naming_the_keys(settings: dict, words: list) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        OptimConfig(**settings).validate()
+    message = str(excinfo.value)
+    assert "\n" not in message and all(word in message for word in words), message
 
 
 @pytest.mark.parametrize("kind", ["plateau", "fixed_then_halve", "newbob"])

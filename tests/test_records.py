@@ -360,8 +360,9 @@ def test_a_recipe_under_fixed_then_halve_says_after_how_many_epochs() -> None:
         assert f"fixed_then_halve after {after}," in phrase, phrase
 
 
-def test_a_recipe_with_weight_drop_names_its_rate(tmp_path: Path) -> None:
-    """model.weight_drop appears in the recipe phrase, so runs that differ by it alone differ."""
+def test_a_recipe_names_its_weight_drop_and_halve_patience(tmp_path: Path) -> None:
+    """model.weight_drop and optim.halve_patience appear in the recipe phrase, so runs that
+    differ by either alone differ."""
     read_record_run = load_benchmark("record_runs").read_record_run
     source = REPO / "benchmarks/records/2026-11-29-cpu-ptb-gated-dropout/ptb_recipe_gated_dropout"
     run = next(folder for folder in sorted(source.iterdir()) if folder.is_dir())
@@ -374,3 +375,8 @@ def test_a_recipe_with_weight_drop_names_its_rate(tmp_path: Path) -> None:
     plain, dropped = read_record_run(run).recipe(), read_record_run(copy).recipe()
     assert "weight drop" not in plain
     assert dropped.replace("weight drop 0.25, ", "") == plain, dropped
+    (copy / "config.toml").write_text(
+        config.replace("[optim]\n", "[optim]\nhalve_patience = 2\n", 1), encoding="utf-8"
+    )
+    patient = read_record_run(copy).recipe()
+    assert "newbob" in plain and patient == plain.replace("newbob", "newbob (patience 2)")

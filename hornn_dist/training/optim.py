@@ -90,7 +90,8 @@ class LrSchedule:
 
     plateau: halve the lr whenever the validation loss did not decrease from the
     previous epoch's (PTB), or with `halve_below` > 0 whenever it decreased by less than that
-    fraction.
+    fraction; with `halve_patience` k > 1, only once k epochs in a row did so (then the count
+    starts again).
     fixed_then_halve: keep the lr for `halve_after` epochs, then halve it after every epoch (text8).
     newbob: as plateau until the first halving, then halve after every epoch (Mikolov's rnnlm,
     the "NewBob" rule of speech recognition): the fixed phase ends when validation says so.
@@ -114,9 +115,11 @@ class LrSchedule:
     stop_patience: int = 1
     halve_below: float = 0.0
     halve_before_stop: bool = False
+    halve_patience: int = 1
     previous_valid: float = float("inf")
     epochs_done: int = 0
     halvings: int = 0
+    plateau_epochs: int = 0  # epochs in a row that failed plateau's test, since the last halving
     small_epochs: int = 0  # epochs in a row, after a halving, under stop_improvement
     epoch_lr: float = 0.0  # the lr the last finished epoch trained at
     streak_lr: float = 0.0  # the lr the first of those `small_epochs` trained at (0: none)
@@ -136,6 +139,7 @@ class LrSchedule:
             stop_patience=cfg.stop_patience,
             halve_below=cfg.halve_below,
             halve_before_stop=cfg.halve_before_stop,
+            halve_patience=cfg.halve_patience,
         )
 
     def drive(self, optimizer: torch.optim.Optimizer) -> LrSchedule:
@@ -162,12 +166,17 @@ class LrSchedule:
         improvement = relative_improvement(self.previous_valid, valid_loss)
         if self.schedule == "newbob" and self.halvings > 0:
             halve = True
-        elif self.halve_below > 0:  # plateau or newbob (refused under fixed_then_halve)
-            halve = improvement < self.halve_below
-        elif self.schedule in ("plateau", "newbob"):
-            halve = valid_loss >= self.previous_valid
-        else:
+        elif self.schedule == "fixed_then_halve":
             halve = self.epochs_done >= self.halve_after
+        else:  # plateau, or newbob before its first halving
+            if self.halve_below > 0:
+                failed = improvement < self.halve_below
+            else:
+                failed = valid_loss >= self.previous_valid
+            self.plateau_epochs = self.plateau_epochs + 1 if failed else 0
+            halve = self.plateau_epochs >= self.halve_patience
+            if halve:
+                self.plateau_epochs = 0
         self.previous_valid = valid_loss
         if self.stop_improvement > 0:
             halve = self._judge_convergence(improvement, halve)

@@ -69,6 +69,7 @@ SCHEDULE_KEYS = (
     "stop_improvement",
     "stop_patience",
     "halve_below",
+    "halve_patience",
     "halve_before_stop",
 )  # into the restored schedule
 OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
