@@ -94,7 +94,7 @@ def test_every_table_quoting_a_record_is_the_printed_one() -> None:
 
 
 def test_readme_results_are_one_table_its_record_and_command_in_40_lines() -> None:
-    """README "Results": the PTB record's table, exactly as its command prints it, with the
+    """README "Results": the PTB seeds record's table, exactly as its command prints it, with the
     record and the command named, in at most 40 lines; the bundled corpus's fair comparison is
     in docs/reproduction.md, exactly as its record prints it."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
@@ -102,7 +102,7 @@ def test_readme_results_are_one_table_its_record_and_command_in_40_lines() -> No
     assert len(section.strip().splitlines()) <= 40
     assert len(readme.splitlines()) <= 150
     for page, text, record in (
-        ("README.md", section, RECORDS / "2026-11-29-cpu-ptb-table"),
+        ("README.md", section, RECORDS / "2026-11-29-h200-ptb"),
         ("docs/reproduction.md", (REPO / "docs" / "reproduction.md").read_text(encoding="utf-8"),
          RECORDS / "2026-11-28-cpu-fair"),
     ):  # fmt: skip
