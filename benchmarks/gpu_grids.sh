@@ -34,6 +34,7 @@
 # written before the call where the copy has no .git; its further lines, git status, are kept).
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
+mkdir -p "$OUT"  # the device makes $OUT; a try on a CPU may name a folder not made yet
 GRIDS=${GRIDS:-"demo_alpha demo_dropout"}
 GRIDS_SECONDS=${GRIDS_SECONDS:-480}
 GRIDS_REFERENCE=${GRIDS_REFERENCE:-1}

@@ -4,6 +4,7 @@ prepared PTB cache alone with `datasets` unimportable (the GPU machine has neith
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -293,3 +294,41 @@ def test_ptb_chosen_trains_each_table_rows_chosen_run_over_three_seeds(plans: di
         assert [r.config.train.seed for r in runs] == list(SEEDS), key
         for run in runs:
             check_same_recipe(run.config, best, (key, chosen[key]))
+
+
+@pytest.mark.integration
+def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(tmp_path: Path) -> None:
+    """gpu_grids.sh on a CPU, in a copy's working folder: it makes $OUT where that folder does
+    not exist yet, queues gpu_ptb.sh's items in their order, starts no run with less time left
+    than GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs grids.tgz."""
+    import tarfile
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("configs", "benchmarks"):
+        (work / name).symlink_to(REPO / name)
+    out = tmp_path / "not" / "yet"
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "GRIDS": "ptb_alpha:alpha0.9$ ptb_alpha",
+        "GRIDS_SECONDS": "2",
+        "GRIDS_MIN_RUN_SECONDS": "100",
+        "GRIDS_REFERENCE": "0",
+        "GRIDS_FINISH_SECONDS": "5",
+        "GRIDS_REPORT_SECONDS": "5",
+        "PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_grids.sh"], cwd=work, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = (out / "summary.txt").read_text(encoding="utf-8")
+    alphas = [f"ptb_alpha/fofe3-alpha0.{a}" for a in (9, 2, 3, 4, 5, 6, 7, 8)]
+    assert re.findall(r"^not started: (\S+)$", summary, re.M) == alphas  # 0.9 first, once
+    assert "queue: 8 runs" in summary and "\nstart " not in summary
+    with tarfile.open(out / "grids.tgz") as pack:
+        names = pack.getnames()
+    assert any(n.endswith("ptb_alpha/sweep.json") for n in names), names
+    assert any(n.endswith("logs/runs.tsv") for n in names), names
