@@ -18,6 +18,9 @@
 # GRIDS_SET="k=v ..." adds overrides to every run (a quick try: GRIDS_SET="train.max_steps=5").
 # GRIDS_MATCH="REGEX" trains only the runs whose name matches (the others' records come from
 # elsewhere, e.g. a grid widened after part of it trained).
+# GRIDS_SKIP_RECORDED=DIR leaves out each run a record of an earlier call holds finished
+# (DIR/SWEEP/NAME/, as benchmarks/collect_runs.sh keeps runs): a fresh machine has none of the
+# runs an earlier machine trained, and the summary names each run left out.
 # GRIDS_REFERENCE=1 also trains the order-1 RNN of configs/demo.toml (the reference a ratio
 # needs) into runs/sweeps/gpu_reference/rnn, last in the queue.
 # At GRIDS_SECONDS (from the script's start) every run still training gets SIGTERM: it
@@ -67,7 +70,7 @@ elapsed() { echo "$(($(date +%s) - started))"; }
   else
     echo "commit: unknown (no .git, no $GRIDS_COMMIT_FILE)"
   fi
-  echo "command: GRIDS=\"$GRIDS\" GRIDS_SECONDS=$GRIDS_SECONDS GRIDS_JOBS=$GRIDS_JOBS GRIDS_JOBS_NO_MPS=$GRIDS_JOBS_NO_MPS GRIDS_SET=\"${GRIDS_SET:-}\" GRIDS_MATCH=\"${GRIDS_MATCH:-}\" GRIDS_REFERENCE=$GRIDS_REFERENCE GRIDS_FINISH=$GRIDS_FINISH bash benchmarks/gpu_grids.sh"
+  echo "command: GRIDS=\"$GRIDS\" GRIDS_SECONDS=$GRIDS_SECONDS GRIDS_JOBS=$GRIDS_JOBS GRIDS_JOBS_NO_MPS=$GRIDS_JOBS_NO_MPS GRIDS_SET=\"${GRIDS_SET:-}\" GRIDS_MATCH=\"${GRIDS_MATCH:-}\" GRIDS_SKIP_RECORDED=\"${GRIDS_SKIP_RECORDED:-}\" GRIDS_REFERENCE=$GRIDS_REFERENCE GRIDS_FINISH=$GRIDS_FINISH bash benchmarks/gpu_grids.sh"
 } > "$summary" 2>&1
 nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
 
@@ -89,8 +92,10 @@ sweeps=(); for item in "${items[@]}"; do
   s=${item%%:*}; [[ " ${sweeps[*]} " == *" $s "* ]] || sweeps+=("$s")
 done
 files=(); for s in "${sweeps[@]}"; do files+=("configs/sweeps/$s.toml"); done
-$PY benchmarks/grid_runs.py list "${files[@]}" "${sets[@]}" > "$logs/runs.tsv" 2> "$logs/list.err" \
+skip=(); [ -n "${GRIDS_SKIP_RECORDED:-}" ] && skip=(--skip-recorded "$GRIDS_SKIP_RECORDED")
+$PY benchmarks/grid_runs.py list "${files[@]}" "${sets[@]}" "${skip[@]}" > "$logs/runs.tsv" 2> "$logs/list.err" \
   || echo "listing the runs failed: $(tail -1 "$logs/list.err")" >> "$summary"
+grep '^recorded: ' "$logs/list.err" | sed "s|\$| (finished in $GRIDS_SKIP_RECORDED: not trained again)|" >> "$summary"
 names=(); commands=()
 declare -A queued=()
 for item in "${items[@]}"; do

@@ -299,8 +299,9 @@ def test_ptb_chosen_trains_each_table_rows_chosen_run_over_three_seeds(plans: di
 @pytest.mark.integration
 def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(tmp_path: Path) -> None:
     """gpu_grids.sh on a CPU, in a copy's working folder: it makes $OUT where that folder does
-    not exist yet, queues gpu_ptb.sh's items in their order, starts no run with less time left
-    than GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs grids.tgz."""
+    not exist yet, leaves out the runs the H200 record holds finished (gpu_ptb.sh's default),
+    queues the items in their order, starts no run with less time left than
+    GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs grids.tgz."""
     import tarfile
 
     work = tmp_path / "work"
@@ -311,7 +312,9 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(tmp_path: 
     env = {
         **os.environ,
         "OUT": str(out),
-        "GRIDS": "ptb_alpha:alpha0.9$ ptb_alpha",
+        "GRIDS": "ptb_chosen:-seed1236$ ptb_alpha:alpha0.9$ ptb_alpha",
+        "GRIDS_SKIP_RECORDED": str(REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb"),
+        "GRIDS_SET": f"data.path={write_ptb_like(tmp_path / 'ptb')} data.cache_dir={tmp_path}/cache",
         "GRIDS_SECONDS": "2",
         "GRIDS_MIN_RUN_SECONDS": "100",
         "GRIDS_REFERENCE": "0",
@@ -325,9 +328,13 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(tmp_path: 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (out / "summary.txt").read_text(encoding="utf-8")
+    recorded = re.findall(r"^recorded: ptb_chosen/(\S+)-seed1236 ", summary, re.M)
+    unfinished = "lstm-matched-drop0.5-tied"  # its seed 1236 was stopped unfinished there
+    assert sorted(recorded) == sorted(set(CHOSEN_GROUPS.values()) - {unfinished})
     alphas = [f"ptb_alpha/fofe3-alpha0.{a}" for a in (9, 2, 3, 4, 5, 6, 7, 8)]
-    assert re.findall(r"^not started: (\S+)$", summary, re.M) == alphas  # 0.9 first, once
-    assert "queue: 8 runs" in summary and "\nstart " not in summary
+    queue = [f"ptb_chosen/{unfinished}-seed1236", *alphas]  # 0.9 first, once
+    assert re.findall(r"^not started: (\S+)$", summary, re.M) == queue
+    assert "queue: 9 runs" in summary and "\nstart " not in summary
     with tarfile.open(out / "grids.tgz") as pack:
         names = pack.getnames()
     assert any(n.endswith("ptb_alpha/sweep.json") for n in names), names
