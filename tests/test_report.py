@@ -362,3 +362,47 @@ def test_runs_of_different_corpora_are_said_to_be_so(tmp_path: Path) -> None:
     assert note in proc.stdout and note in proc.stderr
     single = run_here("hornn_dist.report", str(runs / "a"), "--no-plots")
     assert "different corpora" not in single.stdout + single.stderr
+
+
+H200_CHOSEN = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
+
+
+def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files() -> None:
+    """valid_curves: one curve per model of a seeds sweep (the H200 record's 13 models of 38
+    finished runs), its mean, least and greatest at each epoch those of the seeds' own
+    trainer_state.json files; an unfinished seed is no seed."""
+    from hornn_dist.experiments.plots import valid_curves
+
+    curves = {c.label: c for c in valid_curves(pick_best(read_runs(H200_CHOSEN)))}
+    assert len(curves) == 13
+    assert curves["lstm-matched-drop0.5-tied"].seeds == 2  # its seed 1236 is unfinished
+    rnn = curves["rnn-tied"]
+    by_seed = []
+    for seed in (1234, 1235, 1236):
+        state = json.loads(
+            (H200_CHOSEN / f"rnn-tied-seed{seed}" / "trainer_state.json").read_text()
+        )
+        by_seed.append({float(h["epoch"]): h["ppl"] for h in state["valid_history"]})
+    assert rnn.seeds == 3 and rnn.epochs == sorted(set().union(*by_seed))
+    for epoch, mean, low, high in zip(rnn.epochs, rnn.mean, rnn.low, rnn.high, strict=True):
+        ppls = [ppl[epoch] for ppl in by_seed if epoch in ppl]
+        assert mean == pytest.approx(sum(ppls) / len(ppls), rel=1e-12)
+        assert (low, high) == (min(ppls), max(ppls))
+    assert len({len(p) for p in by_seed}) > 1  # the seeds stopped at different epochs
+
+
+def test_valid_curves_plot_of_many_models_keeps_its_legend_beside_the_axes(tmp_path: Path) -> None:
+    """13 models' curves: the legend sits beside the axes (matplotlib warns where its layout
+    collapses the axes; a warning fails this) in a figure wider than the one-axes default."""
+    import warnings
+
+    from PIL import Image
+
+    from hornn_dist.experiments.plots import plot_valid_curves
+
+    path = tmp_path / "valid_curves.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot_valid_curves(pick_best(read_runs(H200_CHOSEN)), path)
+    width, height = Image.open(path).size
+    assert width > 1.5 * height

@@ -192,16 +192,22 @@ def _label(records: Sequence[RunRecord]) -> str:
     return stripped.pop() if len(stripped) == 1 else names[0]
 
 
+def seed_groups(records: Sequence[RunRecord]) -> list[tuple[str, list[RunRecord]]]:
+    """Return the runs grouped into one model under one recipe each (configs equal but for the
+    seed), in the order they first appear, each with its label (the model name less the seed)."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for record in records:
+        groups.setdefault((record.recipe, _config_key(record)), []).append(record)
+    return [(_label(runs), runs) for runs in groups.values()]
+
+
 def families(records: Sequence[RunRecord]) -> list[Family]:
     """Return the finished runs grouped into models (`Family`) and seed groups, in the order
     the models first appear."""
-    groups: dict[tuple[str, str], SeedGroup] = {}
-    for record in records:
-        if record.finished:
-            key = (record.recipe, _config_key(record))
-            groups.setdefault(key, SeedGroup(record.recipe, [])).runs.append(record)
+    finished = [r for r in records if r.finished]
+    ordered = [SeedGroup(runs[0].recipe, runs) for _, runs in seed_groups(finished)]
     # groups that hold a run of the same model name are one model under two recipes
-    parent = list(range(len(groups)))
+    parent = list(range(len(ordered)))
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -210,7 +216,6 @@ def families(records: Sequence[RunRecord]) -> list[Family]:
         return i
 
     owner: dict[str, int] = {}
-    ordered = list(groups.values())
     for index, group in enumerate(ordered):
         for run in group.runs:
             name = run.model or run.name

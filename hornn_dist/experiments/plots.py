@@ -1,5 +1,5 @@
 """PNG plots of a sweep's picked runs: test perplexity by order (Table 2), by α (Figure 4), and
-every run's validation perplexity by epoch.
+each model's validation perplexity by epoch (its seeds as a mean and a band).
 
 matplotlib is an optional dependency (`pip install -e ".[report]"`), imported inside the
 functions. Figures are drawn on matplotlib's Agg canvas directly, without pyplot, so the
@@ -9,11 +9,14 @@ caller's own matplotlib backend is left as it was.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hornn_dist.errors import ConfigError
+from hornn_dist.experiments.fair import seed_groups
 from hornn_dist.experiments.paper import (
     ALPHA_BEST,
     ALPHA_USED,
@@ -40,13 +43,14 @@ def require_matplotlib() -> None:
         ) from None
 
 
-def _figure(panels: int = 1) -> tuple[Any, list[Any]]:
-    """Return a figure on the Agg canvas and its `panels` axes side by side."""
+def _figure(panels: int = 1, width: float = 0.0) -> tuple[Any, list[Any]]:
+    """Return a figure on the Agg canvas and its `panels` axes side by side (`width` inches
+    wide, else 6 per panel)."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6 * panels, 4.2), layout="constrained")
+    fig = Figure(figsize=(width or 6 * panels, 4.2), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, [fig.add_subplot(1, panels, i + 1) for i in range(panels)]
 
@@ -141,29 +145,77 @@ def plot_alpha(picked: Sequence[RunRecord], path: Path) -> bool:
     return True
 
 
-def plot_valid_curves(picked: Sequence[RunRecord], path: Path) -> bool:
-    """Draw each picked run's validation ppl against epoch (log y when the range is wide);
-    return True (drawn for any runs)."""
-    fig, (ax,) = _figure()
-    values = []
-    for record in picked:
-        history = [h for h in record.valid_history if math.isfinite(h.get("ppl", math.nan))]
-        if not history:
+@dataclass(frozen=True)
+class ValidCurve:
+    """One model's validation ppl by epoch: over its seeds, the mean of those that validated
+    at each epoch and their least and greatest."""
+
+    label: str
+    seeds: int
+    epochs: list[float]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+
+
+def valid_curves(picked: Sequence[RunRecord]) -> list[ValidCurve]:
+    """Return one curve per model of the picked runs (its seeds together: runs whose configs
+    differ only by the seed), in the order the models first appear; a model without a finite
+    validation has none."""
+    curves = []
+    for label, runs in seed_groups(picked):
+        by_epoch: dict[float, list[float]] = {}
+        for record in runs:
+            for h in record.valid_history:
+                if math.isfinite(h.get("ppl", math.nan)):
+                    by_epoch.setdefault(float(h["epoch"]), []).append(float(h["ppl"]))
+        if not by_epoch:
             continue
-        label = record.model or record.name
-        label += f" ({record.recipe})" if record.recipe else ""
-        ys = [h["ppl"] for h in history]
-        ax.plot([h["epoch"] for h in history], ys, "o-", markersize=3, label=label)
-        values += ys
+        epochs = sorted(by_epoch)
+        recipe = runs[0].recipe
+        curves.append(
+            ValidCurve(
+                label=label + (f" ({recipe})" if recipe else ""),
+                seeds=len(runs),
+                epochs=epochs,
+                mean=[statistics.fmean(by_epoch[e]) for e in epochs],
+                low=[min(by_epoch[e]) for e in epochs],
+                high=[max(by_epoch[e]) for e in epochs],
+            )
+        )
+    return curves
+
+
+LEGEND_ROWS = 22  # legend entries per column beside the axes (a 4.2-inch-high figure)
+
+
+def plot_valid_curves(picked: Sequence[RunRecord], path: Path) -> bool:
+    """Draw each model's validation ppl against epoch, a model's seeds as their mean within a
+    band from least to greatest (log y when the range is wide), the legend beside the axes;
+    return True (drawn for any runs)."""
+    curves = valid_curves(picked)
+    columns = max(1, math.ceil(len(curves) / LEGEND_ROWS))
+    fig, (ax,) = _figure(width=6 + 3 * columns if curves else 6)
+    if len(curves) > 10:  # matplotlib's default cycle repeats after ten colours
+        from matplotlib import colormaps
+
+        ax.set_prop_cycle(color=[colormaps["tab20"](i % 20) for i in range(len(curves))])
+    for curve in curves:
+        label = curve.label + (f" ({curve.seeds} seeds)" if curve.seeds > 1 else "")
+        (line,) = ax.plot(curve.epochs, curve.mean, "o-", markersize=3, label=label)
+        if curve.seeds > 1:
+            ax.fill_between(curve.epochs, curve.low, curve.high, color=line.get_color(), alpha=0.2)
+    values = [v for c in curves for v in c.low + c.high]
     if values and max(values) > 3 * min(values):
         ax.set_yscale("log")
     if not values:
         ax.text(0.5, 0.5, "no validation yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation perplexity")
-    ax.set_title("validation perplexity of each model's kept run")
+    ax.set_title("validation perplexity of each model's kept runs")
     ax.grid(alpha=0.3)
-    if values:
-        ax.legend(fontsize="small")
+    if curves:
+        seeds = "seeds: mean, band min–max" if any(c.seeds > 1 for c in curves) else None
+        fig.legend(loc="outside right upper", fontsize="small", ncols=columns, title=seeds)
     _save(fig, path)
     return True
