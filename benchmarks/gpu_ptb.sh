@@ -30,7 +30,7 @@
 #      paper's setting, in bf16 (FOFE-3's own recipe, tied and halving from epoch 2, validated
 #      only 0.7% better on the CPU: one seed)
 #   4. Figure 4: FOFE-3 at alpha 0.2 ... 0.9, seed 1234 (8 runs)
-# A run that records/2026-11-29-h200-ptb holds finished (38 of item 1-2's 39) is not trained
+# A run that records/2026-11-29-h200-ptb holds finished is not trained
 # again (PTB_SKIP_RECORDED: another record's folder, or "" to train every run).
 # PTB_JOBS (18) runs train at once where MPS runs (the whole of item 1 at once),
 # PTB_JOBS_NO_MPS (6) where it does not; no run starts with under 60 s left; at PTB_SECONDS (390) from the start the runs still training are stopped
