@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from hornn_dist.config import add_set_option
+from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import RUNS_FILE, read_sweep
 from hornn_dist.experiments.results import read_run
 from hornn_dist.experiments.runner import train_command
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.skip_recorded is not None and not args.skip_recorded.is_dir():
-        parser.error(
+        raise ConfigError(
             f"--skip-recorded {args.skip_recorded}: no such folder; name a record's folder"
         )
     for sweep in args.sweeps:

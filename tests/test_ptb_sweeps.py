@@ -344,3 +344,16 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
         names = pack.getnames()
     assert any(n.endswith("ptb_alpha/sweep.json") for n in names), names
     assert any(n.endswith("logs/runs.tsv") for n in names), names
+
+
+def test_grid_runs_names_a_missing_record_folder_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no-record"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/grid_runs.py", "list", "configs/sweeps/ptb_alpha.toml",
+         "--skip-recorded", str(missing)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --skip-recorded {missing}: no such folder; name a record's folder"
+    ]
