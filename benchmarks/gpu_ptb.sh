@@ -26,10 +26,14 @@
 #   1. ptb_chosen.toml, seed 1234: the RNN, HORNN-3 sum/max/fofe/gated and the LSTM at each
 #      one's chosen recipe without dropout and with it, and the equal-parameter rows (13 runs)
 #   2. ptb_chosen.toml, seeds 1235 and 1236 (26 runs): the noise rule's seeds
-#   3. Table 2: orders 2, 3 and 4 of each pooling, the RNN and the LSTM (14 runs) at the
+#   3. the PTB recipe issue's open candidates: weight drop 0.2 for the RNN and the LSTM over
+#      three seeds and 0.4 for gated-3 (ptb_recipe_weight_drop.toml: no ratio moves by a
+#      regulariser only the HORNN had), the RNN without dropout at weight decay 3e-5
+#      (ptb_recipe_rnn_l2.toml), gated-3 without dropout under weight decay (ptb_recipe_gated_l2)
+#   4. Table 2: orders 2, 3 and 4 of each pooling, the RNN and the LSTM (14 runs) at the
 #      paper's setting, in bf16 (FOFE-3's own recipe, tied and halving from epoch 2, validated
 #      only 0.7% better on the CPU: one seed)
-#   4. Figure 4: FOFE-3 at alpha 0.2 ... 0.9, seed 1234 (8 runs)
+#   5. Figure 4: FOFE-3 at alpha 0.2 ... 0.9, seed 1234 (8 runs)
 # A run that records/2026-11-29-h200-ptb holds finished is not trained
 # again (PTB_SKIP_RECORDED: another record's folder, or "" to train every run).
 # PTB_JOBS (18) runs train at once where MPS runs (the whole of item 1 at once),
@@ -46,6 +50,9 @@ if ! compgen -G "$carry/data_cache/ptb-*/manifest.json" > /dev/null; then
 fi
 export GRIDS='ptb_chosen:-seed1234$
   ptb_chosen:-seed123[56]$
+  ptb_recipe_weight_drop:^(rnn|lstm)-|wdrop0\.4
+  ptb_recipe_rnn_l2:wd3e-05
+  ptb_recipe_gated_l2
   ptb_orders
   ptb_alpha'
 export GRIDS_SKIP_RECORDED=${PTB_SKIP_RECORDED-benchmarks/records/2026-11-29-h200-ptb}

@@ -51,7 +51,10 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Plann
     )
     return {
         sweep: {run.name: run for run in read_sweep(SWEEPS / f"{sweep}.toml", sets).runs}
-        for sweep in ("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen")
+        for sweep in (
+            *("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen"),
+            *("ptb_recipe_weight_drop", "ptb_recipe_rnn_l2", "ptb_recipe_gated_l2"),
+        )
     }
 
 
@@ -153,9 +156,21 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     groups = set(CHOSEN_GROUPS.values())
     assert set(batches[0]) == {f"ptb_chosen/{g}-seed1234" for g in groups}
     assert set(batches[1]) == {f"ptb_chosen/{g}-seed{s}" for g in groups for s in SEEDS[1:]}
-    assert batches[2] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
-    assert batches[3] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 4 and len(queued) == len(set(queued)) == 39 + 14 + 8
+    candidates = [
+        f"ptb_recipe_weight_drop/{a}-wdrop0.2-seed{s}"
+        for a in ("rnn-tied-drop0.2-fixed10", "lstm-drop0.5")
+        for s in SEEDS
+    ]
+    # weight drop 0.2's gated run is the chosen group's seed 1234, not trained twice
+    assert sorted(batches[2]) == sorted(
+        [*candidates, "ptb_recipe_weight_drop/hornn3-gated-tied-drop0.3-fixed10-wdrop0.4-seed1234"]
+    )
+    assert batches[3] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
+    assert batches[4] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
+    assert len(batches[4]) == 2
+    assert batches[5] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
+    assert batches[6] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
+    assert len(batches) == 7 and len(queued) == len(set(queued)) == 39 + 7 + 1 + 2 + 14 + 8
 
 
 @pytest.mark.integration
