@@ -29,7 +29,9 @@
 #   3. the PTB recipe issue's open candidates: weight drop 0.2 for the RNN and the LSTM over
 #      three seeds and 0.4 for gated-3 (ptb_recipe_weight_drop.toml: no ratio moves by a
 #      regulariser only the HORNN had), the RNN without dropout at weight decay 3e-5
-#      (ptb_recipe_rnn_l2.toml), gated-3 without dropout under weight decay (ptb_recipe_gated_l2)
+#      (ptb_recipe_rnn_l2.toml), gated-3, the LSTM and FOFE-3 without dropout under
+#      weight decay (ptb_recipe_gated_l2.toml), FOFE-3's alpha at its own recipe
+#      (ptb_recipe_fofe_alpha.toml)
 #   4. Table 2: orders 2, 3 and 4 of each pooling, the RNN and the LSTM (14 runs) at the
 #      paper's setting, in bf16 (FOFE-3's own recipe, tied and halving from epoch 2, validated
 #      only 0.7% better on the CPU: one seed)
@@ -53,6 +55,7 @@ export GRIDS='ptb_chosen:-seed1234$
   ptb_recipe_weight_drop:^(rnn|lstm)-|wdrop0\.4
   ptb_recipe_rnn_l2:wd3e-05
   ptb_recipe_gated_l2
+  ptb_recipe_fofe_alpha
   ptb_orders
   ptb_alpha'
 export GRIDS_SKIP_RECORDED=${PTB_SKIP_RECORDED-benchmarks/records/2026-11-29-h200-ptb}

@@ -54,6 +54,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Plann
         for sweep in (
             *("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen"),
             *("ptb_recipe_weight_drop", "ptb_recipe_rnn_l2", "ptb_recipe_gated_l2"),
+            "ptb_recipe_fofe_alpha",
         )
     }
 
@@ -167,10 +168,12 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     )
     assert batches[3] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
     assert batches[4] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
-    assert len(batches[4]) == 2
-    assert batches[5] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
-    assert batches[6] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 7 and len(queued) == len(set(queued)) == 39 + 7 + 1 + 2 + 14 + 8
+    assert len(batches[4]) == 5  # gated-3 at three weight decays, the LSTM and FOFE-3 at one
+    assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
+    assert len(batches[5]) == 4
+    assert batches[6] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
+    assert batches[7] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
+    assert len(batches) == 8 and len(queued) == len(set(queued)) == 39 + 7 + 1 + 5 + 4 + 14 + 8
 
 
 @pytest.mark.integration
@@ -317,21 +320,25 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
     plans: dict, tmp_path: Path
 ) -> None:
     """gpu_grids.sh on a CPU, in a copy's working folder: it makes $OUT where that folder does
-    not exist yet, leaves out the runs the H200 record holds finished (gpu_ptb.sh's default),
-    queues the rest in the items' order, starts no run with less time left than
-    GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs grids.tgz."""
+    not exist yet, leaves out the runs a record holds finished (here seed 1234 of the H200
+    record's chosen runs), queues the rest in the items' order, starts no run with less time
+    left than GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs grids.tgz."""
     import tarfile
 
     work = tmp_path / "work"
     work.mkdir()
     for name in ("configs", "benchmarks"):
         (work / name).symlink_to(REPO / name)
+    h200 = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
+    record = tmp_path / "record" / "ptb_chosen"
+    for run in h200.glob("*-seed1234"):
+        shutil.copytree(run, record / run.name)
     out = tmp_path / "not" / "yet"
     env = {
         **os.environ,
         "OUT": str(out),
-        "GRIDS": "ptb_chosen:-seed1236$ ptb_alpha:alpha0.9$ ptb_alpha",
-        "GRIDS_SKIP_RECORDED": str(REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb"),
+        "GRIDS": "ptb_chosen:-seed123[46]$ ptb_alpha:alpha0.9$ ptb_alpha",
+        "GRIDS_SKIP_RECORDED": str(record.parent),
         "GRIDS_SET": f"data.path={write_ptb_like(tmp_path / 'ptb')} data.cache_dir={tmp_path}/cache",
         "GRIDS_SECONDS": "2",
         "GRIDS_MIN_RUN_SECONDS": "100",
@@ -346,9 +353,8 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (out / "summary.txt").read_text(encoding="utf-8")
-    record = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
     done = {n for n in plans["ptb_chosen"] if (r := read_run(record / n)) and r.finished}
-    assert 0 < len(done) < len(plans["ptb_chosen"])  # some recorded, some still to train
+    assert done == {n for n in plans["ptb_chosen"] if n.endswith("-seed1234")}
     assert set(re.findall(r"^recorded: ptb_chosen/(\S+) ", summary, re.M)) == done
     seed1236 = [name for name in plans["ptb_chosen"] if name.endswith("-seed1236")]
     alphas = [f"ptb_alpha/fofe3-alpha0.{a}" for a in (9, 2, 3, 4, 5, 6, 7, 8)]

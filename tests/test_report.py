@@ -367,15 +367,24 @@ def test_runs_of_different_corpora_are_said_to_be_so(tmp_path: Path) -> None:
 H200_CHOSEN = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
 
 
-def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files() -> None:
-    """valid_curves: one curve per model of a seeds sweep (the H200 record's 13 models of 38
-    finished runs), its mean, least and greatest at each epoch those of the seeds' own
-    trainer_state.json files; an unfinished seed is no seed."""
+def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
+    tmp_path: Path,
+) -> None:
+    """valid_curves: one curve per model of a seeds sweep (the H200 record's 15 models of 45
+    runs), its mean, least and greatest at each epoch those of the seeds' own
+    trainer_state.json files; an unfinished seed (here one whose test score is taken away, as
+    a run stopped at a deadline has none) is no seed."""
     from hornn_dist.experiments.plots import valid_curves
 
-    curves = {c.label: c for c in valid_curves(pick_best(read_runs(H200_CHOSEN)))}
-    assert len(curves) == 13
-    assert curves["lstm-matched-drop0.5-tied"].seeds == 2  # its seed 1236 is unfinished
+    chosen = tmp_path / "ptb_chosen"
+    shutil.copytree(H200_CHOSEN, chosen)
+    unfinished = chosen / "lstm-matched-drop0.5-tied-seed1236" / "trainer_state.json"
+    state = json.loads(unfinished.read_text())
+    unfinished.write_text(json.dumps({**state, "test": None}))
+    curves = {c.label: c for c in valid_curves(pick_best(read_runs(chosen)))}
+    assert len(curves) == 15
+    assert curves["lstm-matched-drop0.5-tied"].seeds == 2
+    assert curves["lstm-drop0.5"].seeds == 3
     rnn = curves["rnn-tied"]
     by_seed = []
     for seed in (1234, 1235, 1236):
