@@ -168,12 +168,12 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     )
     assert batches[3] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
     assert batches[4] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
-    assert len(batches[4]) == 5  # gated-3 at three weight decays, the LSTM and FOFE-3 at one
+    assert len(batches[4]) == 7  # gated-3 at four weight decays, the LSTM at two, FOFE-3 at one
     assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
     assert len(batches[5]) == 4
     assert batches[6] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[7] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 8 and len(queued) == len(set(queued)) == 39 + 7 + 1 + 5 + 4 + 14 + 8
+    assert len(batches) == 8 and len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 4 + 14 + 8
 
 
 @pytest.mark.integration
