@@ -170,10 +170,10 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[4] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
     assert len(batches[4]) == 7  # gated-3 at four weight decays, the LSTM at two, FOFE-3 at one
     assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
-    assert len(batches[5]) == 4
+    assert len(batches[5]) == 7
     assert batches[6] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[7] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 8 and len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 4 + 14 + 8
+    assert len(batches) == 8 and len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 14 + 8
 
 
 @pytest.mark.integration
@@ -258,7 +258,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("RNN", "no dropout"): "rnn-tied-wd1e-05",
     ("HORNN-3 sum", "no dropout"): "hornn3-sum",
     ("HORNN-3 max", "no dropout"): "hornn3-max",
-    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-halve1",
+    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-alpha0.2",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-halve1-wd0.0001",
     ("LSTM", "no dropout"): "lstm-tied-halve1",
     ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10",
