@@ -172,27 +172,30 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
     assert len(batches[5]) == 7
     assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
-    assert len(batches[6]) == 2
+    assert len(batches[6]) == 3
     assert batches[7] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[8] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 9
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 2 + 14 + 8
+    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 3 + 14 + 8
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
     plans: dict,
 ) -> None:
     """Stage 20 trains the RNN's chosen run without dropout, its one feedback scaled by alpha
-    (order-1 FOFE, eq. 5): nothing else differs, the parameters neither."""
-    rnn = plans["ptb_chosen"]["rnn-tied-wd1e-05-seed1234"].config
+    (order-1 FOFE, eq. 5), and FOFE-3 under it: nothing else differs, the RNN's parameters
+    neither."""
+    rnn = plans["ptb_recipe_rnn_l2"]["rnn-tied-wd1e-05-seed1234"].config  # stage 16
     runs = plans["ptb_recipe_rnn_alpha"]
-    assert {r.config.model.alpha for r in runs.values()} == {0.2, 0.5}
+    orders = {(r.config.model.order, r.config.model.alpha) for r in runs.values()}
+    assert orders == {(1, 0.2), (1, 0.5), (3, 0.2)}  # and FOFE-3 under the same recipe
     for name, run in runs.items():
         model = run.config.model
-        assert (model.order, model.pooling) == (1, "fofe"), name
-        assert total_parameters(model, PTB_VOCAB) == total_parameters(rnn.model, PTB_VOCAB)
-        scaled = replace(rnn, model=replace(rnn.model, pooling="fofe", alpha=model.alpha))
-        check_same_recipe(run.config, scaled, name)
+        assert model.pooling == "fofe", name
+        if model.order == 1:
+            assert total_parameters(model, PTB_VOCAB) == total_parameters(rnn.model, PTB_VOCAB)
+        same = replace(rnn.model, order=model.order, pooling="fofe", alpha=model.alpha)
+        check_same_recipe(run.config, replace(rnn, model=same), name)
 
 
 @pytest.mark.integration
