@@ -23,7 +23,7 @@ from typing import Any
 
 from hornn_dist import checkpoint as ckpt
 from hornn_dist import run_layout
-from hornn_dist.config import OptimConfig, read_toml
+from hornn_dist.config import ModelConfig, OptimConfig, read_toml
 from hornn_dist.errors import ConfigError
 from hornn_dist.run_state import TrainerState
 from hornn_dist.training.metrics import perplexity
@@ -86,7 +86,8 @@ class RecordRun:
 
     def recipe(self) -> str:
         """Return the run's training recipe in one phrase: lr, momentum, clip, column norm,
-        weight decay, lr schedule, dropout, weight drop and tied weights, as its config.toml set
+        weight decay, lr schedule, dropout, weight drop, FOFE's alpha (eq. 5: it scales every
+        feedback path, so it is part of the recipe) and tied weights, as its config.toml set
         them."""
         optim, model = self.config.get("optim", {}), self.config.get("model", {})
         parts = [f"lr {optim.get('lr', math.nan):g}"]
@@ -110,6 +111,8 @@ class RecordRun:
             )
         if model.get("weight_drop", 0):
             parts.append(f"weight drop {model['weight_drop']:g}")
+        if model.get("arch", "hornn") == "hornn" and model.get("pooling") == "fofe":
+            parts.append(f"alpha {model.get('alpha', ModelConfig.alpha):g}")
         if model.get("tie_weights", False):
             parts.append("tied")
         return ", ".join(parts)

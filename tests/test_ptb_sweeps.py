@@ -281,7 +281,7 @@ def check_same_recipe(config: RunConfig, best: RunConfig, where: object) -> None
 
 
 CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (its runs' prefix)
-    ("RNN", "no dropout"): "rnn-tied-wd1e-05",
+    ("RNN", "no dropout"): "rnn-tied-wd1e-05-alpha0.2",
     ("HORNN-3 sum", "no dropout"): "hornn3-sum",
     ("HORNN-3 max", "no dropout"): "hornn3-max",
     ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-alpha0.2",

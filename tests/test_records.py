@@ -380,3 +380,21 @@ def test_a_recipe_names_its_weight_drop_and_halve_patience(tmp_path: Path) -> No
     )
     patient = read_record_run(copy).recipe()
     assert "newbob" in plain and patient == plain.replace("newbob", "newbob (patience 2)")
+
+
+def test_a_fofe_recipe_names_its_alpha(tmp_path: Path) -> None:
+    """FOFE's alpha scales every feedback path (eq. 5), so it is in the recipe phrase of a FOFE
+    run (order 1 too: the RNN with its feedback scaled) and in no other pooling's."""
+    read_record_run = load_benchmark("record_runs").read_record_run
+    records = REPO / "benchmarks/records"
+    run = records / "2026-11-30-cpu-ptb-rnn-alpha/ptb_recipe_rnn_alpha"
+    run = run / "rnn-tied-wd1e-05-alpha0.2-seed1234"
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    config = (copy / "config.toml").read_text(encoding="utf-8")
+    assert "alpha = 0.2\n" in config
+    (copy / "config.toml").write_text(config.replace("alpha = 0.2\n", "alpha = 0.5\n"), "utf-8")
+    scaled, other = read_record_run(run).recipe(), read_record_run(copy).recipe()
+    assert "alpha 0.2" in scaled and other == scaled.replace("alpha 0.2", "alpha 0.5")
+    unscaled = records / "2026-11-29-cpu-ptb-rnn-l2/ptb_recipe_rnn_l2/rnn-tied-wd1e-05-seed1234"
+    assert "alpha" not in read_record_run(unscaled).recipe()
