@@ -172,11 +172,11 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
     assert len(batches[5]) == 7
     assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
-    assert len(batches[6]) == 4
+    assert len(batches[6]) == 5
     assert batches[7] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[8] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 9
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 4 + 14 + 8
+    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 5 + 14 + 8
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
@@ -187,11 +187,14 @@ def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
     the RNN's parameters neither."""
     without = plans["ptb_recipe_rnn_l2"]["rnn-tied-wd1e-05-seed1234"].config  # stage 16
     with_dropout = plans["ptb_chosen"]["rnn-drop0.2-tied-fixed10-seed1234"].config
-    runs = plans["ptb_recipe_rnn_alpha"]
+    runs = dict(plans["ptb_recipe_rnn_alpha"])  # a copy: the fixture is the module's
     orders = {
         (r.config.model.order, r.config.model.alpha, r.config.model.dropout) for r in runs.values()
     }  # FOFE-3 under the RNN's recipe too
     assert orders == {(1, 0.2, 0.0), (1, 0.5, 0.0), (3, 0.2, 0.0), (1, 0.2, 0.2)}
+    fixed = runs.pop("rnn-tied-wd1e-05-alpha0.2-fixed7-seed1234").config  # FOFE-3's schedule
+    assert (fixed.optim.schedule, fixed.optim.halve_after) == ("fixed_then_halve", 7)
+    assert fixed.model == runs["rnn-tied-wd1e-05-alpha0.2-seed1234"].config.model
     for name, run in runs.items():
         model = run.config.model
         rnn = with_dropout if model.dropout else without
@@ -284,7 +287,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("RNN", "no dropout"): "rnn-tied-wd1e-05-alpha0.2",
     ("HORNN-3 sum", "no dropout"): "hornn3-sum",
     ("HORNN-3 max", "no dropout"): "hornn3-max",
-    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-alpha0.2",
+    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-wd1e-05-alpha0.2",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-halve1-wd0.0001",
     ("LSTM", "no dropout"): "lstm-tied-halve1",
     ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10",
