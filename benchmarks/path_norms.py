@@ -8,8 +8,10 @@ trainer logged (the total and each layer's path n, ‖∂L/∂W_hn‖, and for g
 W1n, W2n: docs/training.md), the median over each epoch's logged steps, before the clip. Where the
 run's best checkpoint by validation is there, each path's weights too: the Frobenius norm of
 W_hn and its spectral norm (largest singular value: the most a path can amplify a hidden state
-it feeds back). Prints a Markdown table per run; `--json` writes the numbers with the command's
-commit and machine (common.run_meta).
+it feeds back), the same of a fresh init under the run's config and seed (how far training moved
+the path), and where the pool weighs path n by a fixed w_n (FOFE's α^n, eq. 5; 1 for sum, max
+and the RNN) the path's gain as applied, w_n times its spectral norm. Prints a Markdown table
+per run; `--json` writes the numbers with the command's commit and machine (common.run_meta).
 """
 
 from __future__ import annotations
@@ -81,23 +83,47 @@ def epoch_medians(norms: dict[str, list[tuple[int, float]]], per_epoch: int) -> 
 
 def path_weights(best: Path) -> dict[str, dict[str, float]]:
     """Return each feedback path's (and gate's) Frobenius and spectral norm in checkpoint
-    `best`'s weights."""
+    `best`'s weights and at a fresh init, and where the pool's weight is fixed, the gain as
+    applied."""
     from safetensors.torch import load_file
 
     from hornn_dist.loading import evaluation_model
+    from hornn_dist.models.init import path_weights as pool_weights
+    from hornn_dist.models.lm import build_model
 
     cfg = load_config(best / CONFIG_FILE)
     weights = load_file(str(best / "model.safetensors"))
     vocab = weights["embedding.weight"].shape[0]
     model = evaluation_model(cfg, vocab, "cpu", weights)
+    with torch.random.fork_rng(devices=[]):  # the trainer seeds, then builds the model
+        torch.manual_seed(cfg.train.seed)
+        fresh = build_model(cfg.model, vocab)
+    fixed = cfg.model.arch == "rnn" or cfg.model.pooling in ("fofe", "sum", "max")
+    pool = pool_weights(cfg.model) if fixed else None  # gated: r_n depends on the input
+    init = fresh.feedback_path_slices()
     out = {}
     for key, parts in model.feedback_path_slices().items():
-        blocks = [param.detach()[index].double() for param, index in parts]
+        norms = matrix_norms(parts)
+        start = matrix_norms(init[key])
         out[key] = {
-            "frobenius": float(torch.linalg.vector_norm(torch.cat([b.flatten() for b in blocks]))),
-            "spectral": max(float(torch.linalg.matrix_norm(b, ord=2)) for b in blocks),
+            **norms,
+            "frobenius_init": start["frobenius"],
+            "spectral_init": start["spectral"],
         }
+        if pool is not None and "/path" in key:
+            weight = pool[int(key.rpartition("/path")[2]) - 1]
+            out[key] |= {"pool_weight": weight, "applied_spectral": weight * norms["spectral"]}
     return out
+
+
+def matrix_norms(parts: list) -> dict[str, float]:
+    """Return the Frobenius norm of the (param, index) blocks together and their largest
+    spectral norm."""
+    blocks = [param.detach()[index].double() for param, index in parts]
+    return {
+        "frobenius": float(torch.linalg.vector_norm(torch.cat([b.flatten() for b in blocks]))),
+        "spectral": max(float(torch.linalg.matrix_norm(b, ord=2)) for b in blocks),
+    }
 
 
 def describe(run: Path) -> dict[str, Any]:
@@ -133,9 +159,18 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {row['epoch']} | {ppl} | " + " | ".join(cells) + " |")
     if result["weights"]:
         lines += ["", f"Weights of {result['best_checkpoint']} (the best by validation):", ""]
-        lines += ["| path | ‖W‖ Frobenius | ‖W‖ spectral |", "| --- | ---: | ---: |"]
+        lines += [
+            "| path | ‖W‖ Frobenius (init) | ‖W‖ spectral (init) | pool weight w_n | w_n · ‖W‖ spectral |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
         for key, norm in result["weights"].items():
-            lines.append(f"| {key} | {norm['frobenius']:.3f} | {norm['spectral']:.3f} |")
+            applied = [
+                f"{norm[k]:.4g}" if k in norm else "" for k in ("pool_weight", "applied_spectral")
+            ]
+            lines.append(
+                f"| {key} | {norm['frobenius']:.3f} ({norm['frobenius_init']:.3f}) | "
+                f"{norm['spectral']:.3f} ({norm['spectral_init']:.3f}) | {' | '.join(applied)} |"
+            )
     return "\n".join(lines) + "\n"
 
 

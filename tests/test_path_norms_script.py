@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from hornn_dist.config import load_config
+from hornn_dist.models.lm import build_model
 from tests.train_helpers import check_ok, load_benchmark, run_here, scalars, write_tiny_config
 
 
@@ -49,3 +51,26 @@ def test_path_norms_are_the_event_files_per_epoch_and_the_best_checkpoints_weigh
     assert abs(got["frobenius"] - path2.norm().item()) < 1e-9
     assert abs(got["spectral"] - torch.linalg.svdvals(path2)[0].item()) < 1e-9
     assert set(result["weights"]) == keys
+    with torch.random.fork_rng(devices=[]):  # the init: a fresh draw under the run's seed
+        torch.manual_seed(load_config(run / "config.toml").train.seed)
+        fresh = build_model(
+            load_config(run / "config.toml").model, len(weights["embedding.weight"])
+        )
+    start = fresh.layers[0].weight_hh.detach()[:, hidden : 2 * hidden].double()
+    assert abs(got["frobenius_init"] - start.norm().item()) < 1e-9
+    assert abs(got["spectral_init"] - torch.linalg.svdvals(start)[0].item()) < 1e-9
+    assert "pool_weight" not in got  # gated: each path's weight depends on the input
+
+
+def test_path_norms_weigh_fofe_paths_by_alpha_to_the_n(tmp_path: Path) -> None:
+    """For FOFE pooling each path's gain as applied is alpha^n times its spectral norm (eq. 5)."""
+    model = {"pooling": "fofe", "order": 2, "alpha": 0.3, "hidden_size": 12, "embedding_size": 10}
+    config = write_tiny_config(tmp_path, model=model, train={"epochs": 1})
+    check_ok(run_here("hornn_dist.train", str(config)))
+    (result,) = [load_benchmark("path_norms").describe(tmp_path / "run")]
+    assert set(result["weights"]) == {"layer0/path1", "layer0/path2"}
+    for n in (1, 2):
+        got = result["weights"][f"layer0/path{n}"]
+        assert got["pool_weight"] == 0.3**n
+        assert got["applied_spectral"] == 0.3**n * got["spectral"]
+        assert got["spectral"] != got["spectral_init"]  # trained
