@@ -186,7 +186,7 @@ def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
     scaled by alpha (order-1 FOFE, eq. 5), and FOFE-3 under both: nothing else differs,
     the RNN's parameters neither."""
     without = plans["ptb_recipe_rnn_l2"]["rnn-tied-wd1e-05-seed1234"].config  # stage 16
-    with_dropout = plans["ptb_chosen"]["rnn-drop0.2-tied-fixed10-seed1234"].config
+    with_dropout = plans["ptb_chosen"]["rnn-drop0.2-tied-fixed10-alpha0.2-seed1234"].config
     runs = dict(plans["ptb_recipe_rnn_alpha"])  # a copy: the fixture is the module's
     orders = {
         (r.config.model.order, r.config.model.alpha, r.config.model.dropout) for r in runs.values()
@@ -290,7 +290,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-wd1e-05-alpha0.2",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-halve1-wd0.0001",
     ("LSTM", "no dropout"): "lstm-tied-halve1",
-    ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10",
+    ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10-alpha0.2",
     ("HORNN-3 max", "with dropout"): "hornn3-max-drop0.5",
     ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-drop0.5",
     ("HORNN-3 gated", "with dropout"): "hornn3-gated-drop0.3-tied-fixed10-wdrop0.2",
