@@ -172,26 +172,34 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
     assert len(batches[5]) == 7
     assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
-    assert len(batches[6]) == 6
+    assert len(batches[6]) == 8
     assert batches[7] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[8] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 9
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 6 + 14 + 8
+    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 14 + 8
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
     plans: dict,
 ) -> None:
     """Stage 20 trains the RNN's chosen runs without dropout and with it, its one feedback
-    scaled by alpha (order-1 FOFE, eq. 5), and FOFE-3 under both: nothing else differs,
-    the RNN's parameters neither."""
+    scaled by alpha (order-1 FOFE, eq. 5), FOFE-3 under both, and the scaled RNN at dropout
+    0.1 and 0.3: nothing else differs, the RNN's parameters neither."""
     without = plans["ptb_recipe_rnn_l2"]["rnn-tied-wd1e-05-seed1234"].config  # stage 16
     with_dropout = plans["ptb_chosen"]["rnn-drop0.2-tied-fixed10-alpha0.2-seed1234"].config
     runs = dict(plans["ptb_recipe_rnn_alpha"])  # a copy: the fixture is the module's
     orders = {
         (r.config.model.order, r.config.model.alpha, r.config.model.dropout) for r in runs.values()
     }  # FOFE-3 under the RNN's recipe too
-    assert orders == {(1, 0.2, 0.0), (1, 0.5, 0.0), (3, 0.2, 0.0), (1, 0.2, 0.2), (3, 0.2, 0.2)}
+    assert orders == {
+        (1, 0.2, 0.0),
+        (1, 0.5, 0.0),
+        (3, 0.2, 0.0),
+        (1, 0.2, 0.2),
+        (3, 0.2, 0.2),
+        (1, 0.2, 0.1),
+        (1, 0.2, 0.3),
+    }
     fixed = runs.pop("rnn-tied-wd1e-05-alpha0.2-fixed7-seed1234").config  # FOFE-3's schedule
     assert (fixed.optim.schedule, fixed.optim.halve_after) == ("fixed_then_halve", 7)
     assert fixed.model == runs["rnn-tied-wd1e-05-alpha0.2-seed1234"].config.model
@@ -201,7 +209,9 @@ def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
         assert model.pooling == "fofe", name
         if model.order == 1:
             assert total_parameters(model, PTB_VOCAB) == total_parameters(rnn.model, PTB_VOCAB)
-        same = replace(rnn.model, order=model.order, pooling="fofe", alpha=model.alpha)
+        same = replace(
+            rnn.model, order=model.order, pooling="fofe", alpha=model.alpha, dropout=model.dropout
+        )  # the dropout rate is the orders set's: 0.2 as the RNN's chosen run, 0.1 and 0.3
         check_same_recipe(run.config, replace(rnn, model=same), name)
 
 
