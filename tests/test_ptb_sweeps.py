@@ -302,7 +302,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("LSTM", "no dropout"): "lstm-tied-halve1",
     ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10-alpha0.2",
     ("HORNN-3 max", "with dropout"): "hornn3-max-drop0.5",
-    ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-drop0.5",
+    ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-tied-drop0.2-fixed10-alpha0.2",
     ("HORNN-3 gated", "with dropout"): "hornn3-gated-drop0.3-tied-fixed10-wdrop0.2",
     ("LSTM", "with dropout"): "lstm-drop0.5",
     ("RNN", "equal parameters"): "rnn-matched-drop0.2-tied",
