@@ -87,7 +87,7 @@ class RecordRun:
     def recipe(self) -> str:
         """Return the run's training recipe in one phrase: lr, momentum, clip, column norm,
         weight decay, lr schedule, dropout, weight drop, FOFE's alpha (eq. 5: it scales every
-        feedback path, so it is part of the recipe) and tied weights, as its config.toml set
+        feedback path, so it is part of the recipe), the feedback scale and tied weights, as its config.toml set
         them."""
         optim, model = self.config.get("optim", {}), self.config.get("model", {})
         parts = [f"lr {optim.get('lr', math.nan):g}"]
@@ -113,6 +113,8 @@ class RecordRun:
             parts.append(f"weight drop {model['weight_drop']:g}")
         if model.get("arch", "hornn") == "hornn" and model.get("pooling") == "fofe":
             parts.append(f"alpha {model.get('alpha', ModelConfig.alpha):g}")
+        if model.get("feedback_scale", 1.0) != 1.0:
+            parts.append(f"feedback × {model['feedback_scale']:g}")
         if model.get("tie_weights", False):
             parts.append("tied")
         return ", ".join(parts)

@@ -191,6 +191,7 @@ def describe(m: ModelConfig) -> str:
         + (" tied to the output layer" if m.tie_weights else "")
         + (f", dropout {m.dropout:g} in training" if m.dropout else "")
         + (f", weight drop {m.weight_drop:g} in training" if m.weight_drop else "")
+        + (f", feedback scaled by {m.feedback_scale:g}" if m.feedback_scale != 1 else "")
     )
 
 

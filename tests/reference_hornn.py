@@ -61,7 +61,7 @@ def reference_layer(
             for n in range(1, N + 1):
                 r_n = torch.sigmoid(mv(m["W1"][n], x_t) + mv(m["W2"][n], h[t - n]) + m["c"][n])
                 fb = fb + r_n * terms[n]
-        h[t] = f(mv(m["W_in"], x_t) + fb + m["b"])  # (B, H)
+        h[t] = f(mv(m["W_in"], x_t) + layer.feedback_scale * fb + m["b"])  # (B, H), c = 1: eq. 3-7
         outputs.append(h[t])
     T = x.shape[0]
     new_history = torch.stack([h[s] for s in range(T - N, T)])  # (N, B, H), newest last

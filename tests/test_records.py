@@ -398,3 +398,20 @@ def test_a_fofe_recipe_names_its_alpha(tmp_path: Path) -> None:
     assert "alpha 0.2" in scaled and other == scaled.replace("alpha 0.2", "alpha 0.5")
     unscaled = records / "2026-11-29-cpu-ptb-rnn-l2/ptb_recipe_rnn_l2/rnn-tied-wd1e-05-seed1234"
     assert "alpha" not in read_record_run(unscaled).recipe()
+
+
+def test_a_recipe_names_its_feedback_scale(tmp_path: Path) -> None:
+    """model.feedback_scale multiplies every feedback path, so a run at c != 1 names it."""
+    read_record_run = load_benchmark("record_runs").read_record_run
+    records = REPO / "benchmarks/records"
+    run = records / "2026-11-29-cpu-ptb-gated-l2/ptb_recipe_gated_l2"
+    run = next(folder for folder in sorted(run.iterdir()) if folder.is_dir())
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    config = (copy / "config.toml").read_text(encoding="utf-8")
+    (copy / "config.toml").write_text(
+        config.replace("[model]\n", "[model]\nfeedback_scale = 0.2\n", 1), encoding="utf-8"
+    )
+    plain, scaled = read_record_run(run).recipe(), read_record_run(copy).recipe()
+    assert "feedback" not in plain
+    assert scaled.replace(", feedback × 0.2", "") == plain and "feedback × 0.2" in scaled

@@ -28,6 +28,7 @@ MAX_ORDER = 4096
 MAX_WIDTH = 1 << 20  # model.hidden_size, model.embedding_size
 MAX_LAYERS = 1024
 MAX_INIT_STD = 100.0
+MAX_FEEDBACK_SCALE = 10.0
 
 
 @dataclass
@@ -38,6 +39,11 @@ class ModelConfig:
     pooling: str = "fofe"  # sum (eq. 3) | max (eq. 4) | fofe (eq. 5) | gated (eq. 6-7)
     order: int = 3  # N, number of feedback paths
     alpha: float = 0.6  # FOFE forgetting factor, in (0, 1)
+    # c in h_t = f(W_in x_t + b + c·pool(W_hn h_{t-n})): every feedback path W_hn (not gated's
+    # gate weights W2n) is multiplied by c in the forward, so c sets the feedback's size at init
+    # (models/init.py counts it) and c² its step under SGD. At order 1 it is FOFE's α at order 1:
+    # the RNN with its feedback scaled. arch hornn only; in (0, 10]; 1 = the paper's model
+    feedback_scale: float = 1.0
     hidden_size: int = 400  # H, hidden units per layer
     embedding_size: int = 0  # 0 means equal to hidden_size
     num_layers: int = 1  # stacked recurrent layers
@@ -93,6 +99,13 @@ class ModelConfig:
         check_count("model.order", self.order)
         check_at_most("model.order", self.order, MAX_ORDER)
         check_alpha("model.alpha", self.alpha)
+        check_feedback_scale("model.feedback_scale", self.feedback_scale)
+        if self.feedback_scale != 1.0 and self.arch != "hornn":
+            raise ConfigError(
+                f"model.feedback_scale scales a HORNN's paths and needs model.arch = hornn "
+                f"(arch {self.arch} is torch's module): set model.feedback_scale = 1, or for the "
+                "RNN with its feedback scaled, model.arch = hornn with model.order = 1"
+            )
         check_count("model.hidden_size", self.hidden_size)
         check_at_most("model.hidden_size", self.hidden_size, MAX_WIDTH)
         check_count("model.num_layers", self.num_layers)
@@ -123,3 +136,10 @@ def check_alpha(key: str, value: float) -> None:
     """Raise ConfigError (a ValueError) unless value, FOFE's forgetting factor, is in (0, 1)."""
     if not 0.0 < value < 1.0:
         raise ConfigError(f"{key} must be in (0, 1), got {value!r}")
+
+
+def check_feedback_scale(key: str, value: float) -> None:
+    """Raise ConfigError (a ValueError) unless value, the feedback paths' multiplier, is in
+    (0, MAX_FEEDBACK_SCALE]."""
+    if not 0.0 < value <= MAX_FEEDBACK_SCALE:
+        raise ConfigError(f"{key} must be in (0, {MAX_FEEDBACK_SCALE:g}], got {value!r}")

@@ -11,7 +11,9 @@ How it runs (engine, precision) is its `LayerPlan` (plan.py), resolved once when
     gated    6-7 Σ_n r_n ⊙ (W_hn h_{t-n}),  r_n = σ(W1n x_t + W2n h_{t-n} + c_n)
 
 The gate bias c_n is ours: eq. 7 has none; it is one vector per path, initialised to zero,
-so a fresh layer computes exactly eq. 7.
+so a fresh layer computes exactly eq. 7. So is `feedback_scale` c (`model.feedback_scale`, 1
+in the paper): the engines get c·W_hn in place of each W_hn, so the pooled feedback is c times
+the pool above for every pooling (max too, c > 0); gated's gate weights W2n stay as they are.
 
 Parameter layout (the trainer's per-path gradient norms and max-norm rely on it), with
 K = N, or 2N for gated, and tensors multiplied from the right (x @ W, the transpose of the
@@ -34,7 +36,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hornn_dist.checks import check_choice, check_count
-from hornn_dist.models.config import ACTIVATIONS, POOLINGS, check_alpha, check_drop_rate
+from hornn_dist.models.config import (
+    ACTIVATIONS,
+    POOLINGS,
+    check_alpha,
+    check_drop_rate,
+    check_feedback_scale,
+)
 from hornn_dist.models.plan import LayerPlan, resolve_plan
 from hornn_dist.models.precision import recurrence_dtype
 from hornn_dist.models.recurrence import fused_scan, input_projection_autocast, loop_scan
@@ -44,6 +52,16 @@ def drop_connect(weight: Tensor, p: float, training: bool) -> Tensor:
     """Return weight with each entry zeroed with probability p and the rest scaled by 1/(1-p)
     (DropConnect, `model.weight_drop`) in training; weight itself otherwise, with no draw."""
     return F.dropout(weight, p, training=True) if training and p > 0 else weight
+
+
+def scale_feedback(weight_hh: Tensor, scale: float, path_columns: int) -> Tensor:
+    """Return weight_hh with its first path_columns columns (the W_hn^T blocks) times scale;
+    weight_hh itself at scale 1."""
+    if scale == 1.0:
+        return weight_hh
+    if path_columns == weight_hh.shape[1]:
+        return weight_hh * scale
+    return torch.cat([weight_hh[:, :path_columns] * scale, weight_hh[:, path_columns:]], 1)
 
 
 def hornn_forward(
@@ -101,10 +119,12 @@ class HornnLayer(nn.Module):
         precision: str | None = None,
         plan: LayerPlan | None = None,
         weight_drop: float = 0.0,
+        feedback_scale: float = 1.0,
     ) -> None:
         """engine ("auto" if None) and precision ("fp16" if None) make the layer's own plan,
         with no device check ("auto" is "fused"); or pass the model's `plan` instead.
-        weight_drop: DropConnect on weight_hh in training (`model.weight_drop`), in [0, 1)."""
+        weight_drop: DropConnect on weight_hh in training (`model.weight_drop`), in [0, 1).
+        feedback_scale: c, each W_hn's multiplier in the forward (`model.feedback_scale`)."""
         super().__init__()
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
             check_count(name, value)
@@ -113,6 +133,7 @@ class HornnLayer(nn.Module):
         check_alpha("alpha", alpha)
         check_choice("activation", activation, ACTIVATIONS)
         check_drop_rate("weight_drop", weight_drop)
+        check_feedback_scale("feedback_scale", feedback_scale)
         if plan is None:
             plan = resolve_plan(engine or "auto", precision or "fp16", hidden_size)
         elif engine not in (None, plan.configured) or precision not in (None, plan.precision):
@@ -123,7 +144,7 @@ class HornnLayer(nn.Module):
         self.plan = plan  # how the forward runs: engine and precision
         self.input_size, self.hidden_size, self.order = input_size, hidden_size, order
         self.pooling, self.alpha, self.activation = pooling, alpha, activation
-        self.weight_drop = weight_drop
+        self.weight_drop, self.feedback_scale = weight_drop, feedback_scale
         self.gated = pooling == "gated"
         n_in = 1 + order if self.gated else 1
         n_hh = 2 * order if self.gated else order
@@ -174,11 +195,12 @@ class HornnLayer(nn.Module):
                 f"history must have shape (order, batch, hidden) = {want}, "
                 f"got {tuple(history.shape)}"
             )
+        weight_hh = drop_connect(self.weight_hh, self.weight_drop, self.training)
         return hornn_forward(
             x,
             history,
             self.weight_ih,
-            drop_connect(self.weight_hh, self.weight_drop, self.training),
+            scale_feedback(weight_hh, self.feedback_scale, self.order * self.hidden_size),
             self.bias,
             self.gate_bias,
             pooling=self.pooling,
@@ -194,4 +216,5 @@ class HornnLayer(nn.Module):
             f"alpha={self.alpha}, activation={self.activation}, engine={self.plan.engine}, "
             f"precision={self.plan.precision}"
             + (f", weight_drop={self.weight_drop}" if self.weight_drop else "")
+            + (f", feedback_scale={self.feedback_scale}" if self.feedback_scale != 1 else "")
         )

@@ -5,7 +5,7 @@
             N(0, min(init_std, 1 / sqrt(H · Σ_n w_n²))), every other weight ~ N(0, init_std)
 
 w_n is path n's weight in the pool at initialisation: 1 for sum and max (and the order-1 RNN),
-α^n for fofe, σ(0) = ½ for gated. The pooled feedback Σ_n w_n W_hn h_{t-n} drawn at std s has
+α^n for fofe, σ(0) = ½ for gated, each times `model.feedback_scale`. The pooled feedback Σ_n w_n W_hn h_{t-n} drawn at std s has
 a spectral radius of about s·sqrt(H · Σ_n w_n²): at N(0, 0.1) one path has 0.1·√H (1.1 at
 H 128, 2 at H 400) and N unweighted paths √N times that, the chaotic start under tanh that
 made `sum` and `max` diverge. `scaled` caps that gain at 1 and never raises it: FOFE-3 and
@@ -22,14 +22,16 @@ from hornn_dist.models.config import ModelConfig
 
 
 def path_weights(cfg: ModelConfig) -> list[float]:
-    """Return each feedback path's weight in the pool at initialisation (w_1 .. w_N)."""
+    """Return each feedback path's weight in the pool at initialisation (w_1 .. w_N), its
+    `model.feedback_scale` included."""
     if cfg.arch == "rnn":
         return [1.0]
+    c = cfg.feedback_scale
     if cfg.pooling == "fofe":
-        return [cfg.alpha**n for n in range(1, cfg.order + 1)]
+        return [c * cfg.alpha**n for n in range(1, cfg.order + 1)]
     if cfg.pooling == "gated":
-        return [0.5] * cfg.order  # r_n = σ(0) with zero gate biases
-    return [1.0] * cfg.order
+        return [c * 0.5] * cfg.order  # r_n = σ(0) with zero gate biases
+    return [c] * cfg.order
 
 
 def recurrent_std(cfg: ModelConfig) -> float:

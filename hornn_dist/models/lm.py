@@ -80,6 +80,7 @@ class RecurrentLM(nn.Module):
                         init_std=cfg.init_std,
                         plan=plan,
                         weight_drop=cfg.weight_drop,
+                        feedback_scale=cfg.feedback_scale,
                     )
                 )
         elif cfg.arch == "rnn":

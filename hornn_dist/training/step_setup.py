@@ -25,6 +25,8 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
         return 'model.dropout_mask = "sequence" (not yet run under CUDA graphs)'
     if cfg.model.weight_drop:
         return "model.weight_drop > 0 (not yet run under CUDA graphs)"
+    if cfg.model.feedback_scale != 1.0:
+        return "model.feedback_scale != 1 (not yet run under CUDA graphs)"
     return None
 
 

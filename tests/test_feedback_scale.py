@@ -1,0 +1,121 @@
+"""model.feedback_scale: every feedback path W_hn times c, against the float64 reference."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from hornn_dist.config import load_config
+from hornn_dist.errors import ConfigError
+from hornn_dist.export import describe
+from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.models.hornn import HornnLayer
+from hornn_dist.models.init import recurrent_std
+from hornn_dist.training.step_setup import graph_unavailable_reason
+from tests.reference_hornn import reference_layer
+
+V, H = 30, 8
+POOLINGS = ["sum", "max", "fofe", "gated"]
+
+
+def config(pooling: str = "fofe", order: int = 3, **kw) -> ModelConfig:
+    """Return a tiny two-layer HORNN config (E = 6)."""
+    return ModelConfig(
+        pooling=pooling, order=order, hidden_size=H, embedding_size=6, num_layers=2, **kw
+    )
+
+
+def seeded(cfg: ModelConfig, seed: int = 0):
+    torch.manual_seed(seed)
+    return build_model(cfg, V).double().eval()
+
+
+@pytest.mark.parametrize("order", [1, 3])
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_a_scaled_hornn_matches_the_reference_with_c_times_the_pooled_feedback(pooling, order):
+    """c multiplies eq. 3-6's pooled feedback (gated's gates r_n keep their W2n), layer by
+    layer, in the one-step-at-a-time reference; c = 1 is the paper's model."""
+    c = 0.3
+    model = seeded(config(pooling, order, feedback_scale=c))
+    tokens = torch.randint(0, V, (7, 3))
+    got, _ = model(tokens)
+    x = model.embedding(tokens)
+    for layer in model.layers:
+        assert layer.feedback_scale == c
+        x, _ = reference_layer(layer, x, torch.zeros(order, 3, H, dtype=torch.float64))
+    want = model.decoder(x)
+    assert (got - want).abs().max() <= 1e-12 * want.abs().max()
+    plain = seeded(config(pooling, order))
+    with torch.no_grad():  # the same weights at c = 1 give other outputs
+        for p, q in zip(plain.parameters(), model.parameters(), strict=True):
+            p.copy_(q)
+    assert (plain(tokens)[0] - got).abs().max() > 1e-3
+
+
+def test_order_one_at_c_is_the_rnn_fofe_alpha_scaled_it_the_same_init_and_outputs():
+    """The RNN with its feedback scaled was FOFE at order 1 (α^1 W_h1); sum at order 1 with
+    c = α draws the same weights (the init rule counts c) and computes the same outputs."""
+    scaled_sum = seeded(config("sum", 1, feedback_scale=0.2, recurrent_init="scaled"))
+    fofe = seeded(config("fofe", 1, alpha=0.2, recurrent_init="scaled"))
+    assert recurrent_std(scaled_sum.cfg) == recurrent_std(fofe.cfg)
+    for p, q in zip(scaled_sum.parameters(), fofe.parameters(), strict=True):
+        assert torch.equal(p, q)
+    tokens = torch.randint(0, V, (9, 2))
+    a, b = scaled_sum(tokens)[0], fofe(tokens)[0]
+    assert (a - b).abs().max() <= 1e-12 * b.abs().max()
+
+
+def test_the_scaled_init_counts_c_in_each_paths_pool_weight():
+    wide = dict(hidden_size=400, recurrent_init="scaled")
+    assert recurrent_std(ModelConfig(pooling="sum", **wide)) == pytest.approx(1 / math.sqrt(1200))
+    # at c 0.2 the three summed paths start at gain 0.2·√3·0.1·20 < 1: N(0, init_std) as drawn
+    assert recurrent_std(ModelConfig(pooling="sum", feedback_scale=0.2, **wide)) == 0.1
+    gated = ModelConfig(pooling="gated", feedback_scale=0.8, **wide)  # w_n = 0.8 · σ(0)
+    assert recurrent_std(gated) == pytest.approx(1 / math.sqrt(400 * 3 * 0.4**2))
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_feedback_scale_gradients_pass_gradcheck(pooling):
+    torch.manual_seed(0)
+    layer = HornnLayer(3, 4, order=2, pooling=pooling, feedback_scale=0.4).double()
+    x = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
+    weight_hh = layer.weight_hh.detach().clone()
+    if pooling == "max":  # keep clear of ties, where max has no derivative
+        weight_hh = weight_hh * 3
+    weight_hh.requires_grad_(True)
+
+    def run(x: torch.Tensor, weight_hh: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(layer, {"weight_hh": weight_hh}, (x,))[0]
+
+    assert torch.autograd.gradcheck(run, (x, weight_hh), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("value", [0.0, -0.5, 10.5, math.nan])
+def test_a_bad_feedback_scale_is_one_line_naming_the_key_and_its_range(value):
+    with pytest.raises(ConfigError) as excinfo:
+        build_model(config(feedback_scale=value), V)
+    message = str(excinfo.value)
+    assert "\n" not in message and "model.feedback_scale" in message and "(0, 10]" in message
+    with pytest.raises(ValueError, match=r"^feedback_scale must be in \(0, 10\]"):
+        HornnLayer(3, 4, feedback_scale=value)  # the layer's own argument name
+
+
+@pytest.mark.parametrize("arch", ["rnn", "lstm", "gru"])
+def test_feedback_scale_on_a_torch_rnn_says_to_use_the_order_one_hornn(arch):
+    with pytest.raises(ConfigError, match="model.arch = hornn with model.order = 1") as excinfo:
+        build_model(ModelConfig(arch=arch, hidden_size=H, feedback_scale=0.5), V)
+    assert "\n" not in str(excinfo.value)
+    build_model(ModelConfig(arch=arch, hidden_size=H), V)  # at 1 (the default) it builds
+
+
+def test_feedback_scale_is_in_the_models_words_and_runs_eagerly_until_graphs_ran_it():
+    cfg = load_config(None, ["model.feedback_scale=0.2", "model.pooling=gated"])
+    assert describe(cfg.model).endswith(", feedback scaled by 0.2")
+    assert "feedback" not in describe(load_config(None, []).model)
+    on_cuda = SimpleNamespace(device=torch.device("cuda"))  # only its device is read
+    assert graph_unavailable_reason(cfg, on_cuda) == (
+        "model.feedback_scale != 1 (not yet run under CUDA graphs)"
+    )
