@@ -54,7 +54,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Plann
         for sweep in (
             *("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen"),
             *("ptb_recipe_weight_drop", "ptb_recipe_rnn_l2", "ptb_recipe_gated_l2"),
-            *("ptb_recipe_fofe_alpha", "ptb_recipe_rnn_alpha"),
+            *("ptb_recipe_fofe_alpha", "ptb_recipe_rnn_alpha", "ptb_recipe_feedback_scale"),
         )
     }
 
@@ -213,6 +213,29 @@ def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
             rnn.model, order=model.order, pooling="fofe", alpha=model.alpha, dropout=model.dropout
         )  # the dropout rate is the orders set's: 0.2 as the RNN's chosen run, 0.1 and 0.3
         check_same_recipe(run.config, replace(rnn, model=same), name)
+
+
+def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_recipe(
+    plans: dict,
+) -> None:
+    """Stage 21 screens `sum`, `max` and gated-3 for one epoch at feedback scale 1, 0.5 and
+    0.2 under the recipe FOFE-3 at alpha 0.2 had in stage 20: nothing else differs."""
+    fofe = plans["ptb_recipe_rnn_alpha"]["hornn3-fofe-tied-wd1e-05-alpha0.2-seed1234"].config
+    runs = plans["ptb_recipe_feedback_scale"]
+    grid = {(r.config.model.pooling, r.config.model.feedback_scale) for r in runs.values()}
+    assert grid == {(p, c) for p in ("sum", "max", "gated") for c in (0.2, 0.5, 1.0)}
+    assert len(runs) == 9
+    for name, run in runs.items():
+        model = run.config.model
+        assert run.config.train.epochs == 1, name
+        same = replace(  # alpha is FOFE's alone: the screens' poolings ignore it
+            fofe.model,
+            pooling=model.pooling,
+            feedback_scale=model.feedback_scale,
+            alpha=model.alpha,
+        )
+        screen = replace(fofe, model=same, train=replace(fofe.train, epochs=1))
+        check_same_recipe(run.config, screen, name)
 
 
 @pytest.mark.integration
