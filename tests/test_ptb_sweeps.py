@@ -173,10 +173,13 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert len(batches[5]) == 7
     assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
     assert len(batches[6]) == 8
-    assert batches[7] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
-    assert batches[8] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 9
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 14 + 8
+    scale = names["ptb_recipe_feedback_scale"]
+    assert batches[7] == [f"ptb_recipe_feedback_scale/{n}" for n in scale]
+    assert len(batches[7]) == 12  # nine screens, three converged runs
+    assert batches[8] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
+    assert batches[9] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
+    assert len(batches) == 10
+    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 12 + 14 + 8
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
@@ -215,27 +218,33 @@ def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
         check_same_recipe(run.config, replace(rnn, model=same), name)
 
 
+POOLINGS3 = ("gated", "max", "sum")  # the poolings stage 21 gives a feedback scale
+
+
 def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_recipe(
     plans: dict,
 ) -> None:
     """Stage 21 screens `sum`, `max` and gated-3 for one epoch at feedback scale 1, 0.5 and
-    0.2 under the recipe FOFE-3 at alpha 0.2 had in stage 20: nothing else differs."""
+    0.2 under the recipe FOFE-3 at alpha 0.2 had in stage 20, then converges each at 0.2 under
+    it: nothing else differs."""
     fofe = plans["ptb_recipe_rnn_alpha"]["hornn3-fofe-tied-wd1e-05-alpha0.2-seed1234"].config
     runs = plans["ptb_recipe_feedback_scale"]
-    grid = {(r.config.model.pooling, r.config.model.feedback_scale) for r in runs.values()}
-    assert grid == {(p, c) for p in ("sum", "max", "gated") for c in (0.2, 0.5, 1.0)}
-    assert len(runs) == 9
+    screens = {n: r for n, r in runs.items() if n.startswith("screen-")}
+    grid = {(r.config.model.pooling, r.config.model.feedback_scale) for r in screens.values()}
+    assert grid == {(p, c) for p in POOLINGS3 for c in (0.2, 0.5, 1.0)} and len(screens) == 9
+    converged = set(runs) - set(screens)
+    assert converged == {f"hornn3-{p}-tied-wd1e-05-c0.2-seed1234" for p in POOLINGS3}
     for name, run in runs.items():
         model = run.config.model
-        assert run.config.train.epochs == 1, name
-        same = replace(  # alpha is FOFE's alone: the screens' poolings ignore it
+        epochs = 1 if name in screens else fofe.train.epochs
+        same = replace(  # alpha is FOFE's alone: these poolings ignore it
             fofe.model,
             pooling=model.pooling,
             feedback_scale=model.feedback_scale,
             alpha=model.alpha,
         )
-        screen = replace(fofe, model=same, train=replace(fofe.train, epochs=1))
-        check_same_recipe(run.config, screen, name)
+        recipe = replace(fofe, model=same, train=replace(fofe.train, epochs=epochs))
+        check_same_recipe(run.config, recipe, name)
 
 
 @pytest.mark.integration
