@@ -16,6 +16,7 @@ from hornn_dist.models.hornn import HornnLayer
 from hornn_dist.models.init import recurrent_std
 from hornn_dist.training.step_setup import graph_unavailable_reason
 from tests.reference_hornn import reference_layer
+from tests.train_helpers import check_ok, final_weights, run_here, write_tiny_config
 
 V, H = 30, 8
 POOLINGS = ["sum", "max", "fofe", "gated"]
@@ -119,3 +120,32 @@ def test_feedback_scale_is_in_the_models_words_and_runs_eagerly_until_graphs_ran
     assert graph_unavailable_reason(cfg, on_cuda) == (
         "model.feedback_scale != 1 (not yet run under CUDA graphs)"
     )
+
+
+@pytest.mark.integration
+def test_a_scaled_run_says_so_at_start_and_resumes_bit_for_bit(tmp_path):
+    """The scale is part of the model a checkpoint holds: stopped and resumed, a run at c 0.3
+    ends with the weights of the same run trained straight, and its log names the scale."""
+    config = str(write_tiny_config(tmp_path))
+    check_ok(run_here("hornn_dist.prepare", config))
+
+    def train(name: str, steps: int, scale: str = "0.3"):
+        sets = [f"train.output_dir={tmp_path / name}", f"train.max_steps={steps}"]
+        sets += ["model.pooling=max", f"model.feedback_scale={scale}"]
+        return run_here("hornn_dist.train", config, *(a for s in sets for a in ("--set", s)))
+
+    check_ok(train("straight", 12))
+    check_ok(train("resumed", 5))
+    second = train("resumed", 12)
+    check_ok(second)
+    assert (
+        "resuming from" in second.stderr and "hornn/max order 3, feedback x0.3 (" in second.stderr
+    )
+    straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "resumed")
+    for key in straight:
+        assert torch.equal(straight[key], resumed[key]), key
+    plain = train("plain", 12, "1")
+    check_ok(plain)
+    assert "hornn/max order 3 (" in plain.stderr and "feedback x" not in plain.stderr
+    other = final_weights(tmp_path / "plain")["layers.0.weight_hh"]
+    assert not torch.equal(other, straight["layers.0.weight_hh"])
