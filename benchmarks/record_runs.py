@@ -87,8 +87,8 @@ class RecordRun:
     def recipe(self) -> str:
         """Return the run's training recipe in one phrase: lr, momentum, clip, column norm,
         weight decay, lr schedule, dropout, weight drop, FOFE's alpha (eq. 5: it scales every
-        feedback path, so it is part of the recipe), the feedback scale and tied weights, as its config.toml set
-        them."""
+        feedback path, so it is part of the recipe), the feedback scale and tied weights, as its
+        config.toml set them."""
         optim, model = self.config.get("optim", {}), self.config.get("model", {})
         parts = [f"lr {optim.get('lr', math.nan):g}"]
         if optim.get("momentum", 0):
