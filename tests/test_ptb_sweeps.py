@@ -176,13 +176,13 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     scale = names["ptb_recipe_feedback_scale"]
     # gated-3's converged run at 0.2 is the chosen group's seed 1234, not trained twice
     assert batches[7] == [
-        f"ptb_recipe_feedback_scale/{n}" for n in scale if not n.startswith("hornn3-gated")
+        f"ptb_recipe_feedback_scale/{n}" for n in scale if not n.startswith("hornn3-gated-tied-wd")
     ]
-    assert len(batches[7]) == 11  # nine screens, `max` and `sum` converged
+    assert len(batches[7]) == 12  # nine screens, `max` and `sum`, gated-3 with dropout
     assert batches[8] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[9] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 10
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
+    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 12 + 14 + 8
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
@@ -229,15 +229,19 @@ def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_re
 ) -> None:
     """Stage 21 screens `sum`, `max` and gated-3 for one epoch at feedback scale 1, 0.5 and
     0.2 under the recipe FOFE-3 at alpha 0.2 had in stage 20, then converges each at 0.2 under
-    it: nothing else differs."""
+    it: nothing else differs; gated-3 with dropout is configs/ptb.toml's recipe at 0.2."""
     fofe = plans["ptb_recipe_rnn_alpha"]["hornn3-fofe-tied-wd1e-05-alpha0.2-seed1234"].config
     runs = plans["ptb_recipe_feedback_scale"]
     screens = {n: r for n, r in runs.items() if n.startswith("screen-")}
     grid = {(r.config.model.pooling, r.config.model.feedback_scale) for r in screens.values()}
     assert grid == {(p, c) for p in POOLINGS3 for c in (0.2, 0.5, 1.0)} and len(screens) == 9
-    converged = set(runs) - set(screens)
+    with_dropout = "hornn3-gated-tied-drop0.3-fixed10-wdrop0.2-c0.2-seed1234"
+    converged = set(runs) - set(screens) - {with_dropout}
     assert converged == {f"hornn3-{p}-tied-wd1e-05-c0.2-seed1234" for p in POOLINGS3}
-    for name, run in runs.items():
+    best = load_config(REPO / "configs" / "ptb.toml")  # the best HORNN recipe, with dropout
+    scaled = replace(best, model=replace(best.model, feedback_scale=0.2))
+    check_same_recipe(runs[with_dropout].config, scaled, with_dropout)
+    for name, run in ((n, r) for n, r in runs.items() if n != with_dropout):
         model = run.config.model
         epochs = 1 if name in screens else fofe.train.epochs
         same = replace(  # alpha is FOFE's alone: these poolings ignore it
