@@ -360,24 +360,29 @@ def test_a_recipe_under_fixed_then_halve_says_after_how_many_epochs() -> None:
         assert f"fixed_then_halve after {after}," in phrase, phrase
 
 
+def copy_with_config_edit(run: Path, into: Path, old: str, new: str) -> Path:
+    """Copy a record's run folder into `into` (once) with its config.toml's first `old` as
+    `new` (each call edits the original's text), for a recipe phrase of one changed key."""
+    copy = into / run.name
+    if not copy.exists():
+        shutil.copytree(run, copy)
+    config = (run / "config.toml").read_text(encoding="utf-8")
+    assert old in config, (old, run)
+    (copy / "config.toml").write_text(config.replace(old, new, 1), encoding="utf-8")
+    return copy
+
+
 def test_a_recipe_names_its_weight_drop_and_halve_patience(tmp_path: Path) -> None:
     """model.weight_drop and optim.halve_patience appear in the recipe phrase, so runs that
     differ by either alone differ."""
     read_record_run = load_benchmark("record_runs").read_record_run
     source = REPO / "benchmarks/records/2026-11-29-cpu-ptb-gated-dropout/ptb_recipe_gated_dropout"
     run = next(folder for folder in sorted(source.iterdir()) if folder.is_dir())
-    copy = tmp_path / run.name
-    shutil.copytree(run, copy)
-    config = (copy / "config.toml").read_text(encoding="utf-8")
-    (copy / "config.toml").write_text(
-        config.replace("[model]\n", "[model]\nweight_drop = 0.25\n", 1), encoding="utf-8"
-    )
+    copy = copy_with_config_edit(run, tmp_path, "[model]\n", "[model]\nweight_drop = 0.25\n")
     plain, dropped = read_record_run(run).recipe(), read_record_run(copy).recipe()
     assert "weight drop" not in plain
     assert dropped.replace("weight drop 0.25, ", "") == plain, dropped
-    (copy / "config.toml").write_text(
-        config.replace("[optim]\n", "[optim]\nhalve_patience = 2\n", 1), encoding="utf-8"
-    )
+    copy_with_config_edit(run, tmp_path, "[optim]\n", "[optim]\nhalve_patience = 2\n")
     patient = read_record_run(copy).recipe()
     assert "newbob" in plain and patient == plain.replace("newbob", "newbob (patience 2)")
 
@@ -389,11 +394,7 @@ def test_a_fofe_recipe_names_its_alpha(tmp_path: Path) -> None:
     records = REPO / "benchmarks/records"
     run = records / "2026-11-30-cpu-ptb-rnn-alpha/ptb_recipe_rnn_alpha"
     run = run / "rnn-tied-wd1e-05-alpha0.2-seed1234"
-    copy = tmp_path / run.name
-    shutil.copytree(run, copy)
-    config = (copy / "config.toml").read_text(encoding="utf-8")
-    assert "alpha = 0.2\n" in config
-    (copy / "config.toml").write_text(config.replace("alpha = 0.2\n", "alpha = 0.5\n"), "utf-8")
+    copy = copy_with_config_edit(run, tmp_path, "alpha = 0.2\n", "alpha = 0.5\n")
     scaled, other = read_record_run(run).recipe(), read_record_run(copy).recipe()
     assert "alpha 0.2" in scaled and other == scaled.replace("alpha 0.2", "alpha 0.5")
     unscaled = records / "2026-11-29-cpu-ptb-rnn-l2/ptb_recipe_rnn_l2/rnn-tied-wd1e-05-seed1234"
@@ -406,12 +407,7 @@ def test_a_recipe_names_its_feedback_scale(tmp_path: Path) -> None:
     records = REPO / "benchmarks/records"
     run = records / "2026-11-29-cpu-ptb-gated-l2/ptb_recipe_gated_l2"
     run = next(folder for folder in sorted(run.iterdir()) if folder.is_dir())
-    copy = tmp_path / run.name
-    shutil.copytree(run, copy)
-    config = (copy / "config.toml").read_text(encoding="utf-8")
-    (copy / "config.toml").write_text(
-        config.replace("[model]\n", "[model]\nfeedback_scale = 0.2\n", 1), encoding="utf-8"
-    )
+    copy = copy_with_config_edit(run, tmp_path, "[model]\n", "[model]\nfeedback_scale = 0.2\n")
     plain, scaled = read_record_run(run).recipe(), read_record_run(copy).recipe()
     assert "feedback" not in plain
     assert scaled.replace(", feedback × 0.2", "") == plain and "feedback × 0.2" in scaled
