@@ -174,15 +174,17 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
     assert len(batches[6]) == 8
     scale = names["ptb_recipe_feedback_scale"]
-    # gated-3's converged run at 0.2 is the chosen group's seed 1234, not trained twice
+    # gated-3's and max-3's converged runs at 0.2 are chosen groups' seed 1234, not trained twice
     assert batches[7] == [
-        f"ptb_recipe_feedback_scale/{n}" for n in scale if not n.startswith("hornn3-gated-tied-wd")
+        f"ptb_recipe_feedback_scale/{n}"
+        for n in scale
+        if not re.match(r"hornn3-(gated|max)-tied-wd", n)
     ]
-    assert len(batches[7]) == 12  # nine screens, `max` and `sum`, gated-3 with dropout
+    assert len(batches[7]) == 11  # nine screens, `sum` converged, gated-3 with dropout
     assert batches[8] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[9] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 10
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 12 + 14 + 8
+    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
@@ -335,7 +337,7 @@ def check_same_recipe(config: RunConfig, best: RunConfig, where: object) -> None
 CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (its runs' prefix)
     ("RNN", "no dropout"): "rnn-tied-wd1e-05-alpha0.2-fixed7",
     ("HORNN-3 sum", "no dropout"): "hornn3-sum",
-    ("HORNN-3 max", "no dropout"): "hornn3-max",
+    ("HORNN-3 max", "no dropout"): "hornn3-max-tied-wd1e-05-c0.2",
     ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-wd1e-05-alpha0.2",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-wd1e-05-c0.2",
     ("LSTM", "no dropout"): "lstm-tied-halve1",
