@@ -174,13 +174,13 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
     assert len(batches[6]) == 8
     scale = names["ptb_recipe_feedback_scale"]
-    # gated-3's and max-3's converged runs at 0.2 are chosen groups' seed 1234, not trained twice
+    # each pooling's converged run at 0.2 is a chosen group's seed 1234, not trained twice
     assert batches[7] == [
         f"ptb_recipe_feedback_scale/{n}"
         for n in scale
-        if not re.match(r"hornn3-(gated|max)-tied-wd", n)
+        if not re.match(r"hornn3-(gated|max|sum)-tied-wd1e-05-c0.2-seed", n)
     ]
-    assert len(batches[7]) == 11  # nine screens, `sum` converged, gated-3 with dropout
+    assert len(batches[7]) == 11  # nine screens, gated-3 with dropout, `sum` with a fixed phase
     assert batches[8] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[9] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 10
@@ -231,19 +231,24 @@ def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_re
 ) -> None:
     """Stage 21 screens `sum`, `max` and gated-3 for one epoch at feedback scale 1, 0.5 and
     0.2 under the recipe FOFE-3 at alpha 0.2 had in stage 20, then converges each at 0.2 under
-    it: nothing else differs; gated-3 with dropout is configs/ptb.toml's recipe at 0.2."""
+    it: nothing else differs; gated-3 with dropout is configs/ptb.toml's recipe at 0.2, and
+    `sum`-3's second run differs from its first by lr 5 for 10 epochs before halving."""
     fofe = plans["ptb_recipe_rnn_alpha"]["hornn3-fofe-tied-wd1e-05-alpha0.2-seed1234"].config
     runs = plans["ptb_recipe_feedback_scale"]
     screens = {n: r for n, r in runs.items() if n.startswith("screen-")}
     grid = {(r.config.model.pooling, r.config.model.feedback_scale) for r in screens.values()}
     assert grid == {(p, c) for p in POOLINGS3 for c in (0.2, 0.5, 1.0)} and len(screens) == 9
     with_dropout = "hornn3-gated-tied-drop0.3-fixed10-wdrop0.2-c0.2-seed1234"
-    converged = set(runs) - set(screens) - {with_dropout}
+    fixed = "hornn3-sum-tied-wd1e-05-c0.2-fixed10-seed1234"
+    converged = set(runs) - set(screens) - {with_dropout, fixed}
     assert converged == {f"hornn3-{p}-tied-wd1e-05-c0.2-seed1234" for p in POOLINGS3}
     best = load_config(REPO / "configs" / "ptb.toml")  # the best HORNN recipe, with dropout
     scaled = replace(best, model=replace(best.model, feedback_scale=0.2))
     check_same_recipe(runs[with_dropout].config, scaled, with_dropout)
-    for name, run in ((n, r) for n, r in runs.items() if n != with_dropout):
+    newbob = runs["hornn3-sum-tied-wd1e-05-c0.2-seed1234"].config  # the fixed phase differs
+    phase = replace(newbob.optim, schedule="fixed_then_halve", halve_after=10, halve_below=0.0)
+    check_same_recipe(runs[fixed].config, replace(newbob, optim=phase), fixed)
+    for name, run in ((n, r) for n, r in runs.items() if n not in (with_dropout, fixed)):
         model = run.config.model
         epochs = 1 if name in screens else fofe.train.epochs
         same = replace(  # alpha is FOFE's alone: these poolings ignore it
@@ -336,7 +341,7 @@ def check_same_recipe(config: RunConfig, best: RunConfig, where: object) -> None
 
 CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (its runs' prefix)
     ("RNN", "no dropout"): "rnn-tied-wd1e-05-alpha0.2-fixed7",
-    ("HORNN-3 sum", "no dropout"): "hornn3-sum",
+    ("HORNN-3 sum", "no dropout"): "hornn3-sum-tied-wd1e-05-c0.2",
     ("HORNN-3 max", "no dropout"): "hornn3-max-tied-wd1e-05-c0.2",
     ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-wd1e-05-alpha0.2",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-wd1e-05-c0.2",
