@@ -34,7 +34,7 @@
 #      (ptb_recipe_fofe_alpha.toml), the RNN's own recipe with its feedback scaled by alpha
 #      (ptb_recipe_rnn_alpha.toml), and `sum`, `max` and gated-3 under it with a feedback
 #      scale (ptb_recipe_feedback_scale.toml: the screens, gated-3 at 0.2 with dropout and
-      `sum` at 0.2 with a fixed phase; each pooling's run at 0.2 without dropout is item 1's)
+#      `sum` at 0.2 with a fixed phase; each pooling's run at 0.2 without dropout is item 1's)
 #   4. Table 2: orders 2, 3 and 4 of each pooling, the RNN and the LSTM (14 runs) at the
 #      paper's setting, in bf16 (FOFE-3's own recipe, tied and halving from epoch 2, validated
 #      only 0.7% better on the CPU: one seed)

@@ -464,3 +464,21 @@ def test_grid_runs_names_a_missing_record_folder_in_one_line(tmp_path: Path) -> 
     assert proc.stderr.strip().splitlines() == [
         f"error: --skip-recorded {missing}: no such folder; name a record's folder"
     ]
+
+
+def test_gpu_ptb_without_a_prepared_carry_stops_with_a_one_line_hint(tmp_path: Path) -> None:
+    """gpu_ptb.sh runs its header as comments only and refuses a carry with no prepared PTB:
+    exit 2 and one line naming the folder, before any run starts."""
+    env = {**os.environ, "PTB_CARRY": str(tmp_path / "carry")}
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu_ptb.sh"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
+    assert f"no prepared PTB in {tmp_path}/carry/data_cache; HINT:" in done.stderr
