@@ -323,14 +323,15 @@ class StopFlag:
         self.event = threading.Event()  # set with `requested`: what a waiting thread watches
 
     def install(self) -> None:
-        """Route SIGTERM and SIGINT to this flag (a second SIGINT still interrupts at once,
-        but never a checkpoint being written: that finishes first)."""
+        """Route SIGTERM and SIGINT to this flag: the first asks for a stop at the end of the
+        current step, with a checkpoint of it; later ones only say so (SIGQUIT or SIGKILL
+        abort without that checkpoint, the one before stays loadable)."""
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._handle)
 
     @contextlib.contextmanager
     def saving_checkpoint(self) -> Iterator[None]:
-        """Hold off every stop signal's interruption while the block writes a checkpoint."""
+        """Mark the block as writing the stop's checkpoint (what a further signal is told)."""
         self.saving += 1
         try:
             yield
@@ -339,19 +340,23 @@ class StopFlag:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.saving:  # a second Ctrl-C would leave only a .tmp folder: say so, and wait
+        if self.requested:  # never an exception here: it would lose the steps since the last save
+            doing = (
+                "the checkpoint is being written"
+                if self.saving
+                else "the current step finishes, then its checkpoint is written"
+            )
             print(
-                f"{name} received while a checkpoint is being written: it finishes first, then "
-                "the run exits (SIGKILL would lose only this checkpoint, not the one before)",
+                f"{name} received again: {doing} and the run exits; to abort without that "
+                "checkpoint press Ctrl-\\ (SIGQUIT) or send SIGKILL (the checkpoint before "
+                "stays loadable)",
                 file=sys.stderr,
                 flush=True,
             )
-        elif self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        if not self.requested:
-            self.requested = True
-            self.signal_name = name
-            self.event.set()
+            return
+        self.requested = True
+        self.signal_name = name
+        self.event.set()
 
 
 def cpu_name() -> str:

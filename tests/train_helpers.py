@@ -35,11 +35,17 @@ run_cli(train.main, sys.argv[1:])
 """
 
 
-def run_patched(script: str, *args: str) -> subprocess.CompletedProcess:
+def run_patched(
+    script: str, *args: str, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run `python -c script ARGS...` (a command with one function patched to inject a fault:
     a kill, a signal) from the repo root in the test environment; return the finished process."""
     return subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=REPO, env=env()
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**env(), **(extra_env or {})},
     )
 
 

@@ -149,7 +149,7 @@ class Trainer:
         try:
             with self._collectives():
                 return self._run(resume_from, fresh)
-        except KeyboardInterrupt:  # a second Ctrl-C before the stop's checkpoint began
+        except KeyboardInterrupt:  # Ctrl-C where train.main's StopFlag is not installed
             interrupted = KeyboardInterrupt(self._last_checkpoint_line())
             self.run_log.failed(interrupted)
             raise interrupted from None
@@ -405,7 +405,7 @@ class Trainer:
             elif then.save:
                 self._save()
             if then.check_stop and self._stop_requested():
-                with self.stop.saving_checkpoint():  # from this line on, no signal abandons it
+                with self.stop.saving_checkpoint():  # what a further signal is told
                     logger.info(
                         "%s received: checkpointing at step %d and exiting (another Ctrl-C "
                         "waits for this checkpoint)",
