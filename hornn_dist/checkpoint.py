@@ -188,22 +188,39 @@ def _latest_or_best(run_dir: Path, which: str) -> Path:
             f"no complete checkpoint under {checkpoint_root(run_dir)}; train first"
         )
     if which == "best":
-        state = TrainerState.read(complete[-1])
-        best = state.best_checkpoint
-        if not best:  # else a step_N name, never a path (TrainerState.read checked)
-            why = "no best checkpoint recorded yet"
-        elif not is_complete(checkpoint_root(run_dir) / best):
-            why = f"best checkpoint {best} is missing"
-        else:
-            logger.info(
-                "%s is %s%s",
-                checkpoint_root(run_dir) / "best",
-                best,
-                _valid_note(state.best_valid),
-            )
-            return checkpoint_root(run_dir) / best
-        logger.warning("%s: using the newest checkpoint %s as best", why, complete[-1].name)
+        return _best(run_dir, complete)
     return complete[-1]
+
+
+def _best(run_dir: Path, complete: list[Path]) -> Path:
+    """Return the best checkpoint by validation that the run's newest checkpoint records (a
+    damaged newest one's record counts: it may name itself); the newest complete one when no
+    validation was recorded yet; raise CheckpointError when the recorded best cannot be read."""
+    root, newest = checkpoint_root(run_dir), step_folders(run_dir)[-1]
+    try:
+        state = TrainerState.read(newest)
+    except CheckpointError as err:  # the newest is damaged where it records the best
+        raise CheckpointError(
+            f"the newest checkpoint {newest} is damaged ({err}), so which checkpoint is best "
+            f"is unknown; pass a checkpoint folder instead, e.g. {complete[-1]}"
+        ) from None
+    best = state.best_checkpoint
+    if not best:  # else a step_N name, never a path (TrainerState.read checked)
+        logger.warning(
+            "no best checkpoint recorded yet: using the newest checkpoint %s as best",
+            complete[-1].name,
+        )
+        return complete[-1]
+    folder = root / best
+    problem = problem_with(folder, deep=False) if folder.is_dir() else "it is missing"
+    if problem is not None:
+        others = ", ".join(c.name for c in reversed(complete[-3:]))
+        raise CheckpointError(
+            f"the best checkpoint {folder} is damaged: {problem}; pass another checkpoint of "
+            f"the run instead ({others} in {root})"
+        )
+    logger.info("%s is %s%s", root / "best", best, _valid_note(state.best_valid))
+    return folder
 
 
 def describe_checkpoint(folder: Path) -> str:
@@ -445,6 +462,25 @@ def load_state(accelerator: Any, folder: Path, model: torch.nn.Module) -> None:
         model.load_state_dict(weights)  # copied onto its device
     except Exception as err:  # safetensors, torch.load and pickle raise many types
         raise _unreadable(folder, err) from None
+
+
+def check_finite_optimizer(folder: Path, optimizer: torch.optim.Optimizer) -> None:
+    """Raise CheckpointError when a restored optimizer state (a momentum buffer) holds a NaN or
+    an infinity: the run would fail at its first step as a loss gone NaN, blaming the lr."""
+    tensors = [
+        (name, t)
+        for state in optimizer.state.values()
+        for name, t in state.items()
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+    ]
+    bad = [name for name, t in tensors if not t.isfinite().all()]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {folder} holds NaN or infinite optimizer state ({len(bad)} of "
+            f"{len(tensors)} tensors, e.g. a {bad[0]} in optimizer.bin): its run diverged "
+            "before this save; resume from an older checkpoint (--resume PATH) or start over "
+            "with --no-resume"
+        )
 
 
 def _unreadable(folder: Path, err: Exception) -> CheckpointError:

@@ -262,6 +262,49 @@ def test_evaluate_refuses_damaged_weights_in_one_line(stopped: dict[int, Path]) 
     assert "model.safetensors" in line and "damaged" in line
 
 
+@pytest.mark.parametrize("best", ["best", "latest-best"])
+def test_a_damaged_best_checkpoint_is_said_never_replaced(
+    stopped: dict[int, Path], best: str
+) -> None:
+    """The best by validation (step 10, the newest) truncated: `RUN/checkpoints/best` stops
+    naming it and the others, where it once scored step 5 as "best" with a warning."""
+    run = copy_run(stopped, f"damaged_best_{best}")
+    newest = step_dir(run, 10)
+    assert json.loads((newest / ckpt.STATE_FILE).read_text())["best_checkpoint"] == newest.name
+    weights = newest / ckpt.WEIGHTS
+    if best == "best":
+        weights.write_bytes(weights.read_bytes()[:100])  # its record readable, its weights not
+    else:
+        (newest / ckpt.STATE_FILE).write_text("{")  # neither: which one is best is unknown
+    proc = run_here("hornn_dist.evaluate", str(run / "checkpoints" / "best"), "--split", "valid")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    if best == "best":
+        assert f"the best checkpoint {newest} is damaged: model.safetensors" in line
+        assert "step_00000005 in" in line
+    else:
+        assert f"the newest checkpoint {newest} is damaged" in line and "is unknown" in line
+        assert str(step_dir(run, 5)) in line
+    assert "using the newest checkpoint" not in proc.stderr and "test:" not in proc.stdout
+
+
+def test_resume_refuses_nan_in_the_optimizer_state(stopped: dict[int, Path], workdir: Path) -> None:
+    """A momentum buffer of NaN (intact files, valid checksums) is refused at resume, naming
+    the file, where it once failed later as a loss that "became NaN ... Lower optim.lr"."""
+    run = copy_run(stopped, "nan_momentum")
+    newest = step_dir(run, 10)
+    optimizer = torch.load(newest / "optimizer.bin", weights_only=True)
+    buffers = [v["momentum_buffer"] for v in optimizer["state"].values()]
+    buffers[0].fill_(float("nan"))
+    torch.save(optimizer, newest / "optimizer.bin")
+    ckpt.write_checksums(newest)
+    proc = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    assert f"checkpoint {newest} holds NaN or infinite optimizer state" in line
+    assert "Lower optim.lr" not in proc.stderr and "--resume" in line
+
+
 def test_resume_refuses_nan_weights_and_names_the_last_good_checkpoint(
     stopped: dict[int, Path], workdir: Path
 ) -> None:

@@ -81,6 +81,7 @@ class Checkpointer:
         checked by the caller); a checkpoint of another process count is re-sliced."""
         acc = self.accelerator
         ckpt.load_state(acc, folder, self.model)  # weights, optimizer, RNG, scaler
+        ckpt.check_finite_optimizer(folder, self.optimizer)  # as the weights were checked
         keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
         for name, part in self.shared.items():
             part.load_state_dict(getattr(state, name))
