@@ -16,6 +16,7 @@ from pathlib import Path
 from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
 from hornn_dist.data.pipeline import plan_corpus
 from hornn_dist.errors import naming_path
+from hornn_dist.run_layout import LOCK_FILE
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.trainer import Trainer
 from hornn_dist.writable import check_run_folder
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(cfg.train.output_dir)
     created = not os.path.lexists(out)
+    lock_created = not os.path.lexists(out / LOCK_FILE)
     check_run_folder(out)  # before any work: not at the first save
     stop = StopFlag()
     stop.install()
@@ -79,10 +81,23 @@ def main(argv: list[str] | None = None) -> int:
         with naming_path(out, "train.output_dir"):  # a full disk, mid-run
             Trainer(cfg, stop).run(resume_from=args.resume, fresh=args.no_resume)
     except BaseException:
-        if created and os.environ.get("RANK", "0") == "0":
-            remove_empty_tree(out)  # a run that failed before writing anything leaves nothing
+        if os.environ.get("RANK", "0") == "0":  # a refusal before training leaves nothing
+            remove_unused(out, created, lock_created)
         raise
     return 0
+
+
+def remove_unused(out: Path, created: bool, lock_created: bool) -> None:
+    """Remove what a run that failed before writing anything created in `out`: the lock file
+    it made, when no other file is there, then the folder when it made that too (rmdir only:
+    nothing is lost)."""
+    lock = out / LOCK_FILE
+    if lock_created and lock.is_file() and not lock.is_symlink():
+        written = [name for _, _, names in os.walk(out) for name in names]
+        if written == [LOCK_FILE]:
+            lock.unlink()  # released already: the process that made it is ending
+    if created:
+        remove_empty_tree(out)
 
 
 def remove_empty_tree(folder: Path) -> None:

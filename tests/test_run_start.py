@@ -15,7 +15,7 @@ from hornn_dist import runtime
 from hornn_dist.config import load_config
 from hornn_dist.errors import DataError
 from hornn_dist.training.trainer import Trainer
-from tests.train_helpers import REPO, env, free_port, run_here, write_tiny_config
+from tests.train_helpers import REPO, check_ok, env, free_port, run_here, write_tiny_config
 
 
 def test_the_first_line_of_a_run_is_its_folder(
@@ -160,3 +160,23 @@ def test_streams_that_two_processes_cannot_share_are_refused_before_the_corpus(
     assert errors == {
         "error: train.batch_size=3 is not divisible by the 2 processes; choose a multiple of 2"
     }, proc.stderr[-3000:]
+
+
+def test_a_refused_resume_leaves_nothing_behind(tmp_path: Path) -> None:
+    """`--resume` of a missing folder, or of a checkpoint of another corpus: one line, and
+    no run folder holding only `.lock` (a user's own empty folder stays empty)."""
+    config = write_tiny_config(tmp_path)
+    out = tmp_path / "run"
+    nope = run_here("hornn_dist.train", str(config), "--resume", str(tmp_path / "nope"))
+    assert nope.returncode == 2 and "does not exist" in nope.stderr
+    assert not out.exists()
+    out.mkdir()
+    assert run_here("hornn_dist.train", str(config), "--resume", "nope").returncode == 2
+    assert list(out.iterdir()) == []
+    out.rmdir()
+    other = write_tiny_config(tmp_path / "other", data={"add_eos": False})
+    trained = tmp_path / "other" / "run"
+    check_ok(run_here("hornn_dist.train", str(other), "--set", "train.max_steps=5"))
+    proc = run_here("hornn_dist.train", str(config), "--resume", str(trained))
+    assert proc.returncode == 2 and f"cannot resume from {trained}" in proc.stderr, proc.stderr
+    assert not out.exists()
