@@ -193,8 +193,16 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path, ptb: Path) -> None:
             DataError,
             "split 'valid' of corpus is empty",
         ),
-        (_cfg(tmp_path, train=[str(one)], add_eos=False), DataError, "has 1 word"),
-        (_cfg(tmp_path, train=[train], min_count=10**6), DataError, "has 0 word"),
+        (  # min_count 1 keeps every word already: no advice to lower it
+            _cfg(tmp_path, train=[str(one)], add_eos=False, min_count=1),
+            DataError,
+            r"has 1 word.*; HINT: use more training text$",
+        ),
+        (
+            _cfg(tmp_path, train=[train], min_count=10**6),
+            DataError,
+            "has 0 word.*HINT: lower data.min_count or use more training text",
+        ),
         (_cfg(tmp_path), ConfigError, "data.train is empty"),
     ]
     for cfg, kind, text in cases:

@@ -74,3 +74,12 @@ def test_every_record_the_docs_name_exists_and_every_record_is_named() -> None:
             named.add(full.split("/")[2])
     records = {path.name for path in (REPO / "benchmarks" / "records").iterdir()}
     assert records <= named, f"records no page names: {sorted(records - named)}"
+
+
+def test_the_trainer_state_version_the_docs_give_is_the_codes() -> None:
+    from hornn_dist.run_state import VERSION
+
+    training = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    (said,) = re.findall(r"`trainer_state.json` has a `version` \((\d+),", training)
+    assert int(said) == VERSION
+    assert f"this code resumes version {VERSION}:" in training

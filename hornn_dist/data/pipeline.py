@@ -401,7 +401,9 @@ def _build(
         if words < 2:
             raise DataError(
                 f"the vocabulary of {name} has {words} word(s) besides <unk> and <eos> (min_count = {cfg.min_count}, "
-                f"{len(counts)} distinct train words); HINT: lower data.min_count or use more training text"
+                f"{len(counts)} distinct train words); HINT: "
+                + ("lower data.min_count or " if cfg.min_count > 1 else "")  # 1 keeps every word
+                + "use more training text"
                 + (f", or raise data.max_vocab = {cfg.max_vocab}" if cfg.max_vocab else "")
                 + (
                     f", or check data.word_pattern = {cfg.word_pattern!r}"
