@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save
 
 from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
+from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 from hornn_dist.files import CHECKSUMS
 from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.run_state import STATE_FILE, STEP_DIR, TrainerState
@@ -47,6 +49,7 @@ CHECKPOINT_ARG_HELP = (
     "a checkpoint folder, a run directory (newest checkpoint), or <run>/checkpoints/latest|best"
 )
 WEIGHTS = "model.safetensors"
+MODEL_RECORD = "hornn_dist.model"  # WEIGHTS' metadata: the [model] keys it was written for
 REQUIRED = (WEIGHTS, STATE_FILE, CONFIG_FILE)  # files checksums.json must list
 
 
@@ -281,7 +284,7 @@ def save_checkpoint(
         # the model is not Accelerate's (no DDP: the step averages the gradients itself)
         accelerator.save_state(str(tmp))  # every rank: optimizer, RNG, scaler
         if accelerator.is_main_process:
-            save_weights(model, tmp / WEIGHTS)
+            save_weights(model, tmp / WEIGHTS, model_record(cfg))
         with files.atomic_writer(tmp / f"rank_{accelerator.process_index}.pt") as f:
             torch.save(rank_state, f)
     except (
@@ -402,10 +405,39 @@ def prune_checkpoints(output_dir: str | Path, keep: int, best: str | None) -> li
     return doomed
 
 
-def save_weights(model: torch.nn.Module, path: Path) -> None:
-    """Write the model's weights to `path` as safetensors, as Accelerate's save_state does."""
+def save_weights(model: torch.nn.Module, path: Path, record: str) -> None:
+    """Write the model's weights to `path` as safetensors, as Accelerate's save_state does,
+    with `record` (`model_record`) in its metadata."""
     weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    files.write_bytes(path, save(weights, metadata={"format": "pt"}))
+    files.write_bytes(path, save(weights, metadata={"format": "pt", MODEL_RECORD: record}))
+
+
+def model_record(cfg: RunConfig) -> str:
+    """Return the [model] keys that shape the weights (all but the execution keys) as JSON."""
+    keys = {k: v for k, v in cfg.to_dict()["model"].items() if k not in EXECUTION_MODEL_KEYS}
+    return json.dumps(keys, sort_keys=True)
+
+
+def check_model_record(folder: Path, cfg: RunConfig) -> None:
+    """Raise CheckpointError when `cfg` (the checkpoint's config.toml) names another model than
+    the one its weights record (a config edited after the save, its checksums rewritten);
+    weights written before the record, or unreadable ones (their load says so), pass."""
+    try:
+        with safe_open(str(folder / WEIGHTS), framework="pt") as weights:
+            recorded = json.loads((weights.metadata() or {}).get(MODEL_RECORD, "{}"))
+    except Exception:  # safetensors and json raise many types; the load names the file
+        return
+    now = json.loads(model_record(cfg))
+    diffs = [
+        f"model.{key} = {now[key]!r} there, {value!r} when the weights were written"
+        for key, value in sorted(recorded.items())
+        if key in now and now[key] != value
+    ]
+    if diffs:
+        raise CheckpointError(
+            f"{folder / CONFIG_FILE} does not describe the model in {folder / WEIGHTS} "
+            f"({'; '.join(diffs)}): the config was edited after the save; put those values back"
+        )
 
 
 def nonfinite_tensors(weights: dict[str, torch.Tensor]) -> list[str]:

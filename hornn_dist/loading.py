@@ -28,6 +28,7 @@ from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
 from hornn_dist.errors import CheckpointError, DataError, described, naming_path
 from hornn_dist.models import LayerPlan, build_model, plan_for
+from hornn_dist.run_layout import CONFIG_FILE
 from hornn_dist.run_state import TrainerState
 
 log = logging.getLogger(__name__)
@@ -199,13 +200,23 @@ def load_model(
     problem = ckpt.problem_with(folder, deep=True, only=(WEIGHTS,))  # no optimizer state read
     if problem is not None:
         raise CheckpointError(f"checkpoint {folder} is damaged: {problem}; {_others(folder)}")
+    ckpt.check_model_record(folder, cfg)
     path = folder / WEIGHTS
     try:
         weights = load_file(str(path))
-        model = evaluation_model(cfg, corpus.vocab_size, device, weights, plan)
     except Exception as err:  # a checkpoint of an older version has no checksums to verify
         raise CheckpointError(
             f"{path} is not a valid weights file ({type(err).__name__}); {_others(folder)}"
+        ) from None
+    try:
+        model = evaluation_model(cfg, corpus.vocab_size, device, weights, plan)
+    except RuntimeError as err:  # load_state_dict: missing keys, another shape
+        lines = [line.strip() for line in str(err).splitlines()]
+        detail = next((line for line in lines if "size mismatch" in line or "key(s)" in line), "")
+        raise CheckpointError(
+            f"{path} does not fit the model {folder / CONFIG_FILE} describes "
+            f"({(detail or described(err))[:200]}): was the config edited after the save? "
+            f"{_others(folder).capitalize()}"
         ) from None
     _check_finite(weights, f"checkpoint {folder}")
     return model

@@ -172,10 +172,17 @@ def test_resolve_best_without_a_recorded_best_warns_and_gives_the_newest(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     make_checkpoint(tmp_path, 10)
-    make_checkpoint(tmp_path, 20, best="step_00000005")  # pruned or never written
+    make_checkpoint(tmp_path, 20)  # no validation recorded yet
     with caplog.at_level(logging.WARNING, logger="hornn_dist.checkpoint"):
         assert ckpt.resolve_checkpoint(tmp_path / "checkpoints" / "best").name == "step_00000020"
-    assert "step_00000005" in caplog.text
+    assert "no best checkpoint recorded yet" in caplog.text
+
+
+def test_resolve_best_that_is_gone_stops_and_names_it(tmp_path: Path) -> None:
+    make_checkpoint(tmp_path, 10)
+    make_checkpoint(tmp_path, 20, best="step_00000005")  # deleted by hand: never pruned
+    with pytest.raises(CheckpointError, match="step_00000005 is damaged: it is missing; pass"):
+        ckpt.resolve_checkpoint(tmp_path / "checkpoints" / "best")
 
 
 def test_a_real_folder_named_best_is_taken_as_is(tmp_path: Path) -> None:

@@ -288,6 +288,45 @@ def test_a_damaged_best_checkpoint_is_said_never_replaced(
     assert "using the newest checkpoint" not in proc.stderr and "test:" not in proc.stdout
 
 
+@pytest.mark.parametrize(
+    "edit", ["pooling", "hidden_size", "hidden_size_unrecorded"], ids=lambda e: e
+)
+def test_an_edited_model_in_a_checkpoints_config_is_refused(
+    stopped: dict[int, Path], workdir: Path, edit: str
+) -> None:
+    """config.toml's [model] edited after the save (checksums rewritten): evaluate and resume
+    name the config and the values, where `max` once scored `gated`'s weights silently."""
+    from safetensors.torch import load_file, save_file
+
+    run = copy_run(stopped, f"edited_{edit}")
+    newest = step_dir(run, 10)
+    config = newest / CONFIG_FILE
+    text = config.read_text()
+    if edit == "pooling":
+        text = text.replace('pooling = "gated"', 'pooling = "max"')
+    else:
+        text = text.replace("hidden_size = 12", "hidden_size = 14")
+    assert text != config.read_text()
+    config.write_text(text)
+    if edit == "hidden_size_unrecorded":  # weights written before the record: their shapes say
+        weights = newest / ckpt.WEIGHTS
+        save_file(load_file(str(weights)), str(weights), metadata={"format": "pt"})
+    ckpt.write_checksums(newest)
+    proc = run_here("hornn_dist.evaluate", str(newest), "--split", "valid")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    if edit == "pooling":
+        said = "model.pooling = 'max' there, 'gated' when the weights were written"
+    elif edit == "hidden_size":
+        said = "model.hidden_size = 14 there, 12 when the weights were written"
+    else:
+        said = f"{newest / ckpt.WEIGHTS} does not fit the model {config} describes (size mismatch"
+    assert said in line and "not a valid weights file" not in line
+    if edit == "pooling":
+        resumed = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
+        assert resumed.returncode == 2 and said in resumed.stderr, resumed.stderr[-2000:]
+
+
 def test_resume_refuses_nan_in_the_optimizer_state(stopped: dict[int, Path], workdir: Path) -> None:
     """A momentum buffer of NaN (intact files, valid checksums) is refused at resume, naming
     the file, where it once failed later as a loss that "became NaN ... Lower optim.lr"."""

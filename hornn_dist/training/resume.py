@@ -104,6 +104,7 @@ def start_run(run: Checkpointer, resume_from: str | None, fresh: bool) -> Start:
     state = TrainerState.read(folder)
     check_version(folder, state)
     saved = ckpt.read_config(folder)
+    ckpt.check_model_record(folder, saved)
     changed = check_compatible(folder, state, saved, cfg, corpus.vocab_hash, corpus.content_hash)
     done = completion(state, cfg)
     if done:
