@@ -37,8 +37,8 @@ from safetensors.torch import load_file, save
 from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
-from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 from hornn_dist.files import CHECKSUMS
+from hornn_dist.models.config import EXECUTION_MODEL_KEYS
 from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.run_state import STATE_FILE, STEP_DIR, TrainerState
 
