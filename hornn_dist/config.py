@@ -242,6 +242,13 @@ class LogConfig:
             return bool(isatty and isatty())
         return bool(self.progress)
 
+    def prepare_progress(self) -> bool | str:
+        """Return how data preparation shows progress: a bar where `draws_progress`, log lines
+        (`"lines"`) where `auto` finds stderr redirected, nothing for `false`."""
+        if self.draws_progress():
+            return True
+        return "lines" if self.progress == "auto" else False
+
 
 @dataclass
 class RunConfig:

@@ -43,7 +43,7 @@ def open_prepared_corpus(
     accelerator: Any,
     splits: Iterable[str] | None = None,
     prepare: bool = True,
-    progress: bool = False,
+    progress: bool | str = False,
     at: Path | None = None,
 ) -> Corpus:
     """Return the corpus of `cfg`, preparing its shards first if they are missing.

@@ -52,7 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quiet",
         action="store_true",
-        help="no progress bars (without it: as log.progress says, by default on a terminal only)",
+        help="no progress (without it: as log.progress says, by default a bar on a terminal and "
+        "a log line every 30 s when the output is redirected)",
     )
     args = parser.parse_args(argv)
     args.overrides = with_data_section(args.overrides)
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     run = load_config(args.config, args.overrides)
     cfg = run.data
-    # the trainer's own decision (log.progress "auto": a terminal only), not a second one
-    progress = not args.quiet and run.log.draws_progress()
+    # the trainer's own decision (log.progress "auto": a bar on a terminal, else log lines)
+    progress = False if args.quiet else run.log.prepare_progress()
     from hornn_dist.data.pipeline import default_workers, prepare_corpus
     from hornn_dist.data.shards import open_corpus
 

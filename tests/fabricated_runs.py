@@ -99,7 +99,7 @@ def write_run(
     )
     folder = ckpt.checkpoint_root(out) / ckpt.step_dir_name(step)
     folder.mkdir(parents=True)
-    ckpt.save_weights(model, folder / ckpt.WEIGHTS)
+    ckpt.save_weights(model, folder / ckpt.WEIGHTS, ckpt.model_record(config))
     write_text(folder / CONFIG_FILE, config.to_toml())
     state.write(folder)
     ckpt.write_checksums(folder)

@@ -60,6 +60,22 @@ def test_cadence_table_across_epoch_ends() -> None:
     assert capped.total_steps == 14
 
 
+def test_position_and_steps_left_as_a_table() -> None:
+    two = Cadence(log_every=2, steps_per_epoch=14, epochs=2)
+    assert [two.position(k) for k in (1, 13, 14, 15, 28)] == [
+        (1, 1),
+        (1, 13),
+        (1, 14),
+        (2, 1),
+        (2, 14),
+    ]
+    assert [two.steps_left(k) for k in (1, 14, 15, 28)] == [(13, 27), (0, 14), (13, 13), (0, 0)]
+    capped = Cadence(log_every=2, steps_per_epoch=14, epochs=3, max_steps=20)
+    assert capped.steps_left(16) == (4, 4)  # the run ends before its epoch does
+    unbounded = Cadence(log_every=2, steps_per_epoch=14)  # no train.epochs, no max_steps
+    assert unbounded.steps_left(3) == (11, None)
+
+
 def test_several_processes_look_for_a_stop_every_step_until_timed_then_at_a_bounded_interval() -> (
     None
 ):

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import random
+import re
 import subprocess
 import sys
 import zipfile
@@ -305,3 +306,55 @@ def test_worker_errors_arrive_as_the_same_one_line_error(tmp_path: Path) -> None
     with pytest.raises(DataError, match=r"train.txt: invalid UTF-8 at byte 7200; HINT"):
         prepare_corpus(cfg, workers=2, progress=False)
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+# `python -c PREPARE_WITH_LINES_EVERY_0 CONFIG`: the prepare CLI with a line at every update
+PREPARE_WITH_LINES_EVERY_0 = """
+import sys
+from hornn_dist import prepare
+from hornn_dist.data import progress
+from hornn_dist.runtime import run_cli
+
+progress.LINE_EVERY_S = 0.0
+run_cli(prepare.main, sys.argv[1:])
+"""
+
+
+def test_a_redirected_prepare_says_its_progress_in_log_lines(tmp_path: Path, ptb: Path) -> None:
+    """Output to a file (no terminal): no bar redraws, but lines with the share done and the
+    time left, and a closing line per step; --quiet leaves them out."""
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[data]\npreset = "ptb"\npath = "{ptb}"\ncache_dir = "{tmp_path / "cache"}"\n'
+    )
+    from tests.train_helpers import run_patched
+
+    proc = run_patched(PREPARE_WITH_LINES_EVERY_0, str(config))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "\r" not in proc.stderr  # no bar
+    share = re.compile(
+        r"ptb: vocabulary \(train\): [0-9.,]+ MiB of [0-9.,]+ MiB \(\d+%\), \S+ left$"
+    )
+    assert any(share.search(line) for line in proc.stderr.splitlines()), proc.stderr[-2000:]
+    assert re.search(r"ptb: encode train: done, [0-9.,]+ MiB in ", proc.stderr), proc.stderr
+    quiet = run_patched(
+        PREPARE_WITH_LINES_EVERY_0, str(config), "--quiet", "--set", "data.shard_tokens=5000"
+    )
+    assert quiet.returncode == 0 and "MiB of" not in quiet.stderr, quiet.stderr[-2000:]
+
+
+def test_progress_lines_as_a_table() -> None:
+    from hornn_dist.data.progress import ProgressLines
+
+    now = [0.0]
+    lines = ProgressLines("x: encode train", 4 * 2**20, every=30.0, clock=lambda: now[0])
+    now[0] = 10.0
+    lines.update(2**20)
+    assert lines.lines == 0  # under 30 s since the start: no line
+    now[0] = 30.0
+    lines.update(2**20)
+    assert lines.lines == 1
+    assert lines.line(30.0) == "x: encode train: 2.0 MiB of 4.0 MiB (50%), 30.0s left"
+    unknown = ProgressLines("x: download", None, clock=lambda: now[0])
+    unknown.update(3 * 2**20)
+    assert unknown.line(90.0) == "x: download: 3.0 MiB so far (1m00s)"  # made at 30 s

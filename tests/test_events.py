@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,26 @@ def test_other_ranks_write_nothing(tmp_path: Path) -> None:
     log.open(tmp_path)
     log.write("train", step=1)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_each_log_step_says_where_the_run_is_and_the_time_left(run: Path) -> None:
+    """The train events' time left is the steps left to the epoch's and the run's end
+    (train.max_steps 12, then 20 on resume) at the interval's speed; the log line says both."""
+    events = read_events(run / "metrics.jsonl")
+    train = [e for e in events if e["event"] == "train"]
+    per_epoch = round(train[0]["step"] / train[0]["epoch"])
+    for event in train:
+        step, seconds_per_step = event["step"], 4 * 8 / event["tokens_per_sec"]  # B 4, T 8
+        total = 12 if step <= 12 else 20
+        to_epoch_end = per_epoch - ((step - 1) % per_epoch + 1)
+        assert round(event["run_seconds_left"] / seconds_per_step) == total - step
+        assert round(event["epoch_seconds_left"] / seconds_per_step) == min(
+            to_epoch_end, total - step
+        )
+    log = (run / "train.log").read_text()
+    line = next(line for line in log.splitlines() if "step 4: loss" in line)
+    assert re.search(
+        rf"; epoch 1/2, batch 4/{per_epoch}, [0-9.hms]+ left in the epoch, [0-9.hms]+ in the "
+        "run at most$",
+        line,
+    ), line

@@ -42,6 +42,7 @@ import numpy as np
 
 from hornn_dist.data import hub, text_files, vocab
 from hornn_dist.data.config import DataConfig, apply_preset
+from hornn_dist.data.progress import progress_meter
 from hornn_dist.data.shards import (
     FORMAT_VERSION,
     MANIFEST,
@@ -199,20 +200,6 @@ def _encode_task(
 # ---------------------------------------------------------------- orchestration
 
 
-def _progress(progress: bool, desc: str, total: int | None) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        disable=not progress,
-        leave=False,
-    )
-
-
 def _total(pieces: list[text_files.Piece]) -> int | None:
     sizes = [text_files.piece_size(p) for p in pieces]
     return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
@@ -235,14 +222,14 @@ def _plan(
     return planned
 
 
-def _input_files(cfg: DataConfig, work: Path, progress: bool) -> dict[str, list[str]]:
+def _input_files(cfg: DataConfig, work: Path, progress: bool | str) -> dict[str, list[str]]:
     """Return the local text files of each split, downloading a hub dataset into work/ first."""
     if cfg.source == "hub":
         if not cfg.hub_id:
             raise ConfigError(
                 'data.hub_id must be set when data.source = "hub" (e.g. "Salesforce/wikitext")'
             )
-        with _progress(progress, f"{corpus_name(cfg)}: download", None) as bar:
+        with progress_meter(progress, f"{corpus_name(cfg)}: download", None) as bar:
             return hub.download_hub(
                 cfg, work / "download", joined=cfg.heldout_chars > 0, on_bytes=bar.update
             )
@@ -322,10 +309,14 @@ class _Runner:
 
 
 def _count(
-    runner: _Runner, pieces: list[text_files.Piece], opts: TextOptions, progress: bool, desc: str
+    runner: _Runner,
+    pieces: list[text_files.Piece],
+    opts: TextOptions,
+    progress: bool | str,
+    desc: str,
 ) -> Counter[str]:
     counts: Counter[str] = Counter()
-    with _progress(progress, desc, _total(pieces)) as bar:
+    with progress_meter(progress, desc, _total(pieces)) as bar:
         if not runner.parallel(len(pieces)):
             for piece in pieces:
                 counts.update(_count_piece(piece, opts, bar.update))
@@ -343,12 +334,12 @@ def _encode(
     itos: list[str],
     writer: ShardWriter,
     work: Path,
-    progress: bool,
+    progress: bool | str,
     desc: str,
 ) -> int:
     """Append the tokens of the pieces to writer; return how many are <unk>."""
     unknown = 0
-    with _progress(progress, desc, _total(pieces)) as bar:
+    with progress_meter(progress, desc, _total(pieces)) as bar:
         if not runner.parallel(len(pieces)):
             stoi = {w: i for i, w in enumerate(itos)}
             for piece in pieces:
@@ -374,7 +365,7 @@ def _encode(
 
 
 def _build(
-    cfg: DataConfig, settings: dict[str, Any], work: Path, workers: int, progress: bool
+    cfg: DataConfig, settings: dict[str, Any], work: Path, workers: int, progress: bool | str
 ) -> dict[str, Any]:
     """Write tokenizer.json, the shards and manifest.json of cfg into work/; return the manifest."""
     started = time.time()
@@ -500,7 +491,7 @@ def _summary(manifest: dict[str, Any]) -> str:
 
 
 def prepare_corpus(
-    cfg: DataConfig, workers: int = 1, progress: bool = True, verify: bool = False
+    cfg: DataConfig, workers: int = 1, progress: bool | str = True, verify: bool = False
 ) -> Path:
     """Return the shard folder of cfg's corpus, preparing it first unless it is already complete.
 

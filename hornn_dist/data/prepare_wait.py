@@ -40,7 +40,7 @@ def heartbeat_file(folder: Path) -> Path:
 
 
 def prepare_or_wait(
-    cfg: DataConfig, accelerator: Any, progress: bool = False, poll_s: float = 0.5
+    cfg: DataConfig, accelerator: Any, progress: bool | str = False, poll_s: float = 0.5
 ) -> Path:
     """Return the prepared folder of `cfg`: prepared by this process, or waited for.
 

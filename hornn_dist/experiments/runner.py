@@ -32,11 +32,10 @@ from hornn_dist.experiments.params import (
 )
 from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
 from hornn_dist.experiments.results import read_run
-from hornn_dist.experiments.tables import fmt_duration
 from hornn_dist.files import open_for_writing, write_json
 from hornn_dist.run_layout import RUN_LOG
 from hornn_dist.training.run_lock import RunLock
-from hornn_dist.wording import counted
+from hornn_dist.wording import counted, fmt_duration
 
 logger = logging.getLogger("hornn_dist.sweep")
 

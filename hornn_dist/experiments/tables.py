@@ -23,7 +23,7 @@ from hornn_dist.experiments.paper import (
 )
 from hornn_dist.experiments.params import recurrent_parameters
 from hornn_dist.experiments.results import RunRecord
-from hornn_dist.wording import counted
+from hornn_dist.wording import counted, fmt_duration
 
 NONE = "—"
 TEXT_COLUMNS = frozenset({"run", "model", "recipe", "finished", "kept", "stopped by"})
@@ -68,15 +68,6 @@ def fmt_ppl(value: float | None) -> str:
 def fmt_paper(value: float | None) -> str:
     """Return one of the paper's numbers (integers in the paper), or — when it has none."""
     return NONE if value is None else f"{value:g}"
-
-
-def fmt_duration(seconds: float) -> str:
-    """Return a wall-clock time as "1h02m", "3m05s" or "4.2s"."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def fmt_count(n: float) -> str:

@@ -83,6 +83,21 @@ class Cadence:
         total = self.steps_per_epoch * self.epochs
         return min(total, self.max_steps) if self.max_steps else total
 
+    def position(self, step: int) -> tuple[int, int]:
+        """Return (epoch, batch) of step `step`, both 1-based: the epoch it trains in and its
+        batch there ((1, step) for a run without epochs)."""
+        if not self.steps_per_epoch:
+            return 1, step
+        epoch, batch = divmod(step - 1, self.steps_per_epoch)
+        return epoch + 1, batch + 1
+
+    def steps_left(self, step: int) -> tuple[int, int | None]:
+        """Return the steps after step `step` to the end of its epoch and to the run's end
+        (train.epochs or train.max_steps, whichever comes first; None without either)."""
+        run = max(self.total_steps - step, 0) if self.total_steps else None
+        epoch = self.steps_per_epoch - self.position(step)[1] if self.steps_per_epoch else 0
+        return (epoch if run is None else min(epoch, run)), run
+
     def end_reason(self, step: int) -> str:
         """Return why the run ends after step `step` (max_steps, then epochs), else ""."""
         if self.max_steps and step >= self.max_steps:

@@ -7,7 +7,8 @@ object with its `event` and the unix `time`:
     start  step (0, or the step resumed from), started, processes, device, mixed_precision,
            parameters, steps_per_epoch, clip_mode, clip, config (the resolved config, as TOML
            reads it)
-    train  step, epoch, loss, ppl, lr, tokens_per_sec, grad_norm, path_grad_norms (name: value)
+    train  step, epoch, loss, ppl, lr, tokens_per_sec, grad_norm, path_grad_norms (name: value),
+           epoch_seconds_left, run_seconds_left (at this speed; null: no train.epochs or max_steps)
     valid  step, epoch, loss, ppl, lr (for the next steps), best
     test   step, checkpoint, loss, ppl, tokens, last_loss, last_ppl
     stop   step, code (converged | max_steps | epochs | signal), signal (its name, or ""),

@@ -52,7 +52,7 @@ from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import RunLog
 from hornn_dist.training.scoring import EvalResult, score_split, split_stream
 from hornn_dist.training.step_setup import needs_fused_sgd, step_for_accelerator
-from hornn_dist.wording import counted
+from hornn_dist.wording import counted, fmt_duration
 
 logger = logging.getLogger("hornn_dist.train")
 
@@ -105,7 +105,7 @@ class Trainer:
         self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
-            self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.draws_progress())
+            self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.prepare_progress())
         batch = self.batch_per_process
         check_fits(cfg.model, self.corpus.vocab_size, acc.device, batch, cfg.train.bptt)
         plan = plan_for(cfg.model, acc.device, batch, acc.mixed_precision)
@@ -601,32 +601,52 @@ class Trainer:
             **norms,
         }
         self._track(values)
+        step, cadence = self.progress.step, self.cadence
+        epoch, batch = cadence.position(step)
+        in_epoch, in_run = cadence.steps_left(step)
+        tokens_per_step = self.cfg.train.batch_size * self.cfg.train.bptt
+        seconds_per_step = tokens_per_step / max(tokens_per_sec, 1e-9)
+        epoch_left = in_epoch * seconds_per_step  # training only: validations add their time
+        run_left = None if in_run is None else in_run * seconds_per_step
         self.events.write(
             "train",
-            step=self.progress.step,
-            epoch=self.progress.step / self.train_stream.steps_per_epoch,
+            step=step,
+            epoch=step / self.train_stream.steps_per_epoch,
             loss=loss,
             ppl=ppl,
             lr=self.schedule.lr,
             tokens_per_sec=tokens_per_sec,
             grad_norm=norms.get("grad_norm/total", math.nan),
             path_grad_norms={k: v for k, v in norms.items() if k != "grad_norm/total"},
+            epoch_seconds_left=epoch_left,
+            run_seconds_left=run_left,
         )
+        epochs = self.cfg.train.epochs
         bar.set_postfix(
+            epoch=f"{epoch}/{epochs}",
             loss=f"{loss:.3f}",
             ppl=f"{ppl:.1f}",
             lr=f"{self.schedule.lr:.3g}",
             tok_s=f"{tokens_per_sec:,.0f}",
             refresh=False,
         )
+        left = f"{fmt_duration(epoch_left)} left in the epoch"
+        if run_left is not None:  # "at most": the stopping rule may end the run sooner
+            left += f", {fmt_duration(run_left)} in the run at most"
         logger.info(
-            "step %d: loss %.4f, ppl %.2f, lr %.4g, %.0f tokens/s, grad norm %.3f",
-            self.progress.step,
+            "step %d: loss %.4f, ppl %.2f, lr %.4g, %.0f tokens/s, grad norm %.3f; epoch %d/%d, "
+            "batch %d/%d, %s",
+            step,
             loss,
             ppl,
             self.schedule.lr,
             tokens_per_sec,
             norms.get("grad_norm/total", math.nan),
+            epoch,
+            epochs,
+            batch,
+            self.train_stream.steps_per_epoch,
+            left,
         )
 
     def _track(self, values: dict[str, float]) -> None:
