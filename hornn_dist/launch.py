@@ -31,6 +31,11 @@ from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 ELASTIC_LOGGER = "torch.distributed.elastic"  # the parent of every logger of torchrun's agent
+LAUNCH_LOGGER = "accelerate.commands.launch"
+# Accelerate's 6-line warning when no launch config names them: every value it lists is a
+# default a user expects (all GPUs, one machine, no dynamo) or one the run's config decides
+# (train.mixed_precision, passed to the Accelerator), and the run's start lines say each
+DEFAULTS_WARNING = "The following values were not passed to `accelerate launch`"
 
 
 def failure_line(failures: Mapping[int, ProcessFailure]) -> str:
@@ -65,11 +70,21 @@ def quiet_agent_logs() -> None:
     elastic.propagate = False
 
 
+def quiet_launch_defaults() -> None:
+    """Keep Accelerate's warning of the launch defaults it filled in off the console."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(DEFAULTS_WARNING)
+
+    logging.getLogger(LAUNCH_LOGGER).addFilter(keep)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `accelerate launch ARGS` in this process; return its exit code (1 after a failure of
     the ranks or a signal, with one `launch:` line)."""
     args = launch_command_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     quiet_agent_logs()
+    quiet_launch_defaults()
     try:
         launch_command(args)
     except ChildFailedError as err:

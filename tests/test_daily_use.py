@@ -257,3 +257,20 @@ def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_pat
     assert "SIGINT received: checkpointing" in log and "saved checkpoint" in log
     assert "Traceback" not in log and "SignalException" not in log, log
     assert lines[-1] == "launch: the launcher got SIGINT and passed it on to the ranks\n"
+
+
+@pytest.mark.integration
+def test_the_quiet_launcher_without_a_launch_config_prints_only_the_error(tmp_path: Path) -> None:
+    """No Accelerate config file: `accelerate launch` prints its 6-line warning of the defaults
+    it filled in before the run's own line; the quiet launcher leaves it out."""
+    command = [sys.executable, "-m", "hornn_dist.launch", "-m", "hornn_dist.train",
+               "configs/demo.toml", "--set", "train.bptt=0"]  # fmt: skip
+    bare = env() | {"HF_HOME": str(tmp_path / "hf")}  # where Accelerate looks for its config
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=bare, timeout=240)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert lines == ["error: train.bptt must be >= 1, got 0", "launch: failed (exit 2)"], lines
+    plain = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", *command[3:]],
+        capture_output=True, text=True, cwd=REPO, env=bare, timeout=240,
+    )  # fmt: skip
+    assert "The following values were not passed to `accelerate launch`" in plain.stderr
