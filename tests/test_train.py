@@ -137,8 +137,9 @@ def test_tensorboard_holds_every_tag(straight_1: Path) -> None:
 
 def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> None:
     """One run in the tensorboard folder (no timestamped sibling), holding the hyper-parameters
-    and a custom-scalars layout of one chart per layer with all its path and gate norms, and
-    train with valid ppl; a resume adds neither again."""
+    and a custom-scalars layout of a chart per feedback path and gate, titled by it, and
+    train, valid and test ppl; the test result as a table in the Text tab; a resume adds no
+    second layout."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
     from tensorboard.plugins.custom_scalar import layout_pb2
@@ -172,15 +173,21 @@ def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> N
     def shown(chart) -> set[str]:
         return {t for t in scalar_tags if any(re.match(r, t) for r in chart.multiline.tag)}
 
-    paths = charts["gradient norm per feedback path"]
-    assert len(paths) == 2  # one chart per layer
-    for layer, chart in enumerate(paths):
-        assert chart.title.startswith(f"layer {layer}:")
-        assert shown(chart) == {
-            f"grad_norm/layer{layer}/{kind}{n}" for kind in ("path", "gate") for n in (1, 2)
-        }
+    for layer in (0, 1):  # a chart per path, its title naming it: no legend needed
+        paths = charts[f"layer {layer}: gradient norm per feedback path"]
+        assert [c.title.split(":")[0] for c in paths] == [
+            f"layer {layer}, {kind} {n}" for kind in ("path", "gate") for n in (1, 2)
+        ]
+        assert [shown(c) for c in paths] == [
+            {f"grad_norm/layer{layer}/{kind}{n}"} for kind in ("path", "gate") for n in (1, 2)
+        ]
     (ppl,) = charts["perplexity"]
-    assert shown(ppl) == {"train/ppl", "valid/ppl"}
+    assert shown(ppl) == {"train/ppl", "valid/ppl", "test/ppl"}
+    (text,) = [t for t in events.Tags()["tensors"] if t.startswith("run/test")]
+    table = events.Tensors(text)[-1].tensor_proto.string_val[0].decode()
+    state = TrainerState.read(list_checkpoints(_out(workdir, "tb_layout"))[-1])
+    assert f"| best by validation ({state.test_checkpoint}, valid ppl " in table
+    assert f"**{state.test['ppl']:.2f}**" in table
 
 
 def test_checkpoints_pruned_to_newest_plus_best(straight_1: Path) -> None:

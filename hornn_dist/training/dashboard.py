@@ -6,9 +6,13 @@ output_dir and its HPARAMS tab one session per run, with every scalar of the run
 Accelerate's `init_trackers(config=...)` would write the hyper-parameters into a second,
 timestamp-named run instead.
 
-The Custom Scalars tab opens on one chart per layer holding every feedback path's gradient
-norm (and gate's), then train and valid perplexity on one chart. A chart's tags are regexes;
-the same charts from several runs merge into one chart per layer with a line per run.
+The Custom Scalars tab opens on one category per layer with a chart per feedback path (and
+per gate), its title naming the path: TensorBoard colours a chart's lines by run, not by tag,
+so paths drawn on one chart differ only by marker shape. Then train, valid and test perplexity
+on one chart, where the test score's single point shows as a marker (a chart of the Scalars
+tab draws no line through one point). The Text tab holds the test result as a table
+(`run/test`) and why training ended (`run/stop_reason`). A chart's tags are regexes; the same
+charts from several runs merge into one chart with a line per run.
 """
 
 from __future__ import annotations
@@ -16,25 +20,58 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-PATHS_CATEGORY = "gradient norm per feedback path"
 PPL_CATEGORY = "perplexity"
+PPL_CHART = "train, valid and test perplexity (test: the run's end, a marker)"
 
 
-def layer_chart(layer: int) -> str:
-    """Return the title of the chart of one layer's feedback paths."""
-    return f"layer {layer}: ‖∂L/∂W_hn‖ per path n (and gate n)"
+def paths_category(layer: int) -> str:
+    """Return the title of the category of one layer's feedback paths."""
+    return f"layer {layer}: gradient norm per feedback path"
+
+
+def path_chart(key: str) -> str:
+    """Return the title of the chart of one feedback path ("layer{l}/path{n}" or
+    "layer{l}/gate{n}"): ‖∂L/∂W_hn‖ of path n (eq. 2), or of gate n's weights (eq. 6-7)."""
+    layer, name = key.split("/")
+    kind, n = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")) :]
+    what = f"‖∂L/∂W_h{n}‖" if kind == "path" else f"‖∂L/∂(gate {n}'s weights)‖"
+    return f"{layer.replace('layer', 'layer ')}, {kind} {n}: {what}"
 
 
 def layout(path_keys: Iterable[str]) -> dict[str, dict[str, list[Any]]]:
     """Return the custom-scalars layout for a model whose feedback paths are `path_keys`
-    ("layer{l}/path{n}", "layer{l}/gate{n}"): one chart per layer, then train and valid ppl."""
-    layers = sorted({int(key.split("/")[0].removeprefix("layer")) for key in path_keys})
-    paths = {
-        layer_chart(layer): ["Multiline", [rf"^grad_norm/layer{layer}/(path|gate)\d+$"]]
-        for layer in layers
-    }
-    ppl = {"train and valid perplexity": ["Multiline", ["^train/ppl$", "^valid/ppl$"]]}
-    return {PATHS_CATEGORY: paths, PPL_CATEGORY: ppl}
+    ("layer{l}/path{n}", "layer{l}/gate{n}"): per layer, a chart per path, then each gate's;
+    then train, valid and test ppl."""
+    keys = sorted(path_keys, key=_path_order)
+    categories: dict[str, dict[str, list[Any]]] = {}
+    for key in keys:
+        layer = int(key.split("/")[0].removeprefix("layer"))
+        chart = ["Multiline", [rf"^grad_norm/{key}$"]]
+        categories.setdefault(paths_category(layer), {})[path_chart(key)] = chart
+    tags = ["^train/ppl$", "^valid/ppl$", "^test/ppl$"]
+    categories[PPL_CATEGORY] = {PPL_CHART: ["Multiline", tags]}
+    return categories
+
+
+def _path_order(key: str) -> tuple[int, int, int]:
+    layer, name = key.split("/")
+    kind = name.rstrip("0123456789")
+    return int(layer.removeprefix("layer")), kind == "gate", int(name[len(kind) :])
+
+
+def test_table(result: dict[str, Any]) -> str:
+    """Return the Text tab's table of a run's test result: `result` holds checkpoint, loss,
+    ppl, last_loss, last_ppl, step and best_valid_ppl."""
+    return "\n".join(
+        [
+            "| weights | test ppl | test loss |",
+            "| --- | ---: | ---: |",
+            f"| best by validation ({result['checkpoint']}, valid ppl "
+            f"{result['best_valid_ppl']:.2f}) | **{result['ppl']:.2f}** | {result['loss']:.4f} |",
+            f"| last (step {result['step']}) | {result['last_ppl']:.2f} | "
+            f"{result['last_loss']:.4f} |",
+        ]
+    )
 
 
 def describe_run(writer: Any, hparams: dict[str, Any], path_keys: Iterable[str]) -> None:
@@ -50,4 +87,10 @@ def describe_run(writer: Any, hparams: dict[str, Any], path_keys: Iterable[str])
 def record_stop(writer: Any, reason: str, step: int) -> None:
     """Write why training ended into the TEXT tab (tag run/stop_reason) at its last step."""
     writer.add_text("run/stop_reason", reason, global_step=step)
+    writer.flush()
+
+
+def record_test(writer: Any, table: str, step: int) -> None:
+    """Write the run's test result (`test_table`) into the TEXT tab (tag run/test)."""
+    writer.add_text("run/test", table, global_step=step)
     writer.flush()

@@ -253,6 +253,20 @@ class Trainer:
             last.ppl,
         )
         progress.test, progress.test_checkpoint = result.record(), best
+        if "tensorboard" in self.trackers and self.accelerator.is_main_process:
+            table = dashboard.test_table(
+                {
+                    "checkpoint": best,
+                    "loss": result.loss,
+                    "ppl": result.ppl,
+                    "last_loss": last.loss,
+                    "last_ppl": last.ppl,
+                    "step": progress.step,
+                    "best_valid_ppl": perplexity(progress.best_valid, 1),
+                }
+            )
+            writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
+            dashboard.record_test(writer, table, progress.step)
         self.events.write(
             "test",
             step=progress.step,
