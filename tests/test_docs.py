@@ -83,3 +83,14 @@ def test_the_trainer_state_version_the_docs_give_is_the_codes() -> None:
     (said,) = re.findall(r"`trainer_state.json` has a `version` \((\d+),", training)
     assert int(said) == VERSION
     assert f"this code resumes version {VERSION}:" in training
+
+
+def test_readmes_report_command_names_the_extra_its_plots_need() -> None:
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    (plots,) = [name for name, needs in extras.items() if any("matplotlib" in n for n in needs)]
+    (line,) = [line for line in README.splitlines() if "python -m hornn_dist.report" in line]
+    assert f'pip install -e ".[{plots}]"' in line and "--no-plots" in line
