@@ -104,12 +104,72 @@ def test_a_bad_feedback_scale_is_one_line_naming_the_key_and_its_range(value):
         HornnLayer(3, 4, feedback_scale=value)  # the layer's own argument name
 
 
+def torch_rnn_reference(model, tokens: torch.Tensor, c: float) -> torch.Tensor:
+    """Return the logits of a torch rnn/lstm/gru LM with every weight_hh times c, from the
+    module's weights by the textbook cell equations, step by step in float64."""
+    x = model.embedding(tokens)  # (T, B, E)
+    params = dict(model.rnn.named_parameters())
+    for layer in range(model.num_layers):
+        w_ih, w_hh = params[f"weight_ih_l{layer}"], c * params[f"weight_hh_l{layer}"]
+        b_ih, b_hh = params[f"bias_ih_l{layer}"], params[f"bias_hh_l{layer}"]
+        h = torch.zeros(x.shape[1], model.hidden_size, dtype=x.dtype)
+        cell = torch.zeros_like(h)
+        out = []
+        for x_t in x:
+            gi, gh = x_t @ w_ih.T + b_ih, h @ w_hh.T + b_hh
+            if model.arch == "rnn":
+                h = torch.tanh(gi + gh)
+            elif model.arch == "lstm":
+                i, f, g, o = (gi + gh).chunk(4, 1)
+                cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(cell)
+            else:  # gru
+                (ir, iz, in_), (hr, hz, hn) = gi.chunk(3, 1), gh.chunk(3, 1)
+                r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+                h = (1 - z) * torch.tanh(in_ + r * hn) + z * h
+            out.append(h)
+        x = torch.stack(out)  # (T, B, H)
+    return model.decoder(x)
+
+
 @pytest.mark.parametrize("arch", ["rnn", "lstm", "gru"])
-def test_feedback_scale_on_a_torch_rnn_says_to_use_the_order_one_hornn(arch):
-    with pytest.raises(ConfigError, match="model.arch = hornn with model.order = 1") as excinfo:
-        build_model(ModelConfig(arch=arch, hidden_size=H, feedback_scale=0.5), V)
-    assert "\n" not in str(excinfo.value)
-    build_model(ModelConfig(arch=arch, hidden_size=H), V)  # at 1 (the default) it builds
+def test_a_scaled_torch_rnn_matches_the_cell_equations_with_c_times_weight_hh(arch):
+    """The feedback scale on torch's modules (the knob the HORNNs and the RNN row have): every
+    layer's weight_hh, all gates' blocks, times c in the forward; the parameters untouched."""
+    c = 0.3
+    cfg = ModelConfig(arch=arch, hidden_size=H, embedding_size=6, num_layers=2)
+    model = seeded(ModelConfig(**{**cfg.__dict__, "feedback_scale": c}))
+    tokens = torch.randint(0, V, (5, 3))
+    got, _ = model(tokens)
+    want = torch_rnn_reference(model, tokens, c)
+    assert (got - want).abs().max() <= 1e-12 * want.abs().max()
+    plain = seeded(cfg)  # the same draw: c changes the forward, not the weights (LSTM, GRU)
+    if arch != "rnn":
+        assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), model.parameters()))
+    assert not torch.allclose(plain(tokens)[0], got)
+
+
+@pytest.mark.parametrize("arch", ["rnn", "lstm", "gru"])
+def test_a_scaled_torch_rnns_gradients_pass_gradcheck(arch):
+    from torch.func import functional_call
+
+    cfg = ModelConfig(arch=arch, hidden_size=4, embedding_size=3, feedback_scale=0.4)
+    model = seeded(cfg)
+    tokens = torch.randint(0, V, (4, 2))
+    weight = dict(model.named_parameters())["rnn.weight_hh_l0"].detach().clone()
+
+    def run(weight_hh: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, {"rnn.weight_hh_l0": weight_hh}, (tokens,))[0]
+
+    assert torch.autograd.gradcheck(run, (weight.requires_grad_(),), eps=1e-6, atol=1e-6)
+
+
+def test_the_scaled_init_counts_the_rnns_scale_and_leaves_the_lstms_draw() -> None:
+    wide = {"hidden_size": 400, "recurrent_init": "scaled"}
+    assert recurrent_std(ModelConfig(arch="rnn", **wide)) == 1 / math.sqrt(400)
+    assert recurrent_std(ModelConfig(arch="rnn", feedback_scale=0.2, **wide)) == 0.1  # capped
+    assert recurrent_std(ModelConfig(arch="rnn", feedback_scale=0.04, **wide)) == 0.1
+    assert recurrent_std(ModelConfig(arch="lstm", feedback_scale=0.2, **wide)) == 0.1
 
 
 def test_feedback_scale_is_in_the_models_words_and_runs_eagerly_until_graphs_ran_it():

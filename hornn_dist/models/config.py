@@ -42,7 +42,8 @@ class ModelConfig:
     # c in h_t = f(W_in x_t + b + c·pool(W_hn h_{t-n})): every feedback path W_hn (not gated's
     # gate weights W2n) is multiplied by c in the forward, so c sets the feedback's size at init
     # (models/init.py counts it) and c² its step under SGD. At order 1 it is FOFE's α at order 1:
-    # the RNN with its feedback scaled. arch hornn only; in (0, 10]; 1 = the paper's model
+    # the RNN with its feedback scaled. For torch's rnn, lstm and gru: every weight_hh (all of
+    # a gate's recurrent matrices) times c. In (0, 10]; 1 = the paper's model
     feedback_scale: float = 1.0
     hidden_size: int = 400  # H, hidden units per layer
     embedding_size: int = 0  # 0 means equal to hidden_size
@@ -100,12 +101,6 @@ class ModelConfig:
         check_at_most("model.order", self.order, MAX_ORDER)
         check_alpha("model.alpha", self.alpha)
         check_feedback_scale("model.feedback_scale", self.feedback_scale)
-        if self.feedback_scale != 1.0 and self.arch != "hornn":
-            raise ConfigError(
-                f"model.feedback_scale scales a HORNN's paths and needs model.arch = hornn "
-                f"(arch {self.arch} is torch's module): set model.feedback_scale = 1, or for the "
-                "RNN with its feedback scaled, model.arch = hornn with model.order = 1"
-            )
         check_count("model.hidden_size", self.hidden_size)
         check_at_most("model.hidden_size", self.hidden_size, MAX_WIDTH)
         check_count("model.num_layers", self.num_layers)

@@ -11,7 +11,7 @@ N(0, 0.1) one path has 0.1·√H (1.1 at H 128, 2 at H 400) and N unweighted pat
 that, the chaotic start under tanh that made `sum` and `max` diverge. `scaled` caps that gain
 at 1 and never raises it: FOFE-3 and gated-3 at H 128 (gain 0.83 and 0.98) keep the paper's
 draw, which trained them best (docs/reproduction.md, "Recipes"). The LSTM and GRU keep
-N(0, init_std) everywhere (their gates set their own gain).
+N(0, init_std) everywhere (their gates set their own gain), under a feedback scale too.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from hornn_dist.models.config import ModelConfig
 def path_weights(cfg: ModelConfig) -> list[float]:
     """Return each feedback path's weight in the pool at initialisation (w_1 .. w_N), its
     `model.feedback_scale` included."""
-    if cfg.arch == "rnn":
-        return [1.0]
     c = cfg.feedback_scale
+    if cfg.arch == "rnn":
+        return [c]
     if cfg.pooling == "fofe":
         return [c * cfg.alpha**n for n in range(1, cfg.order + 1)]
     if cfg.pooling == "gated":

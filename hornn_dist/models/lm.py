@@ -163,13 +163,20 @@ class RecurrentLM(nn.Module):
         return logits, new
 
     def _run_rnn(self, *args: Tensor | tuple[Tensor, Tensor]) -> Any:
-        """Run the torch RNN module on args, its weight_hh_l* under DropConnect in training
-        (model.weight_drop, as HornnLayer does), its other parameters as they are."""
+        """Run the torch RNN module on args, each weight_hh_l* (every gate's recurrent matrix)
+        times model.feedback_scale c, as a HORNN's W_hn are, then under DropConnect in training
+        (model.weight_drop, as HornnLayer does); its other parameters as they are."""
         assert self.rnn is not None
-        if not (self.training and self.cfg.weight_drop > 0):
+        c, drop = self.cfg.feedback_scale, self.training and self.cfg.weight_drop > 0
+        if c == 1.0 and not drop:
             return self.rnn(*args)
+
+        def recurrent(weight: Tensor) -> Tensor:
+            scaled = weight * c if c != 1.0 else weight
+            return drop_connect(scaled, self.cfg.weight_drop, True) if drop else scaled
+
         weights = {
-            name: drop_connect(p, self.cfg.weight_drop, True) if name.startswith("weight_hh") else p
+            name: recurrent(p) if name.startswith("weight_hh") else p
             for name, p in self.rnn.named_parameters()
         }
         return functional_call(self.rnn, weights, args)
