@@ -145,7 +145,8 @@ def test_a_scaled_torch_rnn_matches_the_cell_equations_with_c_times_weight_hh(ar
     assert (got - want).abs().max() <= 1e-12 * want.abs().max()
     plain = seeded(cfg)  # the same draw: c changes the forward, not the weights (LSTM, GRU)
     if arch != "rnn":
-        assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), model.parameters()))
+        pairs = zip(plain.parameters(), model.parameters(), strict=True)
+        assert all(torch.equal(a, b) for a, b in pairs)
     assert not torch.allclose(plain(tokens)[0], got)
 
 
