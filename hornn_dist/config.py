@@ -291,7 +291,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     """Return the validated RunConfig read from a TOML file (None = defaults) with overrides applied."""
     raw: dict[str, Any] = {}
     if path is not None:
-        raw = read_toml(Path(path), "config file", "configs/demo.toml")
+        raw = read_with_base(Path(path))
     for item in overrides:
         section, key, value = parse_override(item)
         if _field_type(section, key) is str and not isinstance(value, str):
@@ -371,6 +371,30 @@ def add_set_option(
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar=metavar, help=help
     )
+
+
+def read_with_base(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Return a run config file's tables over those of its `base` file (a path relative to
+    it, itself read the same way): each [section] key the file sets wins, the others are the
+    base's, so a config that differs from another in a few keys holds only those."""
+    raw = read_toml(path, "config file", "configs/demo.toml")
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str):
+        raise ConfigError(
+            f'{path}: base must be a config file\'s path (base = "ptb.toml"), got {base!r}'
+        )
+    where = (path.parent / base).resolve()
+    if where in seen or where == path.resolve():
+        raise ConfigError(f"{path}: base = {base!r} leads back to itself; break the cycle")
+    merged = read_with_base(where, (*seen, path.resolve()))
+    for section, values in raw.items():
+        if isinstance(values, dict) and isinstance(merged.get(section), dict):
+            merged[section] = {**merged[section], **values}
+        else:
+            merged[section] = values
+    return merged
 
 
 def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
