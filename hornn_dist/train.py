@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
 from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
 from hornn_dist.data.pipeline import plan_corpus
 from hornn_dist.errors import naming_path
+from hornn_dist.recipes import switched_line
 from hornn_dist.run_layout import LOCK_FILE
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.trainer import Trainer
@@ -71,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(resolved_toml(cfg), end="")
         return 0
+    if args.overrides and os.environ.get("RANK", "0") == "0":  # before any other line
+        line = switched_line(Path(args.config), cfg, load_config(args.config))
+        if line:
+            print(line, file=sys.stderr, flush=True)
     out = Path(cfg.train.output_dir)
     created = not os.path.lexists(out)
     lock_created = not os.path.lexists(out / LOCK_FILE)

@@ -1,0 +1,83 @@
+"""The shipped large-corpus configs carry their PTB row's recipe (only the size, the
+regularisation and the schedule's phase are the corpus's), configs inherit through `base`, and
+a run whose model was switched on another model's recipe is told in its first line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hornn_dist.config import load_config
+from hornn_dist.errors import ConfigError
+from tests.train_helpers import REPO, run_here, write_tiny_config
+
+CONFIGS = REPO / "configs"
+# what a corpus's config may set apart from its PTB row's: the size, the regularisation, the
+# schedule's phase and the run's own bookkeeping; every other [model] and [optim] key is PTB's
+CORPUS_KEYS = {
+    "model": {"hidden_size", "embedding_size", "num_layers", "init_std", "dropout", "weight_drop"},
+    "optim": {"halve_after", "min_lr", "weight_decay"},
+}
+
+
+@pytest.mark.parametrize(
+    "corpus,ptb",
+    [
+        ("text8", "ptb"),
+        ("text8_rnn", "ptb_rnn"),
+        ("text8_lstm", "ptb_lstm"),
+        ("wikitext103", "ptb"),
+        ("wikitext103_rnn", "ptb_rnn"),
+        ("wikitext103_lstm", "ptb_lstm"),
+    ],
+)
+def test_a_corpus_config_is_its_ptb_rows_recipe(corpus: str, ptb: str) -> None:
+    mine = load_config(CONFIGS / f"{corpus}.toml").to_dict()
+    row = load_config(CONFIGS / f"{ptb}.toml").to_dict()
+    for section, keys in CORPUS_KEYS.items():
+        differ = {k for k in row[section] if mine[section][k] != row[section][k]}
+        assert differ <= keys, (
+            f"{corpus}.toml's [{section}] {sorted(differ - keys)} are not {ptb}.toml's"
+        )
+
+
+def test_the_headline_config_is_no_longer_the_papers_setting() -> None:
+    headline, paper = load_config(CONFIGS / "text8.toml"), load_config(CONFIGS / "text8_paper.toml")
+    assert (paper.optim.lr, paper.optim.momentum, paper.optim.max_col_norm) == (0.5, 0.5, 4.0)
+    assert (headline.optim.lr, headline.optim.momentum, headline.optim.max_col_norm) == (5, 0, 0)
+    assert headline.model.tie_weights and (
+        headline.model.hidden_size,
+        headline.model.embedding_size,
+    ) == (500, 500)
+
+
+def test_base_fills_what_a_config_leaves_out_and_refuses_a_cycle(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text("[model]\nhidden_size = 64\norder = 2\n[optim]\nlr = 3.0\n")
+    (tmp_path / "b.toml").write_text('base = "a.toml"\n[model]\norder = 1\n')
+    cfg = load_config(tmp_path / "b.toml", ["optim.lr=2.0"])
+    assert (cfg.model.hidden_size, cfg.model.order, cfg.optim.lr) == (64, 1, 2.0)
+    (tmp_path / "a.toml").write_text('base = "b.toml"\n')
+    with pytest.raises(ConfigError, match="leads back to itself"):
+        load_config(tmp_path / "b.toml")
+    (tmp_path / "c.toml").write_text("base = 3\n")
+    with pytest.raises(ConfigError, match="base must be a config file's path"):
+        load_config(tmp_path / "c.toml")
+
+
+def test_a_switched_model_names_its_own_recipe_in_the_first_line(tmp_path: Path) -> None:
+    """`--set model.arch=lstm` on a HORNN recipe: before any other line, a warning naming the
+    recipe it runs and the LSTM's own config beside it; without a switch, no such line."""
+    hornn = write_tiny_config(tmp_path)
+    (tmp_path / "config_lstm.toml").write_text(
+        'base = "config.toml"\n[model]\narch = "lstm"\n[optim]\nlr = 2.0\n'
+    )
+    proc = run_here("hornn_dist.train", str(hornn), "--set", "model.arch=lstm",
+                    "--set", "train.max_steps=1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"warning: the overrides make this run's model lstm, but {hornn} ")
+    assert first.endswith(f"its own recipe for this corpus: {tmp_path / 'config_lstm.toml'}")
+    plain = run_here("hornn_dist.train", str(hornn), "--set", "train.max_steps=2",
+                     "--set", f"train.output_dir={tmp_path / 'plain'}")  # fmt: skip
+    assert plain.returncode == 0 and "overrides make this run's model" not in plain.stderr
