@@ -249,10 +249,16 @@ def test_a_bad_match_params_is_one_line_naming_the_key_and_the_runs(
 def test_the_noise_rule_calls_a_winner_only_past_twice_the_larger_sd() -> None:
     a, b = Stat.of([50.0, 51.0, 52.0]), Stat.of([55.0, 56.0, 57.0])  # sd 1 each, gap 5
     assert noise_verdict(a, b).kind == "better" and noise_verdict(b, a).kind == "worse"
-    assert noise_verdict(a, b).text() == "better (gap 5.00 > 2 × sd 1.00)"
+    assert noise_verdict(a, b).text() == "better (gap 5.00 > 2 × sd 1.00, Welch p 0.0036)"
     close = Stat.of([51.5, 52.5, 53.5])  # gap 1.5 < 2
     assert noise_verdict(a, close).kind == "within noise"
-    assert noise_verdict(a, close).text() == "within noise (gap 1.50 ≤ 2 × sd 1.00)"
+    assert noise_verdict(a, close).text() == "within noise (gap 1.50 ≤ 2 × sd 1.00, Welch p 0.14)"
+    # past 2 sds, but at two seeds each Welch's p is 0.057: no finding
+    two_a, two_b = Stat.of([50.0, 51.0]), Stat.of([52.0, 53.0])
+    assert noise_verdict(two_a, two_b).gap > noise_verdict(two_a, two_b).bar
+    assert (
+        noise_verdict(two_a, two_b).kind == "within noise" and noise_verdict(two_a, two_b).p > 0.05
+    )
     edge = Stat.of([52.0, 53.0, 54.0])  # gap exactly 2 × sd: not past it
     assert noise_verdict(a, edge).kind == "within noise"
     tight, wide = Stat.of([50.0, 50.1, 50.2]), Stat.of([51.0, 53.0, 55.0])  # the larger sd: 2

@@ -14,8 +14,9 @@ validation, at equal tokens and at convergence, with the noise rule for every ve
 - **Converged.** Test perplexity of each run's best checkpoint by validation.
 - **The noise rule** (`noise_verdict`, the one place it is decided): model A is better than B
   only when the gap of their means exceeds `NOISE_FACTOR` (2) times the larger of their seed
-  standard deviations (n - 1 in the denominator); otherwise "within noise". A model with one
-  seed has no sd: no verdict is called.
+  standard deviations (n - 1 in the denominator) and Welch's t-test gives p < `P_LEVEL` (0.05;
+  at three seeds a gap past 2 sds alone can be p ~ 0.05); otherwise "within noise". A model
+  with one seed has no sd: no verdict is called.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from hornn_dist.experiments.tables import (
     runs_table,
     unfinished_note,
 )
+from hornn_dist.experiments.welch import welch_p
 
 NOISE_FACTOR = 2.0
+P_LEVEL = 0.05  # Welch's two-sided p a verdict needs besides the gap
 EPOCH_SLACK = 1e-9  # valid_history's epoch is step / steps_per_epoch, a float
 FAIR_TEXT_COLUMNS = frozenset(
     {
@@ -92,29 +95,32 @@ class Verdict:
     kind: str  # "better" | "worse" | "within noise" | "no verdict"
     gap: float = math.nan  # |mean A - mean B|
     bar: float = math.nan  # NOISE_FACTOR x the larger sd
+    p: float = math.nan  # Welch's two-sided p
     why: str = ""  # for "no verdict"
 
     def text(self) -> str:
         """Return the verdict in a few words, with the numbers it rests on."""
         if self.kind == "no verdict":
             return f"no verdict: {self.why}"
-        sign = ">" if self.kind in ("better", "worse") else "≤"
-        return f"{self.kind} (gap {self.gap:.2f} {sign} {NOISE_FACTOR:g} × sd {self.bar / NOISE_FACTOR:.2f})"
+        sign = ">" if self.gap > self.bar else "≤"
+        sd = self.bar / NOISE_FACTOR
+        return f"{self.kind} (gap {self.gap:.2f} {sign} {NOISE_FACTOR:g} × sd {sd:.2f}, Welch p {self.p:.2g})"
 
 
 def noise_verdict(a: Stat, b: Stat) -> Verdict:
     """Return whether A (lower is better) is better than, worse than, or within noise of B:
     better or worse only when the gap of the means exceeds NOISE_FACTOR times the larger of
-    the two seed sds; with one seed (no sd) on either side, no verdict."""
+    the two seed sds and Welch's p < P_LEVEL; with one seed (no sd) on either side, no verdict."""
     if not a.n or not b.n:
         return Verdict("no verdict", why="no finished run")
     if a.sd is None or b.sd is None:
         return Verdict("no verdict", why="one seed, no sd")
     gap = abs(a.mean - b.mean)
     bar = NOISE_FACTOR * max(a.sd, b.sd)
-    if gap > bar:
-        return Verdict("better" if a.mean < b.mean else "worse", gap, bar)
-    return Verdict("within noise", gap, bar)
+    p = welch_p(a.mean, a.sd, a.n, b.mean, b.sd, b.n)
+    if gap > bar and p < P_LEVEL:
+        return Verdict("better" if a.mean < b.mean else "worse", gap, bar, p)
+    return Verdict("within noise", gap, bar, p)
 
 
 @dataclass
@@ -417,8 +423,8 @@ def _verdicts(
         rows.append(row)
     rule = (
         f"A model is called better or worse only where the gap of the means exceeds "
-        f"{NOISE_FACTOR:g} × the larger of the two seed sds; otherwise it is within noise. With "
-        "one seed there is no sd and no verdict."
+        f"{NOISE_FACTOR:g} × the larger of the two seed sds and Welch's t-test gives p < "
+        f"{P_LEVEL:g}; otherwise it is within noise. With one seed there is no sd and no verdict."
     )
     return markdown_table(headers, rows, frozenset(headers)) + "\n\n" + rule
 
