@@ -341,6 +341,8 @@ class StopFlag:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.requested:  # never an exception here: it would lose the steps since the last save
+            if os.environ.get("RANK", "0") != "0":  # the main process speaks for the run
+                return
             doing = (
                 "the checkpoint is being written"
                 if self.saving
