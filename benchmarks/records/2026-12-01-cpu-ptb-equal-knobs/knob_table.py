@@ -26,7 +26,11 @@ def kind(model) -> str:
 
 def scale(model) -> float:
     """Return the feedback's scale: c, times FOFE's alpha at order 1 (the scaled RNN)."""
-    alpha = model.alpha if (model.arch == "hornn" and model.order == 1 and model.pooling == "fofe") else 1.0
+    alpha = (
+        model.alpha
+        if (model.arch == "hornn" and model.order == 1 and model.pooling == "fofe")
+        else 1.0
+    )
     return round(model.feedback_scale * alpha, 4)
 
 
@@ -37,11 +41,16 @@ def main() -> None:
             runs[kind(run.config.model)].append(run.config)
     knobs = {
         "feedback scale (c, or alpha at order 1)": lambda c: scale(c.model),
-        "FOFE alpha": lambda c: c.model.alpha if c.model.pooling == "fofe" and c.model.arch == "hornn" else None,
+        "FOFE alpha": lambda c: (
+            c.model.alpha if c.model.pooling == "fofe" and c.model.arch == "hornn" else None
+        ),
         "weight decay": lambda c: c.optim.weight_decay,
         "dropout": lambda c: c.model.dropout,
         "weight drop": lambda c: c.model.weight_drop,
-        "schedule": lambda c: c.optim.schedule + (f" {c.optim.halve_after}" if c.optim.schedule == "fixed_then_halve" else ""),
+        "schedule": lambda c: (
+            c.optim.schedule
+            + (f" {c.optim.halve_after}" if c.optim.schedule == "fixed_then_halve" else "")
+        ),
         "tied": lambda c: c.model.tie_weights,
         "lr": lambda c: c.optim.lr,
     }
