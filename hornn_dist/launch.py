@@ -30,6 +30,8 @@ from accelerate.commands.launch import launch_command, launch_command_parser
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
+from hornn_dist.errors import described
+
 ELASTIC_LOGGER = "torch.distributed.elastic"  # the parent of every logger of torchrun's agent
 LAUNCH_LOGGER = "accelerate.commands.launch"
 # Accelerate's 6-line warning when no launch config names them: every value it lists is a
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError as err:  # one process: Accelerate's simple launcher
         how = f"ended by {_signal_name(-err.returncode)}" if err.returncode < 0 else None
         line = f"launch: failed ({how or f'exit {err.returncode}'})"
+    except Exception as err:  # the agent's own failure (a port taken, a rendezvous): one line too
+        line = f"launch: failed ({described(err)})"
     else:
         return 0
     print(line, file=sys.stderr, flush=True)

@@ -278,3 +278,17 @@ def test_the_quiet_launcher_without_a_launch_config_prints_only_the_error(tmp_pa
         capture_output=True, text=True, cwd=REPO, env=bare, timeout=240,
     )  # fmt: skip
     assert "The following values were not passed to `accelerate launch`" in plain.stderr
+
+
+@pytest.mark.integration
+def test_a_failure_of_the_launcher_itself_is_one_line_under_the_quiet_launcher() -> None:
+    """Not a rank's failure but the agent's (here a rendezvous backend torch does not know):
+    one `launch:` line naming it, no traceback."""
+    command = [sys.executable, "-m", "hornn_dist.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--rdzv_backend", "bogus", "-m", "hornn_dist.train", "configs/demo.toml"]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env(), timeout=240)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.splitlines()[-1].startswith(
+        "launch: failed (ValueError: The rendezvous backend 'bogus' is not registered"
+    )
