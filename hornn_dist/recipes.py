@@ -39,9 +39,10 @@ def own_recipe(config: Path, cfg: RunConfig, given: RunConfig) -> Path | None:
 
 
 def switched_line(config: Path, cfg: RunConfig, given: RunConfig) -> str:
-    """Return the warning for a run whose model the overrides switched, or "" when they did
-    not: the model it now is, the recipe it runs, and that model's own config where shipped."""
-    if model_of(cfg) == model_of(given):
+    """Return the warning for a run whose model the overrides switched while its [optim] recipe
+    stayed the file's, or "" (a sweep that sets a recipe with the model is not warned): the
+    model it now is, the recipe it runs, and that model's own config where shipped."""
+    if model_of(cfg) == model_of(given) or cfg.optim != given.optim:
         return ""
     now, was = cfg.model.arch, given.model.arch
     if (now, was) == ("hornn", "hornn"):

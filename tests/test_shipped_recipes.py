@@ -81,3 +81,7 @@ def test_a_switched_model_names_its_own_recipe_in_the_first_line(tmp_path: Path)
     plain = run_here("hornn_dist.train", str(hornn), "--set", "train.max_steps=2",
                      "--set", f"train.output_dir={tmp_path / 'plain'}")  # fmt: skip
     assert plain.returncode == 0 and "overrides make this run's model" not in plain.stderr
+    recipe = run_here("hornn_dist.train", str(hornn), "--set", "model.arch=lstm",
+                      "--set", "optim.lr=2.0", "--set", "train.max_steps=1",
+                      "--set", f"train.output_dir={tmp_path / 'recipe'}")  # fmt: skip
+    assert recipe.returncode == 0 and "overrides make this run's model" not in recipe.stderr
