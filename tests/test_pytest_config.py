@@ -3,6 +3,7 @@ without saying so."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,12 +37,15 @@ def _pytest_with_filters(tmp_path: Path, filters: list[str]) -> subprocess.Compl
     (folder / "test_mkldnn.py").write_text(IMPORT_MKLDNN)
     lines = "\n    ".join(["error", *filters])  # later filters win: "error" for all the rest
     (folder / "pytest.ini").write_text(f"[pytest]\nfilterwarnings =\n    {lines}\n")
+    # no plugin but pytest's own: one installed here (pytest-benchmark warns when it finds
+    # xdist's worker variables) would turn its own warning into this run's error
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "pytest.ini"],
         cwd=folder,
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
 
 
