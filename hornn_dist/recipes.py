@@ -22,9 +22,7 @@ def model_of(cfg: RunConfig) -> tuple[str, int]:
 
 def own_recipe(config: Path, cfg: RunConfig, given: RunConfig) -> Path | None:
     """Return the shipped config beside `config` (read as `given`) for `cfg`'s model on the
-    same corpus, when the overrides made `cfg` another model than `given`'s; else None."""
-    if model_of(cfg) == model_of(given):
-        return None
+    same corpus, or None."""
     for other in sorted(config.parent.glob("*.toml")):
         if other.resolve() == config.resolve() or other.stem.endswith("_paper"):
             continue

@@ -59,17 +59,16 @@ def _path_order(key: str) -> tuple[int, int, int]:
     return int(layer.removeprefix("layer")), kind == "gate", int(name[len(kind) :])
 
 
-def test_table(result: dict[str, Any]) -> str:
-    """Return the Text tab's table of a run's test result: `result` holds checkpoint, loss,
-    ppl, last_loss, last_ppl, step and best_valid_ppl."""
+def test_table(checkpoint: str, valid_ppl: float, best: Any, last: Any, step: int) -> str:
+    """Return the Text tab's table of a run's test result: the score (`.loss`, `.ppl`) of the
+    best checkpoint by validation and of the last weights (after `step` steps)."""
     return "\n".join(
         [
             "| weights | test ppl | test loss |",
             "| --- | ---: | ---: |",
-            f"| best by validation ({result['checkpoint']}, valid ppl "
-            f"{result['best_valid_ppl']:.2f}) | **{result['ppl']:.2f}** | {result['loss']:.4f} |",
-            f"| last (step {result['step']}) | {result['last_ppl']:.2f} | "
-            f"{result['last_loss']:.4f} |",
+            f"| best by validation ({checkpoint}, valid ppl {valid_ppl:.2f}) | "
+            f"**{best.ppl:.2f}** | {best.loss:.4f} |",
+            f"| last (step {step}) | {last.ppl:.2f} | {last.loss:.4f} |",
         ]
     )
 

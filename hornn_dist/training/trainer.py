@@ -253,19 +253,10 @@ class Trainer:
             last.ppl,
         )
         progress.test, progress.test_checkpoint = result.record(), best
-        if "tensorboard" in self.trackers and self.accelerator.is_main_process:
-            table = dashboard.test_table(
-                {
-                    "checkpoint": best,
-                    "loss": result.loss,
-                    "ppl": result.ppl,
-                    "last_loss": last.loss,
-                    "last_ppl": last.ppl,
-                    "step": progress.step,
-                    "best_valid_ppl": perplexity(progress.best_valid, 1),
-                }
-            )
-            writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
+        writer = self._tensorboard_writer()
+        if writer is not None:
+            valid_ppl = perplexity(progress.best_valid, 1)
+            table = dashboard.test_table(best, valid_ppl, result, last, progress.step)
             dashboard.record_test(writer, table, progress.step)
         self.events.write(
             "test",
@@ -483,9 +474,15 @@ class Trainer:
         self.progress.stop_reason = reason
         signal = (self.stop.signal_name or "a stop signal") if by_signal else ""
         self.events.write("stop", step=self.progress.step, code=code, signal=signal, reason=reason)
-        if "tensorboard" in self.trackers and self.accelerator.is_main_process:
-            writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
+        writer = self._tensorboard_writer()
+        if writer is not None:
             dashboard.record_stop(writer, reason, self.progress.step)
+
+    def _tensorboard_writer(self) -> Any:
+        """Return the run's TensorBoard SummaryWriter on the main process, else None."""
+        if "tensorboard" in self.trackers and self.accelerator.is_main_process:
+            return self.accelerator.get_tracker("tensorboard", unwrap=True)
+        return None
 
     def _check_finite(self) -> None:
         bad_step = self.step.bad_step
