@@ -341,24 +341,32 @@ class StopFlag:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.requested:  # never an exception here: it would lose the steps since the last save
-            if os.environ.get("RANK", "0") != "0":  # the main process speaks for the run
-                return
             doing = (
                 "the checkpoint is being written"
                 if self.saving
                 else "the current step finishes, then its checkpoint is written"
             )
-            print(
+            _say_from_handler(
                 f"{name} received again: {doing} and the run exits; to abort without that "
                 "checkpoint press Ctrl-\\ (SIGQUIT) or send SIGKILL (the checkpoint before "
-                "stays loadable)",
-                file=sys.stderr,
-                flush=True,
+                "stays loadable)"
             )
             return
         self.requested = True
         self.signal_name = name
         self.event.set()
+        _say_from_handler(
+            f"{name} received: the run checkpoints and exits after its current step (several "
+            "processes: within about 5 s plus one step); pressing again is safe"
+        )
+
+
+def _say_from_handler(line: str) -> None:
+    """Print `line` to stderr from a signal handler, from the main process only."""
+    if os.environ.get("RANK", "0") != "0":  # the main process speaks for the run
+        return
+    with contextlib.suppress(OSError):  # os.write: print() here can raise "reentrant call"
+        os.write(2, (line + "\n").encode())
 
 
 def cpu_name() -> str:

@@ -10,7 +10,6 @@ import runpy
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from tests.train_helpers import (
     env,
     launch_two_ranks,
     prepared_tiny,
+    read_until,
     run_here,
     train_into,
     two_rank_command,
@@ -242,23 +242,21 @@ def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_pat
     import signal
 
     config = write_tiny_config(tmp_path, train_words=20_000)
-    command = _wrapped(str(config), "--set", "train.epochs=50")
+    # H 1024: a step slow enough that the second Ctrl-C lands before the stop's checkpoint
+    command = _wrapped(str(config), "--set", "train.epochs=50", "--set", "model.hidden_size=1024")
     proc = subprocess.Popen(
         command, cwd=REPO, env=env(), stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    lines = []
-    for line in proc.stderr:  # Ctrl-C as a terminal sends it: to the whole process group
-        lines.append(line)
-        if "step 4:" in line:
-            os.killpg(proc.pid, signal.SIGINT)
-            time.sleep(0.1)
-            os.killpg(proc.pid, signal.SIGINT)  # a second Ctrl-C: the checkpoint still comes
-            break
+    lines = read_until(proc, "step 4:")
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C as a terminal sends it: to the process group
+    lines += read_until(proc, "received: the run checkpoints")  # said at once, not at the step
+    os.killpg(proc.pid, signal.SIGINT)  # a second Ctrl-C: the checkpoint still comes
     lines += proc.stderr.read().splitlines(keepends=True)
     proc.wait(timeout=120)
     log = "".join(lines)
-    assert "SIGINT received: checkpointing" in log and "saved checkpoint" in log
-    assert log.count("received again") == 1  # the main process speaks for both ranks
+    assert "SIGINT received: checkpointing" in log and "saved checkpoint" in log, log
+    assert log.count("received: the run checkpoints") == 1, log  # the main process speaks
+    assert log.count("received again") == 1, log  # for both ranks
     assert "Traceback" not in log and "SignalException" not in log, log
     assert lines[-1] == "launch: the launcher got SIGINT and passed it on to the ranks\n"
 
