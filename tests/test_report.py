@@ -302,13 +302,13 @@ def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Pa
 @pytest.mark.integration
 def test_a_record_of_the_sweeps_runs_prints_its_tables(runs: Path, tmp_path: Path) -> None:
     """`benchmarks/record_tables.py` over the files a record keeps of two finished runs (config.toml,
-    train.log, the last trainer_state.json): the clip auto resolved to, read from the trainer's
-    own start-up line, and the scores the runs' checkpoints hold."""
+    metrics.jsonl, the last trainer_state.json): the clip auto resolved to, read from the
+    trainer's own start event, and the scores the runs' checkpoints hold."""
     record = tmp_path / "record"
     for name in ("rnn", "hornn3-fofe"):
         kept = record / "runs" / name
         kept.mkdir(parents=True)
-        for file in ("config.toml", "train.log"):
+        for file in ("config.toml", "metrics.jsonl"):  # no train.log: no reader needs it
             shutil.copy2(runs / name / file, kept / file)
         newest = sorted((runs / name / "checkpoints").glob("step_*"))[-1]
         shutil.copy2(newest / "trainer_state.json", kept / "trainer_state.json")
