@@ -245,24 +245,25 @@ def test_stop_reasons_are_shortened_from_the_stop_code_not_the_sentence() -> Non
     assert short("epochs", "train.epochs=1") == "1 epoch"
     assert short("converged", epochs=7.0) == "converged (epoch 7)"
     assert short("signal", signal="SIGTERM") == "stopped by SIGTERM"
-    assert short("signal") == "stopped by a signal"  # a run from before metrics.jsonl
+    assert short("signal") == "stopped by a signal"  # a record's stop derived without its name
     assert short("") == "—"
 
 
-def test_a_runs_stop_code_comes_from_its_events_else_its_state(tmp_path: Path) -> None:
+def test_a_runs_stop_code_comes_from_its_stop_event_at_its_step(tmp_path: Path) -> None:
+    """The stop code is the metrics.jsonl's stop event's at the state's step: never read from
+    the stop reason's wording, and none from a stop the run has since resumed past."""
     from hornn_dist.experiments.results import stop_of
     from hornn_dist.run_state import TrainerState
 
-    config = load_config(None, ["train.max_steps=9", "train.epochs=3"])
-    state = TrainerState(step=9, stop_reason="anything")
-    assert stop_of(tmp_path, state, config) == ("max_steps", "")
-    state.schedule = {"stopped": "converged: ..."}
-    assert stop_of(tmp_path, state, config) == ("converged", "")
-    (tmp_path / "metrics.jsonl").write_text(
-        '{"event": "stop", "step": 9, "code": "signal", "signal": "SIGINT", "reason": "x"}\n'
-    )
-    assert stop_of(tmp_path, state, config) == ("signal", "SIGINT")
-    assert stop_of(tmp_path, TrainerState(step=3), config) == ("", "")  # still training
+    state = TrainerState(step=9, stop_reason="reached train.max_steps = 9")
+    assert stop_of(tmp_path, state) == ("", "")  # no events: no code from the sentence
+    events = tmp_path / "metrics.jsonl"
+    events.write_text('{"event": "stop", "step": 4, "code": "signal", "signal": "SIGINT"}\n')
+    assert stop_of(tmp_path, state) == ("", "")  # stopped at 4, resumed, still training at 9
+    with events.open("a") as f:
+        f.write('{"event": "stop", "step": 9, "code": "max_steps", "signal": "", "reason": "x"}\n')
+    assert stop_of(tmp_path, state) == ("max_steps", "")
+    assert stop_of(tmp_path, TrainerState(step=3)) == ("", "")  # still training
 
 
 def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:
