@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.train_helpers import (
     markdown_table,
     run_here,
     run_record_tables,
+    wait_for_step,
     write_tiny_config,
 )
 
@@ -76,7 +76,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             stderr=subprocess.STDOUT,
         )
         try:
-            _wait_for(runs / "lstm" / "train.log", "step 2:", proc)
+            wait_for_step(runs / "lstm", 2, proc)
             proc.send_signal(signal.SIGTERM)  # passed on to the LSTM, which checkpoints
             assert proc.wait(timeout=120) == 0, (folder / "sweep.log").read_text()
         finally:
@@ -85,15 +85,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lstm = read_run(runs / "lstm")
     assert lstm is not None and not lstm.finished, (folder / "sweep.log").read_text()
     return runs
-
-
-def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
-        if path.is_file() and text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared in {path} (sweep exit {proc.poll()})")
 
 
 def _trainer_state(run: Path) -> dict:
