@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copy the finished runs of a sweep (or one run folder) into a record: each run's config.toml,
-# train.log and newest checkpoint's trainer_state.json, and the sweep's sweep.json. Runs still
-# training are left out (finished as the sweep judges it). Run from the repository root:
+# metrics.jsonl (what the record readers read), train.log (for people) and newest checkpoint's
+# trainer_state.json, and the sweep's sweep.json. Runs still training are left out (finished as
+# the sweep judges it). Run from the repository root:
 #   bash benchmarks/collect_runs.sh runs/sweeps/NAME benchmarks/records/DATE-WHAT/NAME
 set -euo pipefail
 src=${1:?usage: collect_runs.sh SWEEP_OR_RUN_FOLDER RECORD_FOLDER}
@@ -23,6 +24,6 @@ for run in "${runs[@]}"; do
   out="$dst/$name"
   [ "$single" = 1 ] && out="$dst"
   mkdir -p "$out"
-  cp "$run/config.toml" "$run/train.log" "$state" "$out/"
+  cp "$run/config.toml" "$run/metrics.jsonl" "$run/train.log" "$state" "$out/"
   echo "copied $name"
 done

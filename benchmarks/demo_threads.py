@@ -5,10 +5,11 @@
 Runs `python -m hornn_dist.train configs/demo.toml` into a scratch output_dir for
 `--steps` steps once per thread count (`train.cpu_threads`, with OMP_NUM_THREADS the same),
 after preparing the corpus once, and prints a table: the trainer's own tokens/s
-(trainer_state.json: training time, validation and saves left out), the median of its log
-lines' tokens/s, the command's wall seconds and the load average before and after. Writes
-`<label>.json` (common.run_meta's fields with the load average), `<label>.txt` (the table) and
-each run's `train.log` as `<label>-threads<N>.log` into `--out`.
+(trainer_state.json: training time, validation and saves left out), the median tokens/s of
+its log steps (the train events of its metrics.jsonl), the command's wall seconds and the load
+average before and after. Writes `<label>.json` (common.run_meta's fields with the load
+average), `<label>.txt` (the table) and each run's `train.log`, for people, as
+`<label>-threads<N>.log` into `--out`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -28,13 +28,13 @@ from pathlib import Path
 import torch
 
 from hornn_dist.checkpoint import list_checkpoints
-from hornn_dist.run_layout import RUN_LOG
+from hornn_dist.run_layout import EVENTS_FILE, RUN_LOG
 from hornn_dist.run_state import TrainerState
+from hornn_dist.training.events import read_events
 
 from common import REPO, run_meta, write_json
 
 CONFIG = "configs/demo.toml"
-LOG_SPEED = re.compile(r"([0-9]+) tokens/s")
 
 
 def demo_command(out: Path, steps: int, threads: int) -> list[str]:
@@ -71,12 +71,12 @@ def time_demo(steps: int, threads: int, logs: Path, label: str) -> dict:
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
     }
-    log = scratch / "run" / RUN_LOG
+    log, events = scratch / "run" / RUN_LOG, scratch / "run" / EVENTS_FILE
     if log.is_file():
-        text = log.read_text()
-        (logs / f"{label}-threads{threads}.log").write_text(text)
-        speeds = [int(m) for m in LOG_SPEED.findall(text)]
-        row["log_tokens_per_sec_median"] = statistics.median(speeds) if speeds else None
+        shutil.copyfile(log, logs / f"{label}-threads{threads}.log")
+    if events.is_file():  # the key keeps its name: the records before read the log's lines
+        speeds = [e["tokens_per_sec"] for e in read_events(events) if e["event"] == "train"]
+        row["log_tokens_per_sec_median"] = round(statistics.median(speeds)) if speeds else None
     checkpoints = list_checkpoints(scratch / "run", warn=False)
     if checkpoints:
         state = TrainerState.read(checkpoints[-1])

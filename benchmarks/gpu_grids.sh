@@ -176,7 +176,7 @@ done
 if [ "$GRIDS_REFERENCE" = 1 ] && [ -d runs/sweeps/gpu_reference/rnn ]; then
   mkdir -p "$pack/gpu_reference/runs/rnn"
   run=runs/sweeps/gpu_reference/rnn
-  cp "$run/config.toml" "$run/train.log" "$pack/gpu_reference/runs/rnn/"
+  cp "$run/config.toml" "$run/metrics.jsonl" "$run/train.log" "$pack/gpu_reference/runs/rnn/"
   cp "$(ls -d "$run"/checkpoints/step_* | sort | tail -1)/trainer_state.json" "$pack/gpu_reference/runs/rnn/"
 fi
 cp "$0" benchmarks/grid_runs.py "$pack/"

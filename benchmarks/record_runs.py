@@ -1,10 +1,13 @@
 """A run as a benchmark record keeps it, read back as it ran: one folder holding the run's
 config.toml (read as written: no default of today fills a key, no check of today refuses an
-old value), its train.log and its last checkpoint's trainer_state.json (through the one reader
-of that file, `run_state.TrainerState.read`).
+old value), its metrics.jsonl (the trainer's events, `training/events.py`) and its last
+checkpoint's trainer_state.json (through the one reader of that file,
+`run_state.TrainerState.read`). No reader parses its train.log, which is for people.
 
 What the run did is read from these files only, never recomputed by today's code: under
-`optim.clip_mode = "auto"` the clip is the one its start-up log line says auto resolved to.
+`optim.clip_mode = "auto"` the clip is the one its start events say auto resolved to. (Runs
+recorded before metrics.jsonl got one derived from their train.log, each event marked
+`derived_from`; benchmarks/README.md says how.)
 
 As a script it prints each run's learning curve, one epoch after another, for a record's text:
     python benchmarks/record_runs.py RUN_FOLDER [RUN_FOLDER ...]
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -26,29 +28,21 @@ from hornn_dist import run_layout
 from hornn_dist.config import ModelConfig, OptimConfig, read_toml
 from hornn_dist.errors import ConfigError
 from hornn_dist.run_state import TrainerState
+from hornn_dist.training.events import read_events
 from hornn_dist.training.metrics import perplexity
 
-# the trainer's start-up line (training/trainer.py, "recipe: ..."): the init, then the clip
-RECIPE_LINE = re.compile(
-    r"recipe: (?P<init>.*?) \| activation \S+ \| "
-    r"(?P<clip>clip (?P<mode>\w+)(?P<auto> \(auto\))? (?P<value>[^,\s]+)),"
-)
-# the trainer's training-loss line (training/trainer.py, "step %d: loss %.4f, ppl %.2f, ...")
-TRAIN_LINE = re.compile(r"step (\d+): loss ([\w.+-]+), ppl ([\w.+-]+),")
-# the same line's lr, where the log has it: the lr that step trained at
-TRAIN_LR_LINE = re.compile(r"step (\d+): loss [\w.+-]+, ppl ([\w.+-]+), lr ([\w.+-]+),")
-# the training ppl of an epoch in a curve: the median of its last this many log lines
+# the training ppl of an epoch in a curve: the median of its last this many train events
 CURVE_TRAIN_LINES = 10
 
 
 @dataclass(frozen=True)
 class RecordRun:
-    """One run folder of a record: its trainer state, its config as written, its log text."""
+    """One run folder of a record: its trainer state, its config as written, its events."""
 
     folder: Path
     state: dict[str, Any]
     config: dict[str, Any]
-    log: str  # "" when the record keeps no train.log
+    events: list[dict[str, Any]]  # its metrics.jsonl's, in order ([] when it keeps none)
 
     @property
     def name(self) -> str:
@@ -66,23 +60,27 @@ class RecordRun:
             )
         return table[name]
 
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        """Return the run's events of one kind ("start", "train", ...), in order."""
+        return [e for e in self.events if e.get("event") == kind]
+
     def clip(self) -> str:
         """Return the clip the run trained under, as "norm 1", or "norm 0.5 (auto)" where its
-        config left it to `auto` (read from its start-up log line, which says what auto gave)."""
+        config left it to `auto` (read from its start events, which say what auto gave)."""
         optim = self.config.get("optim", {})
         mode = optim.get("clip_mode", "auto")
         if mode != "auto":
             return f"{mode} {optim.get('clip', 1.0):g}"
-        found = {(m["mode"], m["value"], bool(m["auto"])) for m in RECIPE_LINE.finditer(self.log)}
+        found = {(e["clip_mode"], e["clip"]) for e in self.of("start")}
         if len(found) != 1:
-            what = "no start-up recipe line" if not found else "start-up lines whose clips differ"
+            what = "no start event" if not found else "start events whose clips differ"
             raise ConfigError(
-                f"{self.folder}: optim.clip_mode is auto and its {run_layout.RUN_LOG} has {what}, "
-                "so the clip it trained under is unknown; keep the run's own train.log in the "
-                "record"
+                f"{self.folder}: optim.clip_mode is auto and its {run_layout.EVENTS_FILE} has "
+                f"{what}, so the clip it trained under is unknown; keep the run's own "
+                f"{run_layout.EVENTS_FILE} in the record"
             )
-        ((mode, value, _),) = found
-        return f"{mode} {value} (auto)"
+        ((mode, value),) = found
+        return f"{mode} {value:g} (auto)"
 
     def recipe(self) -> str:
         """Return the run's training recipe in one phrase: lr, momentum, clip, column norm,
@@ -120,29 +118,35 @@ class RecordRun:
         return ", ".join(parts)
 
     def startup_recipe(self) -> str:
-        """Return the first start-up recipe line's init and clip, as "init ...; clip ..."."""
-        found = RECIPE_LINE.search(self.log)
-        if found is None:
+        """Return the first start event's init and clip, as "init ...; clip norm (auto) 1"."""
+        found = [e for e in self.of("start") if "init" in e]
+        if not found:
             raise ConfigError(
-                f"{self.folder} has no {run_layout.RUN_LOG} with a start-up recipe line; keep "
-                "the run's own train.log in the record"
+                f"{self.folder}: no start event of its {run_layout.EVENTS_FILE} names the init "
+                "(the trainer's start events name it since 2026-12-01); keep the run's own "
+                f"{run_layout.EVENTS_FILE} in the record, or drop the column"
             )
-        return f"{found['init']}; {found['clip']}"
+        first = found[0]
+        auto = " (auto)" if self.config.get("optim", {}).get("clip_mode", "auto") == "auto" else ""
+        return f"{first['init']}; clip {first['clip_mode']}{auto} {first['clip']:g}"
 
-    def train_losses(self) -> dict[int, str]:
-        """Return the training loss at each logged step, as the log wrote it, by step."""
-        return {int(m[1]): m[2] for m in TRAIN_LINE.finditer(self.log)}
+    def train_losses(self) -> dict[int, float]:
+        """Return the training loss at each step with a train event (the last one written of a
+        step, as a resumed run appends), by step."""
+        return {int(e["step"]): _number(e.get("loss")) for e in self.of("train")}
 
     def largest_train_ppl(self) -> float:
-        """Return the largest training perplexity the log holds (NaN when it holds none)."""
-        ppl = [float(m[3]) for m in TRAIN_LINE.finditer(self.log)]
-        return max(ppl) if ppl else math.nan
+        """Return the largest training perplexity of its train events (NaN when none)."""
+        ppl = [_number(e.get("ppl")) for e in self.of("train")]
+        return max((p for p in ppl if not math.isnan(p)), default=math.nan)
 
     def epoch_curve(self) -> list[tuple[float, float, float, float]]:
         """Return (epoch, lr, training ppl, validation ppl) at each validation: the lr of the
-        epoch's last training log line and the median ppl of its last `CURVE_TRAIN_LINES` (NaN
-        where the log holds none, e.g. a record that keeps no train.log)."""
-        lines = [(int(m[1]), float(m[2]), float(m[3])) for m in TRAIN_LR_LINE.finditer(self.log)]
+        epoch's last train event and the median ppl of its last `CURVE_TRAIN_LINES` (NaN where
+        it has none, e.g. a record whose run keeps no events); of a step a resumed run trained
+        again, the last event written."""
+        by_step = {int(e["step"]): e for e in self.of("train") if "lr" in e}
+        lines = [(s, _number(e.get("ppl")), _number(e["lr"])) for s, e in sorted(by_step.items())]
         curve, start = [], 0
         for entry in self.valid_history:
             end = int(entry["step"])
@@ -189,6 +193,11 @@ class RecordRun:
         return float(scores.get("ppl", math.nan))
 
 
+def _number(value: Any) -> float:
+    """Return an event's number as a float (null, a non-finite number in JSON, as NaN)."""
+    return math.nan if value is None else float(value)
+
+
 def _ppl(entry: dict[str, Any]) -> float:
     """Return a validation entry's perplexity (from its loss where it has no `ppl`)."""
     return float(entry["ppl"]) if "ppl" in entry else perplexity(entry["loss"], 1)
@@ -200,20 +209,20 @@ def read_record_run(folder: Path) -> RecordRun:
     if not (folder / ckpt.STATE_FILE).is_file():
         raise ConfigError(
             f"run folder {folder} has no {ckpt.STATE_FILE}; a record's run folder holds the "
-            "run's config.toml, train.log and last trainer_state.json"
+            "run's config.toml, metrics.jsonl and last trainer_state.json"
         )
     state = asdict(TrainerState.read(folder))
     config = read_toml(folder / run_layout.CONFIG_FILE, "a record run's config", "config.toml")
-    log_path = folder / run_layout.RUN_LOG
-    log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
-    return RecordRun(folder, state, config, log)
+    events_path = folder / run_layout.EVENTS_FILE
+    events = read_events(events_path) if events_path.is_file() else []
+    return RecordRun(folder, state, config, events)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print each run folder's learning curve (the script's use, in the module docstring)."""
     parser = argparse.ArgumentParser(
         description="Print each record run's learning curve: per epoch, the lr, then the median "
-        f"training ppl of its last {CURVE_TRAIN_LINES} log lines / the validation ppl."
+        f"training ppl of its last {CURVE_TRAIN_LINES} train events / the validation ppl."
     )
     parser.add_argument("runs", nargs="+", type=Path, help="a record's run folders")
     args = parser.parse_args(argv)

@@ -20,7 +20,7 @@ package):
 
     [[table]]
     title = "Training loss, two runs"
-    train_losses = ["runs/a", "runs/b"]           # the loss both logged at each step, b - a
+    train_losses = ["runs/a", "runs/b"]           # the train loss both have at a step, b - a
 
     [[table]]
     title = "The fair comparison"
@@ -214,7 +214,7 @@ QUANTITIES: dict[str, Quantity] = {
     "clip": Quantity(
         lambda runs, _, c: _same([r.clip() for r in runs], c),
         True,
-        'the clip it trained under: its config.toml\'s, or under "auto" the one its log says',
+        "the clip it trained under: its config.toml's, or under \"auto\" its start events'",
     ),
     "config": Quantity(_setting, False, "the value of `key` (section.key) in its config.toml"),
     "parameters": Quantity(_parameters, False, "its parameter count (its trainer state's)"),
@@ -267,11 +267,11 @@ QUANTITIES: dict[str, Quantity] = {
         _test_and_ratio, False, "its test ppl and, unless it is the reference, the ratio"
     ),
     "validations": Quantity(_validations, True, "every validation: ppl (step)"),
-    "largest train ppl": Quantity(_largest, False, "the largest training ppl its log holds"),
+    "largest train ppl": Quantity(_largest, False, "the largest training ppl of its events"),
     "start-up recipe": Quantity(
         lambda runs, _, c: _one(runs, c).startup_recipe(),
         True,
-        "the init and clip of its log's start-up recipe line",
+        "the init and clip of its first start event (what its start-up recipe line says)",
     ),
     "stop reason": Quantity(
         lambda runs, _, c: str(_one(runs, c).state.get("stop_reason") or NONE),
@@ -321,10 +321,11 @@ def _cell(table: Table, row: Row, column: Column) -> str:
 
 
 def _losses_table(a: RecordRun, b: RecordRun) -> str:
-    """Return the training loss of two runs at each step both logged, and b's minus a's."""
+    """Return the training loss of two runs at each step both have a train event at, and
+    b's minus a's (at the log's precision, 4 decimals)."""
     la, lb = a.train_losses(), b.train_losses()
     rows = [
-        [str(step), la[step], lb[step], f"{float(lb[step]) - float(la[step]):+.4f}"]
+        [str(step), f"{la[step]:.4f}", f"{lb[step]:.4f}", f"{lb[step] - la[step]:+.4f}"]
         for step in sorted(set(la) & set(lb))
     ]
     return markdown_table(["step", a.name, b.name, "difference"], rows, left=())

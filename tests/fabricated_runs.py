@@ -6,8 +6,11 @@ through the product's own code where it has one: the weights of a real (tiny) mo
 `checkpoint.save_weights`, `config.toml` with `RunConfig.to_toml`, `trainer_state.json` with
 `TrainerState.write` (its schedule and validation history made by `LrSchedule.end_epoch`
 itself, epoch by epoch, from a validation curve), `checksums.json` with
-`checkpoint.write_checksums`, and `DONE` last. The per-rank files (random states, stream
-position) are left out: the report never reads them, and a checkpoint is complete without them.
+`checkpoint.write_checksums`, and `DONE` last; and the run's `metrics.jsonl` with
+`events.EventLog`: its stop event, which the report reads the stop code from (the other events
+are left out: the report reads their numbers from the trainer state). The per-rank files
+(random states, stream position) are left out: the report never reads them, and a checkpoint
+is complete without them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from hornn_dist.files import write_text
 from hornn_dist.models import build_model
 from hornn_dist.run_layout import CONFIG_FILE
 from hornn_dist.run_state import TrainerState
+from hornn_dist.training.events import EventLog
 from hornn_dist.training.optim import LrSchedule
 
 STEPS_PER_EPOCH = 10
@@ -104,4 +108,19 @@ def write_run(
     state.write(folder)
     ckpt.write_checksums(folder)
     write_text(folder / ckpt.DONE, f"step {step}\n")
+    if state.stop_reason:
+        events = EventLog(is_main=True)
+        events.open(out)
+        events.write("stop", step=step, code=_stop_code(config, schedule, len(history)), signal="")
+        events.close()
     return asdict(state)
+
+
+def _stop_code(config: RunConfig, schedule: LrSchedule, epochs: int) -> str:
+    """Return the stop code the trainer writes for a run that ended here: converged, its
+    max_steps or epochs reached, else a signal's stop."""
+    if schedule.stopped:
+        return "converged"
+    if config.train.max_steps and epochs * STEPS_PER_EPOCH >= config.train.max_steps:
+        return "max_steps"
+    return "epochs" if epochs >= config.train.epochs else "signal"

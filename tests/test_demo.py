@@ -10,7 +10,7 @@ import pytest
 
 from hornn_dist.checkpoint import list_checkpoints
 from hornn_dist.run_state import TrainerState
-from tests.train_helpers import REPO, check_ok, run_module
+from tests.train_helpers import REPO, check_ok, run_events, run_module
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -55,10 +55,9 @@ def test_readme_demo_command_trains_end_to_end(tmp_path: Path) -> None:
     # the recipe as resolved for the demo's FOFE-3 at H 128 (docs/reproduction.md, "Recipes")
     assert "recipe: init scaled: every weight ~ N(0, 0.1)" in proc.stderr
     assert "clip norm (auto) 1, column norm 4" in proc.stderr
-    test_line = [line for line in proc.stderr.splitlines() if " test: " in line][-1]
-    ppl = float(test_line.rsplit("ppl", 1)[1])
-    vocab = int(re.search(r"vocabulary (\d+)", proc.stderr).group(1))
-    assert 1.0 < ppl < vocab  # better than uniform after a few steps
+    (test,), (begun,) = run_events(out, "test"), run_events(out, "start")
+    for ppl in (test["ppl"], test["last_ppl"]):  # better than uniform after a few steps
+        assert 1.0 < ppl < begun["vocabulary"]
     state = TrainerState.read(list_checkpoints(out)[-1])
     assert state.step == 15
 

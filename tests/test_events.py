@@ -35,6 +35,10 @@ def test_every_log_line_and_validation_is_an_event_with_the_states_numbers(run: 
     assert starts[1]["started"].startswith("resumed from ")
     assert starts[0]["config"]["model"]["pooling"] == "gated"
     assert starts[0]["parameters"] > 0 and starts[0]["clip_mode"] in ("norm", "value")
+    # what the start-up recipe line says, as data: the init's stds and the clip auto chose
+    assert starts[0]["init"] == "init scaled: every weight ~ N(0, 0.1) (feedback gain <= 1 already)"
+    assert starts[0]["config"]["optim"]["clip_mode"] == "auto" and starts[0]["clip"] > 0
+    assert starts[0]["vocabulary"] == 41  # the tiny corpus's, as the start-up line says
     train = [e for e in events if e["event"] == "train"]
     assert [e["step"] for e in train] == list(range(2, 21, 2))  # log.every = 2
     for event in train:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hornn_dist.training.events import read_events
 from tests.train_helpers import (
     REPO,
     check_ok,
@@ -161,22 +162,44 @@ rows = [{runs = ["runs/x"]}]
 """
 
 
-def test_an_auto_clip_is_the_one_the_runs_log_says_not_todays(tmp_path: Path) -> None:
-    """Under clip_mode auto the clip comes from the run's start-up line: a log that says 0.25
-    gives 0.25 where today's auto would give `sum`-3 0.5; without a log it is one line."""
+def test_an_auto_clip_is_the_one_the_runs_events_say_not_todays(tmp_path: Path) -> None:
+    """Under clip_mode auto the clip comes from the run's start events: events that say 0.25
+    give 0.25 where today's auto would give `sum`-3 0.5; without them it is one line."""
     record = _record_of(tmp_path, H200 / "demo_orders" / "runs" / "hornn3-sum", CLIP_TABLE)
-    log = record / "runs" / "x" / "train.log"
-    assert "clip norm (auto) 0.5," in log.read_text()
-    log.write_text(log.read_text().replace("clip norm (auto) 0.5,", "clip norm (auto) 0.25,"))
+    path = record / "runs" / "x" / "metrics.jsonl"
+    events = read_events(path)
+    starts = [e for e in events if e["event"] == "start"]
+    assert starts and all((e["clip_mode"], e["clip"]) == ("norm", 0.5) for e in starts)
+    for event in starts:
+        event["clip"] = 0.25
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    (record / "runs" / "x" / "train.log").unlink()  # no reader needs it
     result = run_record_tables(record)
     check_ok(result)
     assert "| x | norm 0.25 (auto) |" in result.stdout.splitlines()
 
-    log.unlink()
+    path.unlink()
     result = run_record_tables(record)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert str(record / "runs" / "x") in lines[0] and "clip_mode is auto" in lines[0]
+
+
+def test_a_records_tables_read_no_train_log(tmp_path: Path) -> None:
+    """The record whose tables show what the logs said (the start-up recipe, the largest
+    training ppl, two runs' training losses step by step, the auto clip) prints the same
+    tables with every train.log removed: its runs' metrics.jsonl holds it all."""
+    source = RECORDS / "2026-11-27-cpu-recipe-search"
+    record = tmp_path / source.name
+    shutil.copytree(source, record)
+    logs = list(record.rglob("train.log"))
+    assert len(logs) >= 20
+    for log in logs:
+        log.unlink()
+    result = run_record_tables(record)
+    check_ok(result)
+    assert result.stdout == printed(source)
+    assert "| 150 | 5.6646 | 5.6483 | -0.0163 |" in result.stdout  # the losses, step by step
 
 
 def test_a_parameters_column_is_the_count_the_runs_state_keeps(tmp_path: Path) -> None:
@@ -307,11 +330,12 @@ def test_a_chosen_column_shows_the_run_with_the_lowest_validation_never_the_test
     assert f"| {worst:.2f} |" in again.stdout
 
 
-def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_log(
+def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_events(
     tmp_path: Path,
 ) -> None:
-    """A record run's curve: per validation, the lr of the epoch's last training line and the
-    median of its last 10 training ppls, beside the validation ppl trainer_state.json keeps."""
+    """A record run's curve: per validation, the lr of the epoch's last train event and the
+    median of its last 10 training ppls (a step trained again after a resume: its last
+    event), beside the validation ppl trainer_state.json keeps."""
     record_runs = load_benchmark("record_runs")
     kept = REPO / "benchmarks/records/2026-11-29-cpu-ptb-tied/ptb_recipe_tied/rnn-tied-seed1234"
     run = tmp_path / "run"
@@ -321,16 +345,20 @@ def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_lo
     state["valid_history"] = history
     (run / "trainer_state.json").write_text(json.dumps(state))
     first, second = int(history[0]["step"]), int(history[1]["step"])
-    lines = [
-        f"step {first - 11 + i}: loss 1.0, ppl {i + 1}.0, lr 5, 10 tokens/s" for i in range(12)
-    ]
-    lines += [
-        f"step {second - 2 + i}: loss 1.0, ppl {100 + i}.0, lr 2.5, 10 tokens/s" for i in range(3)
-    ]
-    (run / "train.log").write_text("\n".join(f"00:00:00 INFO {line}" for line in lines) + "\n")
+
+    def trained(step: int, ppl: float, lr: float) -> dict:
+        return {"event": "train", "step": step, "loss": 1.0, "ppl": ppl, "lr": lr}
+
+    events = [trained(first - 11 + i, i + 1.0, 5) for i in range(11)]  # then killed
+    # resumed from a checkpoint 3 steps back: its last steps trained again, at other ppls
+    events += [{"event": "start", "step": first - 3}]
+    events += [trained(first - 2 + i, 50.0 + i, 5) for i in range(3)]
+    events += [trained(second - 2 + i, 100.0 + i, 2.5) for i in range(3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "train.log").write_text("step 1: loss 9.0, ppl 9999.0, lr 9, 10 tokens/s\n")  # unread
     curve = record_runs.read_record_run(run).epoch_curve()
     assert [(e, lr, train) for e, lr, train, _ in curve] == [
-        (1.0, 5.0, statistics.median(range(3, 13))),
+        (1.0, 5.0, statistics.median([*range(3, 10), 50, 51, 52])),  # 7.5
         (2.0, 2.5, 101.0),
     ]
     assert [valid for *_, valid in curve] == pytest.approx([h["ppl"] for h in history])

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.train_helpers import (
     markdown_table,
     run_here,
     run_record_tables,
+    wait_for_step,
     write_tiny_config,
 )
 
@@ -76,7 +76,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             stderr=subprocess.STDOUT,
         )
         try:
-            _wait_for(runs / "lstm" / "train.log", "step 2:", proc)
+            wait_for_step(runs / "lstm", 2, proc)
             proc.send_signal(signal.SIGTERM)  # passed on to the LSTM, which checkpoints
             assert proc.wait(timeout=120) == 0, (folder / "sweep.log").read_text()
         finally:
@@ -85,15 +85,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lstm = read_run(runs / "lstm")
     assert lstm is not None and not lstm.finished, (folder / "sweep.log").read_text()
     return runs
-
-
-def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
-        if path.is_file() and text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared in {path} (sweep exit {proc.poll()})")
 
 
 def _trainer_state(run: Path) -> dict:
@@ -245,24 +236,25 @@ def test_stop_reasons_are_shortened_from_the_stop_code_not_the_sentence() -> Non
     assert short("epochs", "train.epochs=1") == "1 epoch"
     assert short("converged", epochs=7.0) == "converged (epoch 7)"
     assert short("signal", signal="SIGTERM") == "stopped by SIGTERM"
-    assert short("signal") == "stopped by a signal"  # a run from before metrics.jsonl
+    assert short("signal") == "stopped by a signal"  # a record's stop derived without its name
     assert short("") == "—"
 
 
-def test_a_runs_stop_code_comes_from_its_events_else_its_state(tmp_path: Path) -> None:
+def test_a_runs_stop_code_comes_from_its_stop_event_at_its_step(tmp_path: Path) -> None:
+    """The stop code is the metrics.jsonl's stop event's at the state's step: never read from
+    the stop reason's wording, and none from a stop the run has since resumed past."""
     from hornn_dist.experiments.results import stop_of
     from hornn_dist.run_state import TrainerState
 
-    config = load_config(None, ["train.max_steps=9", "train.epochs=3"])
-    state = TrainerState(step=9, stop_reason="anything")
-    assert stop_of(tmp_path, state, config) == ("max_steps", "")
-    state.schedule = {"stopped": "converged: ..."}
-    assert stop_of(tmp_path, state, config) == ("converged", "")
-    (tmp_path / "metrics.jsonl").write_text(
-        '{"event": "stop", "step": 9, "code": "signal", "signal": "SIGINT", "reason": "x"}\n'
-    )
-    assert stop_of(tmp_path, state, config) == ("signal", "SIGINT")
-    assert stop_of(tmp_path, TrainerState(step=3), config) == ("", "")  # still training
+    state = TrainerState(step=9, stop_reason="reached train.max_steps = 9")
+    assert stop_of(tmp_path, state) == ("", "")  # no events: no code from the sentence
+    events = tmp_path / "metrics.jsonl"
+    events.write_text('{"event": "stop", "step": 4, "code": "signal", "signal": "SIGINT"}\n')
+    assert stop_of(tmp_path, state) == ("", "")  # stopped at 4, resumed, still training at 9
+    with events.open("a") as f:
+        f.write('{"event": "stop", "step": 9, "code": "max_steps", "signal": "", "reason": "x"}\n')
+    assert stop_of(tmp_path, state) == ("max_steps", "")
+    assert stop_of(tmp_path, TrainerState(step=3)) == ("", "")  # still training
 
 
 def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:
@@ -302,13 +294,13 @@ def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Pa
 @pytest.mark.integration
 def test_a_record_of_the_sweeps_runs_prints_its_tables(runs: Path, tmp_path: Path) -> None:
     """`benchmarks/record_tables.py` over the files a record keeps of two finished runs (config.toml,
-    train.log, the last trainer_state.json): the clip auto resolved to, read from the trainer's
-    own start-up line, and the scores the runs' checkpoints hold."""
+    metrics.jsonl, the last trainer_state.json): the clip auto resolved to, read from the
+    trainer's own start event, and the scores the runs' checkpoints hold."""
     record = tmp_path / "record"
     for name in ("rnn", "hornn3-fofe"):
         kept = record / "runs" / name
         kept.mkdir(parents=True)
-        for file in ("config.toml", "train.log"):
+        for file in ("config.toml", "metrics.jsonl"):  # no train.log: no reader needs it
             shutil.copy2(runs / name / file, kept / file)
         newest = sorted((runs / name / "checkpoints").glob("step_*"))[-1]
         shutil.copy2(newest / "trainer_state.json", kept / "trainer_state.json")

@@ -27,6 +27,7 @@ from tests.train_helpers import (
     check_ok,
     env,
     prepared_tiny,
+    run_events,
     run_here,
     scalars,
 )
@@ -96,7 +97,8 @@ def test_resume_applies_changed_optim_settings_and_names_them(workdir: Path) -> 
         "lr now 0.25",
     ):
         assert note in proc.stderr, note
-    assert "step 6: loss" in proc.stderr and ", lr 0.25," in proc.stderr
+    trained = {e["step"]: e["lr"] for e in run_events(workdir / "retuned", "train")}
+    assert (trained[4], trained[6]) == (0.3, 0.25)  # the resumed steps train at the new lr
     folder = newest(workdir, "retuned")
     schedule = TrainerState.read(folder).schedule
     assert schedule["lr"] == 0.25 and schedule["min_lr"] == 0.01
@@ -145,6 +147,7 @@ def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
     assert f"ppl {test['ppl']:.2f}" in first.stderr
     assert set(test) == {"tokens", "loss_sum", "loss", "ppl"}
     done = (folder / "DONE").stat().st_mtime_ns
+    events = (workdir / "finished" / "metrics.jsonl").read_bytes()
 
     again = train(workdir, "finished", "--set", "train.epochs=2")
     check_ok(again)
@@ -156,11 +159,9 @@ def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
         "the run trained 2 epochs; raise train.epochs above 2" in again.stderr
         and "--no-resume" in again.stderr
     )
-    assert (
-        "resuming from" not in again.stderr
-        and f"step {2 * STEPS_PER_EPOCH}: valid loss" not in again.stderr
-    )
+    assert "resuming from" not in again.stderr
     assert (folder / "DONE").stat().st_mtime_ns == done  # nothing written
+    assert (workdir / "finished" / "metrics.jsonl").read_bytes() == events  # no event either
 
     more = train(workdir, "finished", "--set", "train.epochs=3")
     check_ok(more)
@@ -173,7 +174,8 @@ def test_a_max_steps_run_validates_at_its_end_and_best_names_its_step(
 ) -> None:
     proc = train(workdir, "short", "--set", "train.max_steps=7")  # mid-epoch, saves at 5 and 7
     check_ok(proc)
-    assert "step 7: valid loss" in proc.stderr
+    (valid,) = run_events(workdir / "short", "valid")  # the save at step 5 validates nothing
+    assert (valid["step"], valid["best"]) == (7, True)
     state = TrainerState.read(newest(workdir, "short"))
     assert state.best_checkpoint == "step_00000007" and math.isfinite(state.best_valid)
     with caplog.at_level(logging.INFO, logger="hornn_dist.checkpoint"):
@@ -317,14 +319,15 @@ def test_max_steps_on_an_epochs_last_batch_ends_that_epoch(
     )
     check_ok(capped)
     assert "epoch 1 of 2 done: valid ppl" in capped.stderr
-    assert capped.stderr.count(f"step {STEPS_PER_EPOCH}: valid loss") == 1
+    assert [e["step"] for e in run_events(workdir / "capped", "valid")] == [STEPS_PER_EPOCH]
     state = TrainerState.read(newest(workdir, "capped"))
     assert state.epoch == 1 and state.schedule["epochs_done"] == 1  # the epoch counted
     assert state.stop_reason == f"reached train.max_steps = {STEPS_PER_EPOCH}"
     assert [h["step"] for h in state.valid_history] == [STEPS_PER_EPOCH]
     resumed = train(workdir, "capped", "--set", "train.epochs=2")
     check_ok(resumed)
-    assert f"step {STEPS_PER_EPOCH}: valid loss" not in resumed.stderr  # not validated again
+    validated = [e["step"] for e in run_events(workdir / "capped", "valid")]
+    assert validated == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]  # the first not again
     assert "epoch 2 of 2 done: valid ppl" in resumed.stderr
     end = newest(workdir, "capped")
     _same_end(TrainerState.read(end), two_epochs, end, newest(workdir, "two_epochs"))
@@ -367,6 +370,9 @@ def test_a_kill_before_the_test_score_does_not_validate_again(
     rerun = run_here("hornn_dist.train", *args)
     check_ok(rerun)
     assert f"resuming from {last}" in rerun.stderr
-    assert "valid loss" not in rerun.stderr and "test: 216 predicted tokens" in rerun.stderr
+    # the killed run validated both epoch ends; the rerun scores the test and validates nothing
+    validated = [e["step"] for e in run_events(workdir / "killed_at_test", "valid")]
+    assert validated == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
+    assert [e["tokens"] for e in run_events(workdir / "killed_at_test", "test")] == [216]
     end = newest(workdir, "killed_at_test")
     _same_end(TrainerState.read(end), two_epochs, end, newest(workdir, "two_epochs"))

@@ -8,7 +8,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -24,6 +23,7 @@ from tests.train_helpers import (
     env,
     markdown_table,
     run_here,
+    wait_for_step,
     write_sweep,
 )
 
@@ -281,10 +281,7 @@ def test_a_run_whose_train_process_is_stopped_is_reported_as_stopped(tmp_path: P
         stderr=subprocess.PIPE,
         text=True,
     )
-    log = tmp_path / "runs" / "a" / "train.log"
-    deadline = time.monotonic() + 120
-    while not (log.exists() and "step 2:" in log.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for_step(tmp_path / "runs" / "a", 2, sweep)
     (train,) = psutil.Process(sweep.pid).children()
     train.send_signal(signal.SIGTERM)  # the train process alone, not the sweep
     _, stderr = sweep.communicate(timeout=120)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from hornn_dist.experiments.plan import read_sweep, run_name_problem
 from hornn_dist.experiments.runner import SWEEP_LOCK
 from hornn_dist.training.run_lock import RunLock
 from tests.fabricated_runs import curve, write_run
-from tests.train_helpers import REPO, env, run_here, write_sweep
+from tests.train_helpers import REPO, env, run_here, wait_for_step, write_sweep
 
 BAD_NAMES = ["a/../../../pwn", "..", ".", "a/b", "/abs", "x y", "", "ä"]
 
@@ -199,10 +198,7 @@ def test_two_real_sweeps_on_one_output_dir(tmp_path: Path) -> None:
         cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline and not (log.is_file() and "step 2:" in log.read_text()):
-            time.sleep(0.2)
-        assert log.is_file(), "the first sweep never started its run"
+        wait_for_step(tmp_path / "runs" / "a", 2, first)
         second = subprocess.run(
             [sys.executable, "-m", "hornn_dist.sweep", str(path)],
             cwd=REPO, env=env(), capture_output=True, text=True, timeout=120,

@@ -21,6 +21,7 @@ from tests.train_helpers import (
     final_weights,
     launch_two_ranks,
     read_until,
+    run_events,
     run_here,
     run_patched,
     scalars,
@@ -259,7 +260,9 @@ def test_a_second_signal_during_the_stop_checkpoint_waits_for_it(
     _, rest = proc.communicate(timeout=120)
     log = "".join(lines) + rest
     assert proc.returncode == 0, log[-3000:]
-    step = int(re.search(r"checkpointing at step (\d+)", log).group(1))
+    (stop,) = run_events(out, "stop")  # the first signal's stop, at the step it checkpointed
+    step = stop["step"]
+    assert (stop["code"], stop["signal"]) == ("signal", first.name)
     assert [c.name for c in list_checkpoints(out)] == [f"step_{step:08d}"], log[-3000:]
     assert not list((out / "checkpoints").glob(".tmp_*"))
     assert TrainerState.read(list_checkpoints(out)[-1]).step == step
@@ -327,7 +330,9 @@ def test_signals_from_outside_mid_step_lose_no_step(
     _, rest = proc.communicate(timeout=120)
     log = "".join(lines) + rest
     assert proc.returncode == 0, log[-3000:]
-    step = int(re.search(r"checkpointing at step (\d+)", log).group(1))
+    (stop,) = run_events(out, "stop")
+    step = stop["step"]
+    assert (stop["code"], stop["signal"]) == ("signal", sent[0].name)
     assert step >= 10 and [c.name for c in list_checkpoints(out)] == [f"step_{step:08d}"]
     assert log.count("received again") == len(sent) - 1
 

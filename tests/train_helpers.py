@@ -290,6 +290,26 @@ def children(proc: subprocess.Popen) -> list[int]:
     return sorted(int(pid) for pid in found.stdout.split())
 
 
+def run_events(run_dir: Path, kind: str = "") -> list[dict]:
+    """Return the run's events of one kind ("train", "valid", "stop", ...; "" every kind) from
+    its metrics.jsonl, in order ([] before the file exists): a test's data, never log text."""
+    from hornn_dist.run_layout import EVENTS_FILE
+    from hornn_dist.training.events import read_events
+
+    path = run_dir / EVENTS_FILE
+    events = read_events(path) if path.is_file() else []
+    return [e for e in events if e["event"] == kind or not kind]
+
+
+def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Wait until the run has a train event at `step` or later (fail if `proc` ends first)."""
+    deadline = time.monotonic() + timeout
+    while not any(e["step"] >= step for e in run_events(run_dir, "train")):
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before step {step}"
+        assert time.monotonic() < deadline, f"no train event at step {step} in {timeout:g} s"
+        time.sleep(0.2)
+
+
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     """Return the tensors of the newest complete checkpoint of a run."""
     from hornn_dist.checkpoint import list_checkpoints

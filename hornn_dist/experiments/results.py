@@ -42,7 +42,7 @@ class RunRecord:
     hardware: str = ""
     stop_reason: str = ""  # the sentence, for people; programs read stop_code
     stop_code: str = ""  # converged | max_steps | epochs | signal ("" while it trains)
-    stop_signal: str = ""  # the signal's name when stop_code is "signal" (where recorded)
+    stop_signal: str = ""  # the signal's name when stop_code is "signal" ("" where unknown)
     valid_history: list[dict[str, float]] = field(default_factory=list)
     final_lr: float = math.nan  # the lr its last epoch trained at
     halvings: int = 0  # of the lr, by the schedule
@@ -87,7 +87,7 @@ def read_run(
         train_seconds=float(state.train_seconds),
         hardware=state.hardware,
         stop_reason=state.stop_reason,
-        **dict(zip(("stop_code", "stop_signal"), stop_of(folder, state, config), strict=True)),
+        **dict(zip(("stop_code", "stop_signal"), stop_of(folder, state), strict=True)),
         valid_history=history,
         final_lr=_final_lr(state.schedule, history, config),
         halvings=int(state.schedule.get("halvings", 0) or 0),
@@ -97,32 +97,23 @@ def read_run(
     )
 
 
-def stop_of(folder: Path, state: TrainerState, config: RunConfig) -> tuple[str, str]:
-    """Return how a run stopped, as a code of `events.STOP_CODES` ("" while it trains), and the
-    signal's name: its metrics.jsonl's stop event at the state's step, else (a run from before
-    that file) what its trainer state and config say, never the wording of its stop reason."""
+def stop_of(folder: Path, state: TrainerState) -> tuple[str, str]:
+    """Return how a run stopped, as a code of `events.STOP_CODES`, and the signal's name: its
+    metrics.jsonl's stop event at the state's step (("", "") while it trains, or without one),
+    never the wording of its stop reason."""
     events = folder / EVENTS_FILE
-    if events.is_file():
-        stops = [e for e in read_events(events) if e["event"] == "stop"]
-        if stops and stops[-1].get("step") == state.step:
-            return str(stops[-1]["code"]), str(stops[-1].get("signal") or "")
-    if not state.stop_reason:
-        return "", ""
-    if state.schedule.get("stopped"):
-        return "converged", ""
-    if config.train.max_steps and state.step >= config.train.max_steps:
-        return "max_steps", ""
-    done = state.valid_history[-1]["epoch"] if state.valid_history else state.epoch
-    if config.train.epochs and done >= config.train.epochs:
-        return "epochs", ""
-    return "signal", ""  # a stop reason that no rule of the run's config gave
+    stops = [e for e in read_events(events) if e["event"] == "stop"] if events.is_file() else []
+    if stops and stops[-1].get("step") == state.step:
+        return str(stops[-1]["code"]), str(stops[-1].get("signal") or "")
+    return "", ""
 
 
 def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, TrainerState] | None, list[str]]:
     """Return (config, trainer state) of the run's newest checkpoint whose files are all there
     and whose state and config verify and read (None if none does), and what is wrong with each
     newer checkpoint folder, newest first; a folder without checkpoints that holds a
-    trainer_state.json and config.toml (a run kept in a benchmark record) reads from those."""
+    trainer_state.json and config.toml (a run kept in a benchmark record, whose fair tables,
+    speed rows and grid listings read it here) reads from those."""
     damaged: list[str] = []
     for step in reversed(ckpt.step_folders(folder) if folder.is_dir() else []):
         problem = ckpt.problem_with(step, deep=False) or ckpt.problem_with(

@@ -353,6 +353,8 @@ class Trainer:
             mixed_precision=self.precision.name,
             parameters=self.core.num_parameters(),
             steps_per_epoch=self.train_stream.steps_per_epoch,
+            vocabulary=corpus.vocab_size,
+            init=init_rule.describe(cfg.model),  # the recipe line's words: the stds it resolved
             clip_mode=clip.clip_mode,
             clip=clip.clip,
             config=tomllib.loads(cfg.to_toml()),

@@ -2,8 +2,9 @@
 
     python benchmarks/records/2026-11-27-cpu-converged/collect.py runs/sweeps/NAME DEST
 
-DEST/runs/RUN/ gets the run's config.toml, train.log and its newest checkpoint's
-trainer_state.json (validation curve, stop reason, test scores); DEST/ gets sweep.json and
+DEST/runs/RUN/ gets the run's config.toml, metrics.jsonl (its events: what the record readers
+read), train.log and its newest checkpoint's trainer_state.json (validation curve, stop
+reason, test scores); DEST/ gets sweep.json and
 report/ (what `python -m hornn_dist.report runs/sweeps/NAME` wrote beforehand).
 """
 
@@ -25,8 +26,9 @@ def collect(sweep_dir: Path, dest: Path) -> None:
     for run in sorted(p for p in sweep_dir.iterdir() if (p / "config.toml").exists()):
         out = dest / "runs" / run.name
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("config.toml", "train.log"):
-            shutil.copy2(run / name, out / name)
+        for name in ("config.toml", "metrics.jsonl", "train.log"):
+            if (run / name).is_file():  # metrics.jsonl: not in runs from before it existed
+                shutil.copy2(run / name, out / name)
         checkpoints = list_checkpoints(run)
         if checkpoints:
             shutil.copy2(checkpoints[-1] / "trainer_state.json", out / "trainer_state.json")

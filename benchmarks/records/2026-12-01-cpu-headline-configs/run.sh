@@ -1,7 +1,7 @@
 #!/bin/bash
 # One epoch of PTB for each shipped large-corpus config at its own size and recipe (only the
 # corpus changed: PTB's files, every word kept as PTB has its own <unk>), one thread each, one
-# at a time; each run's log, config and trainer state are copied beside this script.
+# at a time; each run's events, log, config and trainer state are copied beside this script.
 #   bash benchmarks/records/2026-12-01-cpu-headline-configs/run.sh /work/shared/data/ptb
 set -u
 cd "$(dirname "$0")/../../.."
@@ -18,7 +18,7 @@ for name in text8 text8_rnn text8_lstm wikitext103_rnn wikitext103_lstm wikitext
     --set train.checkpoint_every=0 > /dev/null 2>&1
   echo "$name exit $?" >> "$record/machine.txt"
   mkdir -p "$record/$name"
-  cp "$out/train.log" "$out/config.toml" "$record/$name/" 2>/dev/null
+  cp "$out/metrics.jsonl" "$out/train.log" "$out/config.toml" "$record/$name/" 2>/dev/null
   newest=$(ls -d "$out"/checkpoints/step_* 2>/dev/null | tail -1)
   [ -n "$newest" ] && cp "$newest/trainer_state.json" "$record/$name/"
 done
