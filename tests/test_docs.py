@@ -61,7 +61,7 @@ def test_every_relative_link_resolves() -> None:
 
 
 def test_every_record_the_docs_name_exists_and_every_record_is_named() -> None:
-    """A record the docs name is there, and no record lies in benchmarks/records/ unnamed."""
+    """A record the docs name is there, and no record lies in research/records/ unnamed."""
     named: set[str] = set()
     for page in [REPO / "README.md", *PAGES, REPO / "benchmarks" / "README.md"]:
         text = page.read_text(encoding="utf-8")
@@ -72,7 +72,7 @@ def test_every_record_the_docs_name_exists_and_every_record_is_named() -> None:
                 f"{page.relative_to(REPO)} names {path}, which is not there"
             )
             named.add(full.split("/")[2])
-    records = {path.name for path in (REPO / "benchmarks" / "records").iterdir()}
+    records = {path.name for path in (REPO / "research" / "records").iterdir()}
     assert records <= named, f"records no page names: {sorted(records - named)}"
 
 

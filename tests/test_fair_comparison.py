@@ -44,7 +44,7 @@ from tests.train_helpers import (
     write_sweep,
 )
 
-H100_RECORD = REPO / "benchmarks" / "records" / "2026-11-27-h100-16977fd"
+H100_RECORD = REPO / "research" / "records" / "2026-11-27-h100-16977fd"
 
 ARCHITECTURES = {
     "rnn (hornn order 1)": {"arch": "hornn", "order": 1, "pooling": "sum"},

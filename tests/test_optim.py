@@ -140,7 +140,7 @@ def test_newbob_under_halve_patience_2_keeps_the_rnns_lr_through_its_noisy_epoch
     """The tied RNN at dropout 0.2 (record 2026-11-29-cpu-ptb-anneal, lr 5 for 10 epochs):
     under rnnlm's rule its one worse epoch 4 would have begun the halving; patience 2 keeps lr
     5 through its first 10 epochs, as the fixed phase that validated 6.6% lower did."""
-    state = REPO / "benchmarks/records/2026-11-29-cpu-ptb-anneal/ptb_recipe_anneal"
+    state = REPO / "research/records/2026-11-29-cpu-ptb-anneal/ptb_recipe_anneal"
     history = json.loads(
         (state / "rnn-tied-drop0.2-fixed10-seed1234/trainer_state.json").read_text()
     )["valid_history"]

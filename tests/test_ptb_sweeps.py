@@ -1,5 +1,5 @@
 """The PTB sweeps of the paper's benchmark (configs/sweeps/ptb_*.toml) plan the runs the issue
-asks for, benchmarks/gpu_ptb.sh queues them in its order of priority, and a run trains from a
+asks for, research/gpu/gpu_ptb.sh queues them in its order of priority, and a run trains from a
 prepared PTB cache alone with `datasets` unimportable (the GPU machine has neither)."""
 
 from __future__ import annotations
@@ -306,7 +306,7 @@ def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() ->
     import tomllib
 
     runs = []
-    for state in (REPO / "benchmarks" / "records").rglob("trainer_state.json"):
+    for state in (REPO / "research" / "records").rglob("trainer_state.json"):
         config = state.parent / "config.toml"
         if not config.is_file():
             continue
@@ -364,7 +364,7 @@ def chosen_table_runs() -> dict[tuple[str, str], Path]:
     from tests.train_helpers import load_benchmark
 
     read_record_run = load_benchmark("record_runs").read_record_run
-    table = REPO / "benchmarks" / "records" / "2026-11-29-cpu-ptb-table"
+    table = REPO / "research" / "records" / "2026-11-29-cpu-ptb-table"
     tables = tomllib.loads((table / "tables.toml").read_text())["table"]
     chosen = {}
     for column in ("no dropout", "with dropout"):
@@ -412,9 +412,9 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
 
     work = tmp_path / "work"
     work.mkdir()
-    for name in ("configs", "benchmarks"):
+    for name in ("configs", "research"):
         (work / name).symlink_to(REPO / name)
-    h200 = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
+    h200 = REPO / "research" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
     record = tmp_path / "record" / "ptb_chosen"
     for run in h200.glob("*-seed1234"):
         shutil.copytree(run, record / run.name)
@@ -433,7 +433,7 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
         "PYTHON": sys.executable,
     }
     proc = subprocess.run(
-        ["bash", "benchmarks/gpu_grids.sh"], cwd=work, env=env, capture_output=True, text=True,
+        ["bash", "research/gpu/gpu_grids.sh"], cwd=work, env=env, capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -456,7 +456,7 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
 def test_grid_runs_names_a_missing_record_folder_in_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "no-record"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/grid_runs.py", "list", "configs/sweeps/ptb_alpha.toml",
+        [sys.executable, "research/gpu/grid_runs.py", "list", "configs/sweeps/ptb_alpha.toml",
          "--skip-recorded", str(missing)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -471,7 +471,7 @@ def test_gpu_ptb_without_a_prepared_carry_stops_with_a_one_line_hint(tmp_path: P
     exit 2 and one line naming the folder, before any run starts."""
     env = {**os.environ, "PTB_CARRY": str(tmp_path / "carry")}
     done = subprocess.run(
-        ["bash", "benchmarks/gpu_ptb.sh"],
+        ["bash", "research/gpu/gpu_ptb.sh"],
         cwd=REPO,
         env=env,
         stdin=subprocess.DEVNULL,

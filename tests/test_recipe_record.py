@@ -1,4 +1,4 @@
-"""docs/reproduction.md "Recipes" and README's demo line state the recipe-search record's numbers
+"""research/reproduction.md "Recipes" and README's demo line state the recipe-search record's numbers
 (the records' printed tables: tests/test_records.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 from tests.train_helpers import REPO
 
-RECORD = REPO / "benchmarks" / "records" / "2026-11-27-cpu-recipe-search"
+RECORD = REPO / "research" / "records" / "2026-11-27-cpu-recipe-search"
 README = (REPO / "README.md").read_text(encoding="utf-8")
 REPRODUCTION = (REPO / "docs" / "reproduction.md").read_text(encoding="utf-8")
 MODELS = {"RNN (order 1)": "rnn", "HORNN-3 `sum`": "sum", "HORNN-3 `max`": "max",

@@ -1,5 +1,5 @@
 """The benchmark records: each record that declares its tables (tables.toml) has them printed by
-`python benchmarks/record_tables.py RECORD` from its own run folders, its README names that
+`python research/tools/record_tables.py RECORD` from its own run folders, its README names that
 command, and every table README.md, docs/ or a record's README quotes from it is what the
 command prints; every JSON record names its commit."""
 
@@ -23,7 +23,7 @@ from tests.train_helpers import (
     run_record_tables,
 )
 
-RECORDS = REPO / "benchmarks" / "records"
+RECORDS = REPO / "research" / "records"
 TABLED = sorted(spec.parent for spec in RECORDS.glob("*/tables.toml"))
 H200 = RECORDS / "2026-11-27-h200-grids"
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -48,7 +48,7 @@ def cells(line: str) -> tuple[str, ...]:
 
 
 def record_command(record: Path) -> str:
-    return f"python benchmarks/record_tables.py {record.relative_to(REPO)}"
+    return f"python research/tools/record_tables.py {record.relative_to(REPO)}"
 
 
 @functools.cache
@@ -96,14 +96,14 @@ def test_every_table_quoting_a_record_is_the_printed_one() -> None:
 def test_readme_results_are_one_table_its_record_and_command_in_40_lines() -> None:
     """README "Results": the PTB seeds record's table, exactly as its command prints it, with the
     record and the command named, in at most 40 lines; the bundled corpus's fair comparison is
-    in docs/reproduction.md, exactly as its record prints it."""
+    in research/reproduction.md, exactly as its record prints it."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Results\n", 1)[1].split("\n## ", 1)[0]
     assert len(section.strip().splitlines()) <= 40
     assert len(readme.splitlines()) <= 150
     for page, text, record in (
         ("README.md", section, RECORDS / "2026-11-29-h200-ptb"),
-        ("docs/reproduction.md", (REPO / "docs" / "reproduction.md").read_text(encoding="utf-8"),
+        ("research/reproduction.md", (REPO / "docs" / "reproduction.md").read_text(encoding="utf-8"),
          RECORDS / "2026-11-28-cpu-fair"),
     ):  # fmt: skip
         assert f"`{record.relative_to(REPO)}" in text, page
@@ -277,7 +277,7 @@ def test_a_chosen_column_shows_the_run_with_the_lowest_validation_never_the_test
     """`choose = "valid"` shows, of a row's runs, the one with the lowest validation ppl; a
     run that validates lower but tests higher is still the one shown (test never chooses)."""
     read_record_run = load_benchmark("record_runs").read_record_run
-    ptb = REPO / "benchmarks" / "records"
+    ptb = REPO / "research" / "records"
     kept = {
         "plateau": ptb / "2026-11-28-cpu-ptb-converge/ptb_recipe_converge/hornn3-gated-seed1234",
         "newbob": ptb / "2026-11-28-cpu-ptb-converge/ptb_recipe_newbob/hornn3-gated-seed1234",
@@ -313,7 +313,7 @@ def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_lo
     """A record run's curve: per validation, the lr of the epoch's last training line and the
     median of its last 10 training ppls, beside the validation ppl trainer_state.json keeps."""
     record_runs = load_benchmark("record_runs")
-    kept = REPO / "benchmarks/records/2026-11-29-cpu-ptb-tied/ptb_recipe_tied/rnn-tied-seed1234"
+    kept = REPO / "research/records/2026-11-29-cpu-ptb-tied/ptb_recipe_tied/rnn-tied-seed1234"
     run = tmp_path / "run"
     shutil.copytree(kept, run)
     history = record_runs.read_record_run(run).valid_history[:2]
@@ -349,7 +349,7 @@ def test_a_recipe_under_fixed_then_halve_says_after_how_many_epochs() -> None:
     """The recipe phrase of a fixed_then_halve run names its `optim.halve_after` (the epochs at
     the first lr), which is what tells two such schedules apart."""
     read_record_run = load_benchmark("record_runs").read_record_run
-    runs = REPO / "benchmarks/records/2026-11-29-cpu-ptb-baselines/ptb_recipe_lstm_anneal"
+    runs = REPO / "research/records/2026-11-29-cpu-ptb-baselines/ptb_recipe_lstm_anneal"
     phrases = {}
     for folder in sorted(runs.iterdir()):
         if folder.is_dir():
@@ -376,7 +376,7 @@ def test_a_recipe_names_its_weight_drop_and_halve_patience(tmp_path: Path) -> No
     """model.weight_drop and optim.halve_patience appear in the recipe phrase, so runs that
     differ by either alone differ."""
     read_record_run = load_benchmark("record_runs").read_record_run
-    source = REPO / "benchmarks/records/2026-11-29-cpu-ptb-gated-dropout/ptb_recipe_gated_dropout"
+    source = REPO / "research/records/2026-11-29-cpu-ptb-gated-dropout/ptb_recipe_gated_dropout"
     run = next(folder for folder in sorted(source.iterdir()) if folder.is_dir())
     copy = copy_with_config_edit(run, tmp_path, "[model]\n", "[model]\nweight_drop = 0.25\n")
     plain, dropped = read_record_run(run).recipe(), read_record_run(copy).recipe()
@@ -391,7 +391,7 @@ def test_a_fofe_recipe_names_its_alpha(tmp_path: Path) -> None:
     """FOFE's alpha scales every feedback path (eq. 5), so it is in the recipe phrase of a FOFE
     run (order 1 too: the RNN with its feedback scaled) and in no other pooling's."""
     read_record_run = load_benchmark("record_runs").read_record_run
-    records = REPO / "benchmarks/records"
+    records = REPO / "research/records"
     run = records / "2026-11-30-cpu-ptb-rnn-alpha/ptb_recipe_rnn_alpha"
     run = run / "rnn-tied-wd1e-05-alpha0.2-seed1234"
     copy = copy_with_config_edit(run, tmp_path, "alpha = 0.2\n", "alpha = 0.5\n")
@@ -404,7 +404,7 @@ def test_a_fofe_recipe_names_its_alpha(tmp_path: Path) -> None:
 def test_a_recipe_names_its_feedback_scale(tmp_path: Path) -> None:
     """model.feedback_scale multiplies every feedback path, so a run at c != 1 names it."""
     read_record_run = load_benchmark("record_runs").read_record_run
-    records = REPO / "benchmarks/records"
+    records = REPO / "research/records"
     run = records / "2026-11-29-cpu-ptb-gated-l2/ptb_recipe_gated_l2"
     run = next(folder for folder in sorted(run.iterdir()) if folder.is_dir())
     copy = copy_with_config_edit(run, tmp_path, "[model]\n", "[model]\nfeedback_scale = 0.2\n")

@@ -301,7 +301,7 @@ def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Pa
 
 @pytest.mark.integration
 def test_a_record_of_the_sweeps_runs_prints_its_tables(runs: Path, tmp_path: Path) -> None:
-    """`benchmarks/record_tables.py` over the files a record keeps of two finished runs (config.toml,
+    """`research/tools/record_tables.py` over the files a record keeps of two finished runs (config.toml,
     train.log, the last trainer_state.json): the clip auto resolved to, read from the trainer's
     own start-up line, and the scores the runs' checkpoints hold."""
     record = tmp_path / "record"
@@ -364,7 +364,7 @@ def test_runs_of_different_corpora_are_said_to_be_so(tmp_path: Path) -> None:
     assert "different corpora" not in single.stdout + single.stderr
 
 
-H200_CHOSEN = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
+H200_CHOSEN = REPO / "research" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
 
 
 def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(

@@ -163,7 +163,7 @@ def run_module(module: str, *args: str, timeout: int = 300) -> subprocess.Comple
 
 
 def run_record_tables(record: Path) -> subprocess.CompletedProcess:
-    """Run `python benchmarks/record_tables.py RECORD` in this process (`run_benchmark`)."""
+    """Run `python research/tools/record_tables.py RECORD` in this process (`run_benchmark`)."""
     return run_benchmark("record_tables", str(record))
 
 

@@ -6,7 +6,7 @@ model's speed from a record where it ran alone instead, and names it; without on
 says so. Two kinds of record are read:
 
 - a `benchmarks/throughput.py --json` file (or a record folder holding `throughput.json`, such
-  as benchmarks/records/2026-11-27-h100-16977fd, or several `throughput*.json`, e.g. one per
+  as research/records/2026-11-27-h100-16977fd, or several `throughput*.json`, e.g. one per
   hidden size, read together): the training step of one process. A row
   serves a model of the same arch, pooling and order (HORNNs), hidden size and embedding width;
   of several (precisions, modes, engines) the fastest, named in the cell. The multi-process

@@ -5,12 +5,13 @@
 # deadline stopped, write the sweeps' reports and pack the record data into $OUT/grids.tgz
 # (with $OUT/summary.txt beside it):
 #
-#   OUT=/some/folder bash benchmarks/gpu_grids.sh                       # hard stop at 480 s
-#   GRIDS="demo_alpha demo_dropout" GRIDS_SECONDS=480 OUT=... bash benchmarks/gpu_grids.sh
+#   OUT=/some/folder bash research/gpu/gpu_grids.sh                       # hard stop at 480 s
+#   GRIDS="demo_alpha demo_dropout" GRIDS_SECONDS=480 OUT=... bash research/gpu/gpu_grids.sh
 #
-# GRIDS: the queue, items "SWEEP" or "SWEEP:REGEX" (a sweep file under configs/sweeps/; REGEX,
-# bash's extended regex, picks the runs whose names match). Runs start in the queue's order,
-# each at its first item; a sweep may appear in several items (its best runs first).
+# GRIDS: the queue, items "SWEEP" or "SWEEP:REGEX" (a sweep file under research/sweeps/ or
+# configs/sweeps/; REGEX, bash's extended regex, picks the runs whose names match). Runs start in
+# the queue's order, each at its first item; a sweep may appear in several items (its best runs
+# first).
 # GRIDS_JOBS: runs at once (0, the default: all of them); GRIDS_JOBS_NO_MPS: runs at once where
 # MPS is not running (default GRIDS_JOBS): without MPS the processes' kernels take turns on the
 # GPU, so fewer at once finish more of the first ones. GRIDS_MIN_RUN_SECONDS: no run starts
@@ -19,7 +20,7 @@
 # GRIDS_MATCH="REGEX" trains only the runs whose name matches (the others' records come from
 # elsewhere, e.g. a grid widened after part of it trained).
 # GRIDS_SKIP_RECORDED=DIR leaves out each run a record of an earlier call holds finished
-# (DIR/SWEEP/NAME/, as benchmarks/collect_runs.sh keeps runs): a fresh machine has none of the
+# (DIR/SWEEP/NAME/, as research/tools/collect_runs.sh keeps runs): a fresh machine has none of the
 # runs an earlier machine trained, and the summary names each run left out.
 # GRIDS_REFERENCE=1 also trains the order-1 RNN of configs/demo.toml (the reference a ratio
 # needs) into runs/sweeps/gpu_reference/rnn, last in the queue.
@@ -70,7 +71,7 @@ elapsed() { echo "$(($(date +%s) - started))"; }
   else
     echo "commit: unknown (no .git, no $GRIDS_COMMIT_FILE)"
   fi
-  echo "command: GRIDS=\"$GRIDS\" GRIDS_SECONDS=$GRIDS_SECONDS GRIDS_JOBS=$GRIDS_JOBS GRIDS_JOBS_NO_MPS=$GRIDS_JOBS_NO_MPS GRIDS_SET=\"${GRIDS_SET:-}\" GRIDS_MATCH=\"${GRIDS_MATCH:-}\" GRIDS_SKIP_RECORDED=\"${GRIDS_SKIP_RECORDED:-}\" GRIDS_REFERENCE=$GRIDS_REFERENCE GRIDS_FINISH=$GRIDS_FINISH bash benchmarks/gpu_grids.sh"
+  echo "command: GRIDS=\"$GRIDS\" GRIDS_SECONDS=$GRIDS_SECONDS GRIDS_JOBS=$GRIDS_JOBS GRIDS_JOBS_NO_MPS=$GRIDS_JOBS_NO_MPS GRIDS_SET=\"${GRIDS_SET:-}\" GRIDS_MATCH=\"${GRIDS_MATCH:-}\" GRIDS_SKIP_RECORDED=\"${GRIDS_SKIP_RECORDED:-}\" GRIDS_REFERENCE=$GRIDS_REFERENCE GRIDS_FINISH=$GRIDS_FINISH bash research/gpu/gpu_grids.sh"
 } > "$summary" 2>&1
 nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
 
@@ -91,9 +92,11 @@ read -rd '' -a items <<< "$GRIDS"  # split on blanks and lines, never globbed (R
 sweeps=(); for item in "${items[@]}"; do
   s=${item%%:*}; [[ " ${sweeps[*]} " == *" $s "* ]] || sweeps+=("$s")
 done
-files=(); for s in "${sweeps[@]}"; do files+=("configs/sweeps/$s.toml"); done
+files=(); for s in "${sweeps[@]}"; do  # the search's sweep file, else the product's
+  f=research/sweeps/$s.toml; [ -f "$f" ] || f=configs/sweeps/$s.toml; files+=("$f")
+done
 skip=(); [ -n "${GRIDS_SKIP_RECORDED:-}" ] && skip=(--skip-recorded "$GRIDS_SKIP_RECORDED")
-$PY benchmarks/grid_runs.py list "${files[@]}" "${sets[@]}" "${skip[@]}" > "$logs/runs.tsv" 2> "$logs/list.err" \
+$PY research/gpu/grid_runs.py list "${files[@]}" "${sets[@]}" "${skip[@]}" > "$logs/runs.tsv" 2> "$logs/list.err" \
   || echo "listing the runs failed: $(tail -1 "$logs/list.err")" >> "$summary"
 grep '^recorded: ' "$logs/list.err" | sed "s|\$| (finished in $GRIDS_SKIP_RECORDED: not trained again)|" >> "$summary"
 names=(); commands=()
@@ -154,7 +157,7 @@ if [ "$GRIDS_FINISH" = 1 ]; then  # the stopped runs: the test split on their be
   while IFS=$'\t' read -r s name folder step; do
     names+=("$s/$name"); commands+=("$PY -m hornn_dist.evaluate $folder/checkpoints/best --split test")
     echo "stopped $s/$name at step $step" >> "$summary"
-  done < <($PY benchmarks/grid_runs.py stopped "${files[@]}" "${sets[@]}" 2>> "$logs/list.err")
+  done < <($PY research/gpu/grid_runs.py stopped "${files[@]}" "${sets[@]}" 2>> "$logs/list.err")
   echo "scoring ${#names[@]} stopped run(s) at $(elapsed) s" >> "$summary"
   run_queue $(($(date +%s) + GRIDS_FINISH_SECONDS)) "$GRIDS_FINISH_JOBS" 0 ".test"
 fi
@@ -171,7 +174,7 @@ for sweep in "${sweeps[@]}"; do
 done
 for item in "${reports[@]}"; do
   wait "${item%%:*}"; echo "report ${item#*:}: exit $? at $(elapsed) s" >> "$summary"
-  $PY benchmarks/records/2026-11-27-cpu-converged/collect.py "runs/sweeps/${item#*:}" "$pack/${item#*:}"
+  $PY research/records/2026-11-27-cpu-converged/collect.py "runs/sweeps/${item#*:}" "$pack/${item#*:}"
 done
 if [ "$GRIDS_REFERENCE" = 1 ] && [ -d runs/sweeps/gpu_reference/rnn ]; then
   mkdir -p "$pack/gpu_reference/runs/rnn"
@@ -179,7 +182,7 @@ if [ "$GRIDS_REFERENCE" = 1 ] && [ -d runs/sweeps/gpu_reference/rnn ]; then
   cp "$run/config.toml" "$run/train.log" "$pack/gpu_reference/runs/rnn/"
   cp "$(ls -d "$run"/checkpoints/step_* | sort | tail -1)/trainer_state.json" "$pack/gpu_reference/runs/rnn/"
 fi
-cp "$0" benchmarks/grid_runs.py "$pack/"
+cp "$0" research/gpu/grid_runs.py "$pack/"
 for script in ${GRIDS_PACK_SCRIPTS:-}; do cp "$script" "$pack/"; done
 [ -f "$GRIDS_COMMIT_FILE" ] && cp "$GRIDS_COMMIT_FILE" "$pack/"
 echo "done at $(elapsed) s, $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$summary"

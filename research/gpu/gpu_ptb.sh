@@ -15,12 +15,12 @@
 #   (git rev-parse HEAD; git status --porcelain) > gpu_carry/commit.txt
 # The device call (one command; the script ends by PTB_SECONDS + 30 s of SIGTERM grace +
 # PTB_FINISH_SECONDS + PTB_REPORT_SECONDS + ~30 s: under 560 s, about 460 s expected):
-#   run(command="OUT=$OUT bash benchmarks/gpu_ptb.sh", carry=["gpu_carry"], timeout_s=600)
+#   run(command="OUT=$OUT bash research/gpu/gpu_ptb.sh", carry=["gpu_carry"], timeout_s=600)
 # A try on a CPU (H 16, two runs stopped at the deadline and scored; about 4 minutes on 2 cores;
-# records/2026-11-27-cpu-ptb-dryrun has it, and a try on a tiny corpus that shows the queue):
+# research/records/2026-11-27-cpu-ptb-dryrun has it, and a try on a tiny corpus that shows the queue):
 #   OUT=/tmp/ptb PTB_SECONDS=75 PTB_MIN_RUN_SECONDS=10 PTB_JOBS=2 PTB_JOBS_NO_MPS=2 \
 #     PTB_FINISH_SECONDS=120 PTB_SET="model.hidden_size=16 model.embedding_size=16" \
-#     bash benchmarks/gpu_ptb.sh
+#     bash research/gpu/gpu_ptb.sh
 #
 # The queue, first to last (each run once, at its first item; GRIDS in gpu_grids.sh):
 #   1. ptb_chosen.toml, seed 1234: the RNN, HORNN-3 sum/max/fofe/gated and the LSTM at each
@@ -39,7 +39,7 @@
 #      paper's setting, in bf16 (FOFE-3's own recipe, tied and halving from epoch 2, validated
 #      only 0.7% better on the CPU: one seed)
 #   5. Figure 4: FOFE-3 at alpha 0.2 ... 0.9, seed 1234 (8 runs)
-# A run that records/2026-11-29-h200-ptb holds finished is not trained
+# A run that research/records/2026-11-29-h200-ptb holds finished is not trained
 # again (PTB_SKIP_RECORDED: another record's folder, or "" to train every run).
 # PTB_JOBS (18) runs train at once where MPS runs (the whole of item 1 at once),
 # PTB_JOBS_NO_MPS (6) where it does not; no run starts with under 60 s left; at PTB_SECONDS (390) from the start the runs still training are stopped
@@ -63,7 +63,7 @@ export GRIDS='ptb_chosen:-seed1234$
   ptb_recipe_feedback_scale:^screen-|-drop|-fixed10-seed
   ptb_orders
   ptb_alpha'
-export GRIDS_SKIP_RECORDED=${PTB_SKIP_RECORDED-benchmarks/records/2026-11-29-h200-ptb}
+export GRIDS_SKIP_RECORDED=${PTB_SKIP_RECORDED-research/records/2026-11-29-h200-ptb}
 export GRIDS_SET="data.path=$carry/ptb data.cache_dir=$carry/data_cache ${PTB_SET:-}"
 export GRIDS_SECONDS=${PTB_SECONDS:-390}
 export GRIDS_JOBS=${PTB_JOBS:-18}

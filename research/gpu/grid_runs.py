@@ -1,13 +1,13 @@
 """What `gpu_grids.sh` trains and finishes, listed by the sweep planner in one process.
 
-    python benchmarks/grid_runs.py list SWEEP.toml... [--set KEY=VALUE ...] [--skip-recorded DIR]
-    python benchmarks/grid_runs.py stopped SWEEP.toml... [--set KEY=VALUE ...]
+    python research/gpu/grid_runs.py list SWEEP.toml... [--set KEY=VALUE ...] [--skip-recorded DIR]
+    python research/gpu/grid_runs.py stopped SWEEP.toml... [--set KEY=VALUE ...]
 
 `list` writes each sweep's sweep.json into its output_dir (what the sweep runner writes first,
 so that `report` sees a sweep) and prints one line per run, `SWEEP<TAB>NAME<TAB>COMMAND`, the
 command being the one `python -m hornn_dist.sweep SWEEP --dry-run` prints for that run.
 With `--skip-recorded DIR` (a record of an earlier call: `DIR/SWEEP/NAME/` as
-`benchmarks/collect_runs.sh` keeps runs) a run finished there is left out, and named on stderr
+`research/tools/collect_runs.sh` keeps runs) a run finished there is left out, and named on stderr
 as `recorded: SWEEP/NAME`, so that a fresh machine trains only what no record has.
 `stopped` prints `SWEEP<TAB>NAME<TAB>FOLDER<TAB>STEP` for each run that has a checkpoint but
 has not finished (a SIGTERM stopped it): `python -m hornn_dist.evaluate FOLDER/checkpoints/best

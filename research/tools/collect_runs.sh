@@ -2,7 +2,7 @@
 # Copy the finished runs of a sweep (or one run folder) into a record: each run's config.toml,
 # train.log and newest checkpoint's trainer_state.json, and the sweep's sweep.json. Runs still
 # training are left out (finished as the sweep judges it). Run from the repository root:
-#   bash benchmarks/collect_runs.sh runs/sweeps/NAME benchmarks/records/DATE-WHAT/NAME
+#   bash research/tools/collect_runs.sh runs/sweeps/NAME research/records/DATE-WHAT/NAME
 set -euo pipefail
 src=${1:?usage: collect_runs.sh SWEEP_OR_RUN_FOLDER RECORD_FOLDER}
 dst=${2:?usage: collect_runs.sh SWEEP_OR_RUN_FOLDER RECORD_FOLDER}

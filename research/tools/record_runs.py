@@ -7,7 +7,7 @@ What the run did is read from these files only, never recomputed by today's code
 `optim.clip_mode = "auto"` the clip is the one its start-up log line says auto resolved to.
 
 As a script it prints each run's learning curve, one epoch after another, for a record's text:
-    python benchmarks/record_runs.py RUN_FOLDER [RUN_FOLDER ...]
+    python research/tools/record_runs.py RUN_FOLDER [RUN_FOLDER ...]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Print the tables of a benchmark record: `python benchmarks/record_tables.py RECORD`.
+"""Print the tables of a benchmark record: `python research/tools/record_tables.py RECORD`.
 
 The tables are computed from the run folders the record keeps, as its `tables.toml` declares
 them (this repository's records only: a reader of them, so it lives beside them, not in the
@@ -337,9 +337,9 @@ def read_record_tables(record: Path) -> list[Table]:
     if not spec.is_file():
         raise ConfigError(
             f"{record} has no {TABLES_FILE}; --record takes a benchmark record folder that "
-            "declares its tables, e.g. benchmarks/records/2026-11-27-h200-grids"
+            "declares its tables, e.g. research/records/2026-11-27-h200-grids"
         )
-    tables = read_toml(spec, "record tables", f"benchmarks/records/NAME/{TABLES_FILE}")
+    tables = read_toml(spec, "record tables", f"research/records/NAME/{TABLES_FILE}")
     unknown = set(tables) - {"table"}
     if unknown or not isinstance(tables.get("table"), list) or not tables["table"]:
         raise ConfigError(f"{spec}: holds [[table]] entries only, at least one")
@@ -470,9 +470,7 @@ def _column(where: str, raw: Any) -> Column:
 def main(argv: list[str] | None = None) -> int:
     """Print the record's tables; return the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "record", help="a record folder, e.g. benchmarks/records/2026-11-28-cpu-ptb"
-    )
+    parser.add_argument("record", help="a record folder, e.g. research/records/2026-11-28-cpu-ptb")
     args = parser.parse_args(argv)
     print(render_record_tables(Path(args.record)), end="", flush=True)
     return 0

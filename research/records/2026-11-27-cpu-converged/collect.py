@@ -1,6 +1,6 @@
 """Copy a finished sweep's record data into this folder: each run's config, log and final state.
 
-    python benchmarks/records/2026-11-27-cpu-converged/collect.py runs/sweeps/NAME DEST
+    python research/records/2026-11-27-cpu-converged/collect.py runs/sweeps/NAME DEST
 
 DEST/runs/RUN/ gets the run's config.toml, train.log and its newest checkpoint's
 trainer_state.json (validation curve, stop reason, test scores); DEST/ gets sweep.json and

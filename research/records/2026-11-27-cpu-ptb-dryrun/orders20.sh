@@ -4,7 +4,7 @@
 # test: on this CPU those take minutes at V = 10,000, and they are the same code for every model.
 cd /tmp/devcopy
 export PYTHONPATH=/tmp/devcopy:/tmp/nodatasets OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
-python3 benchmarks/grid_runs.py list configs/sweeps/ptb_orders.toml --set data.path=gpu_carry/ptb \
+python3 research/gpu/grid_runs.py list configs/sweeps/ptb_orders.toml --set data.path=gpu_carry/ptb \
   --set data.cache_dir=gpu_carry/data_cache --set log.every=20 --set log.tensorboard=false \
   | grep -P '\thornn[24]-' | grep -v -P '\thornn2-sum\t' > /tmp/ptbdry/orders20.tsv
 one() {  # one NAME COMMAND: train to step 20, SIGTERM, report

@@ -1,6 +1,6 @@
 """Measure what data.word_pattern's engine costs and bounds (issue 39, items 1 and 5).
 
-    PYTHONPATH=$PWD python benchmarks/records/2026-11-27-cpu-word-pattern/measure.py OLD_TREE
+    PYTHONPATH=$PWD python research/records/2026-11-27-cpu-word-pattern/measure.py OLD_TREE
 
 OLD_TREE: a copy of the commit before (git archive 2f3cd80^), for the demo's prepare time then.
 Prints one JSON object (results.json here).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Time README's demo command whole (install in a new venv on a clean clone, then the demo run),
 # then the demo run alone twice more in that venv, on an otherwise idle machine; write each
-# run's train.log and the times here. Usage: bash benchmarks/records/2026-11-28-cpu-demo-time/run.sh
+# run's train.log and the times here. Usage: bash research/records/2026-11-28-cpu-demo-time/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)

@@ -4,7 +4,7 @@
 # Run from the repository root; runs still training are left out.
 set -euo pipefail
 src=runs/sweeps/ptb_table3_cpu
-dst=benchmarks/records/2026-11-28-cpu-ptb/ptb_table3_cpu
+dst=research/records/2026-11-28-cpu-ptb/ptb_table3_cpu
 mkdir -p "$dst"
 cp "$src/sweep.json" "$dst/"
 for run in "$src"/*/; do

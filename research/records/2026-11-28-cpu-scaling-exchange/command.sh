@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CPU record of the gradient exchange (training/exchange.py), run from the repo root:
-#   bash benchmarks/records/2026-11-28-cpu-scaling-exchange/command.sh
+#   bash research/records/2026-11-28-cpu-scaling-exchange/command.sh
 set -u
-REC=benchmarks/records/2026-11-28-cpu-scaling-exchange
+REC=research/records/2026-11-28-cpu-scaling-exchange
 export OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 {
   echo "date: $(date -u +%FT%TZ)"
@@ -19,7 +19,7 @@ python benchmarks/scaling.py --configs paper --json "$REC/scaling_paper.json" \
 # 2. the H100 record's measured graphed step times (commit 16977fd) re-projected with what the
 #    step exchanges now; no GPU ran here: no window, so no overlap (the graphed step has none)
 python benchmarks/scaling.py --configs paper,big --allreduce-repeats 3 \
-  --compute-from benchmarks/records/2026-11-27-h100-16977fd/scaling.json \
+  --compute-from research/records/2026-11-27-h100-16977fd/scaling.json \
   --json "$REC/reprojected_h100.json" >"$REC/reprojected_h100.log" 2>&1
 # 3. the trainer's step on two gloo ranks: the exchange (eager-ar) against DDP and one process
 accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no \

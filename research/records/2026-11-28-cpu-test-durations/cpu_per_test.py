@@ -1,7 +1,7 @@
 """The pytest plugin that wrote per-test-cpu-9a6a049.tsv: each test's CPU seconds (the worker's
 own, and its reaped children's: the CLI processes and launches it started) and its wall time.
 
-Run: PYTHONPATH=$PWD:benchmarks/records/2026-11-28-cpu-test-durations \
+Run: PYTHONPATH=$PWD:research/records/2026-11-28-cpu-test-durations \
     CPUPLUG_OUT=/tmp/cpu python -m pytest -q -n 2 --dist loadfile -m "" -p cpu_per_test
 (it ran as /tmp/cpuplug/cpuplug.py, the same code less these comments and type hints).
 """

@@ -2,7 +2,7 @@
 embedding and output layer, dropout 0.5 on both sides, B 20, T 30, V 10,000, one thread, fp32
 and bf16 autocast; median tokens/s of 5 rounds of 8 steps (forward, loss, backward; no update).
 
-    OMP_NUM_THREADS=1 python benchmarks/records/2026-11-29-cpu-hidden-sizes/lstm_widths.py
+    OMP_NUM_THREADS=1 python research/records/2026-11-29-cpu-hidden-sizes/lstm_widths.py
 """
 
 import statistics

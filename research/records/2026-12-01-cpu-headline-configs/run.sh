@@ -2,7 +2,7 @@
 # One epoch of PTB for each shipped large-corpus config at its own size and recipe (only the
 # corpus changed: PTB's files, every word kept as PTB has its own <unk>), one thread each, one
 # at a time; each run's log, config and trainer state are copied beside this script.
-#   bash benchmarks/records/2026-12-01-cpu-headline-configs/run.sh /work/shared/data/ptb
+#   bash research/records/2026-12-01-cpu-headline-configs/run.sh /work/shared/data/ptb
 set -u
 cd "$(dirname "$0")/../../.."
 record="$(dirname "$0")"

@@ -1,7 +1,7 @@
 """Runs per model and knob across the PTB sweep files (configs/sweeps/ptb*.toml): how much
 search each model of the PTB table had, seeds counted as runs. Prints a markdown table.
 
-    python benchmarks/records/2026-12-01-cpu-ptb-equal-knobs/knob_table.py  (matched runs count
+    python research/records/2026-12-01-cpu-ptb-equal-knobs/knob_table.py  (matched runs count
     parameters on the prepared corpus: PTB at /work/shared/data/ptb)
 """
 
