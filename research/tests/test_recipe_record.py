@@ -1,16 +1,17 @@
 """research/reproduction.md "Recipes" and README's demo line state the recipe-search record's numbers
-(the records' printed tables: tests/test_records.py)."""
+(the records' printed tables: research/tests/test_records.py)."""
 
 from __future__ import annotations
 
 import json
 import re
 
+from research.tests.tools import RECORDS
 from tests.train_helpers import REPO
 
-RECORD = REPO / "research" / "records" / "2026-11-27-cpu-recipe-search"
+RECORD = RECORDS / "2026-11-27-cpu-recipe-search"
 README = (REPO / "README.md").read_text(encoding="utf-8")
-REPRODUCTION = (REPO / "docs" / "reproduction.md").read_text(encoding="utf-8")
+REPRODUCTION = (REPO / "research" / "reproduction.md").read_text(encoding="utf-8")
 MODELS = {"RNN (order 1)": "rnn", "HORNN-3 `sum`": "sum", "HORNN-3 `max`": "max",
           "HORNN-3 `fofe`": "fofe", "HORNN-3 `gated`": "gated", "LSTM": "lstm"}  # fmt: skip
 
