@@ -51,7 +51,7 @@ def test_every_docs_page_is_one_link_from_readme() -> None:
 
 
 def test_every_relative_link_resolves() -> None:
-    """A link into research/ (the search's record, not the product) is research/tests' to check."""
+    """A link into the search's folder is its own tests' to check: no product test reads it."""
     search = REPO / "research"
     for page in [REPO / "README.md", *PAGES, REPO / "benchmarks" / "README.md"]:
         text = page.read_text(encoding="utf-8")
