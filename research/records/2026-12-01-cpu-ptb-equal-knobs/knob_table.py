@@ -1,5 +1,6 @@
-"""Runs per model and knob across the PTB sweep files (configs/sweeps/ptb*.toml): how much
-search each model of the PTB table had, seeds counted as runs. Prints a markdown table.
+"""Runs per model and knob across the PTB sweep files (research/sweeps/ptb*.toml and
+configs/sweeps/ptb*.toml): how much search each model of the PTB table had, seeds counted as
+runs. Prints a markdown table.
 
     python research/records/2026-12-01-cpu-ptb-equal-knobs/knob_table.py  (matched runs count
     parameters on the prepared corpus: PTB at /work/shared/data/ptb)
@@ -36,7 +37,9 @@ def scale(model) -> float:
 
 def main() -> None:
     runs: dict[str, list] = defaultdict(list)
-    for path in sorted((REPO / "configs" / "sweeps").glob("ptb*.toml")):
+    files = [*(REPO / "research" / "sweeps").glob("ptb*.toml")]
+    files += (REPO / "configs" / "sweeps").glob("ptb*.toml")
+    for path in sorted(files, key=lambda p: p.name):
         for run in read_sweep(path, ("data.path=/work/shared/data/ptb",)).runs:
             runs[kind(run.config.model)].append(run.config)
     knobs = {
