@@ -1,6 +1,6 @@
 """The README demo's speed at 1 and 2 torch threads: the demo command, timed.
 
-    python benchmarks/demo_threads.py --label idle --out benchmarks/records/2026-11-27-cpu-demo-threads
+    python benchmarks/demo_threads.py --label idle --out runs/demo-threads
 
 Runs `python -m hornn_dist.train configs/demo.toml` into a scratch output_dir for
 `--steps` steps once per thread count (`train.cpu_threads`, with OMP_NUM_THREADS the same),

@@ -1,6 +1,6 @@
 """Markdown table of a throughput.py JSON: best mode of each variant per config and precision.
 
-    python benchmarks/markdown_table.py benchmarks/records/2026-11-26-h200/throughput.json
+    python benchmarks/markdown_table.py OUT/throughput.json   # gpu_check.sh's OUT
 
 One row per variant, one column per (config, precision) in the order the JSON has them; a cell
 is the variant's best tokens/s over its modes and its ratio to the best LSTM of that column

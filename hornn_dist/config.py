@@ -63,7 +63,7 @@ class OptimConfig:
     """SGD with momentum, weight decay, gradient clipping, column norm and the lr schedules (§4)."""
 
     # initial learning rate for the per-token mean loss (§4: 0.5); a loss summed over a window's
-    # T steps (Zaremba et al.'s lr 1) is lr T here (docs/reproduction.md, "The lr scale")
+    # T steps (Zaremba et al.'s lr 1) is lr T here (docs/training.md, "The lr scale")
     lr: float = 0.5
     momentum: float = 0.5  # SGD momentum
     weight_decay: float = 1e-6  # L2 weight decay
@@ -72,8 +72,8 @@ class OptimConfig:
     clip: float = 1.0
     # `auto`: the recipe's clip, the global norm at 1, at 0.5 for `sum` pooling of order >= 2
     # (logged at start-up; training/optim.py resolve_clip); `norm`: the gradients' global L2 norm is clipped at
-    # `clip`; `value`: element-wise hard clipping at `clip` (§4). Why: docs/reproduction.md,
-    # "Recipes"
+    # `clip`; `value`: element-wise hard clipping at `clip` (§4). Why: docs/training.md, "The
+    # default recipe"
     clip_mode: str = "auto"
     max_col_norm: float = 4.0  # column normalisation threshold (0 = off)
     # plateau (PTB recipe) | fixed_then_halve (text8 recipe) | newbob (rnnlm's: plateau until the
@@ -87,7 +87,7 @@ class OptimConfig:
     halve_below: float = 0.0
     # plateau and newbob: epochs in a row that each fail that test before the lr halves (1: the
     # first one, §4's and rnnlm's rule); 2 keeps one noisy epoch at a long step from ending
-    # newbob's fixed phase (docs/reproduction.md, "PTB: each model's own recipe"); refused
+    # newbob's fixed phase (docs/training.md, "Plateau halving"); refused
     # under fixed_then_halve
     halve_patience: int = 1
     # convergence: once the lr has been halved, stop when `stop_patience` epochs in a row each
@@ -95,11 +95,11 @@ class OptimConfig:
     # (0 = run all `train.epochs`)
     stop_improvement: float = 0.003
     # epochs in a row under `stop_improvement` that end a run (1: the first one, rnnlm's rule);
-    # 2 keeps one noisy epoch from ending a run still improving (docs/reproduction.md, "Recipes")
+    # 2 keeps one noisy epoch from ending a run still improving (docs/training.md, "The default recipe")
     stop_patience: int = 2
     # true: a streak of `stop_patience` small epochs all at one lr halves the lr instead of
     # ending the run, which stops only once a lower lr no longer helps; it trained every model
-    # of the bundled corpus to a better or equal validation (docs/reproduction.md, "Recipes")
+    # of the bundled corpus to a better or equal validation (docs/training.md, "When a run stops")
     halve_before_stop: bool = True
 
     def validate(self) -> None:
@@ -115,7 +115,7 @@ class OptimConfig:
         if self.clip_mode == "auto" and self.clip != OptimConfig.clip:
             raise ConfigError(
                 f'optim.clip = {self.clip:g} needs optim.clip_mode "value" or "norm": under '
-                f'"auto" the clip is chosen per model (docs/reproduction.md, "Recipes")'
+                f'"auto" the clip is chosen per model (docs/training.md, "The default recipe")'
             )
         check_at_least("optim.max_col_norm", self.max_col_norm, 0)
         check_at_most("optim.max_col_norm", self.max_col_norm, MAX_CLIP)
@@ -178,7 +178,7 @@ class TrainConfig:
     # torch's CPU threads in each process: "auto" = OMP_NUM_THREADS where set (accelerate
     # launch and sweep set it per process), else 1: a small model's GEMMs gain little from a
     # second thread, and on a busy machine each step waits for the slower one (the demo ran
-    # 5x slower on 2 threads under load; benchmarks/records/2026-11-27-cpu-demo-threads);
+    # 4x slower on 2 threads under load; docs/training.md, "CPU threads");
     # a number N = exactly N. CPU runs only: a CUDA run keeps torch's default
     cpu_threads: int | str = "auto"
 

@@ -38,7 +38,7 @@ weights, gradients, momentum, the optimizer's and the final scoring's copies (20
 parameter), one step's activations (the HORNN scan keeps order² x batch x hidden values) and
 128 MiB for the rest of the run do not fit in the memory free to it: the GPU's, or the smaller
 of the machine's and its container's (cgroup v1 or v2 limit; in a real 512 MiB cgroup the
-largest size it accepts trains to the end, record `benchmarks/records/2026-11-27-cpu-memory-check/`). The resolved config is written to
+largest size it accepts trains to the end: [Speed and precision](performance.md#numbers-behind-the-codes-choices)). The resolved config is written to
 `output_dir/config.toml` and into every checkpoint. A file may start with `base = "other.toml"` (a path relative to
 it): every key it leaves out is the base file's, so a model's recipe that differs from
 another's in a few keys holds only those (`configs/text8_lstm.toml`).

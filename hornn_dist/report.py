@@ -6,7 +6,6 @@ with its numbers beside ours) and PNG plots into `--out` (default RUNS_DIR/repor
 and the paper's corpus come from the sweep file (its sweep.json); --layout and --paper override.
 Layout `fair` groups the runs that differ only by seed and compares the models over their seeds
 (experiments/fair.py), with tokens/s from `--speed-record` (experiments/speed.py).
-(A benchmark record's own tables: `python benchmarks/record_tables.py RECORD`.)
 """
 
 from __future__ import annotations

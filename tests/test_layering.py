@@ -1,9 +1,12 @@
 """The package's import graph has no cycle: every import of a hornn_dist module by another,
-function-level (lazy) imports included, read from the source with ast."""
+function-level (lazy) imports included, read from the source with ast. And the product never
+reaches into the search behind its recipes (research/): that imports the product, never the
+reverse."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,3 +116,22 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> Non
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n"
     )
     assert find_cycle(import_graph(tmp_path, "pkg")) is None
+
+
+def test_the_product_never_names_the_search() -> None:
+    """No module of the package, config, launch file, benchmark script or product test names a
+    path under research/ (its records, sweeps, tools) or imports from it, so that the product
+    runs, and passes its tests, without it (the docs may cite its records)."""
+    named = re.compile(r"\bresearch[/.]")
+    files = [p for root in ("hornn_dist", "tests") for p in (REPO / root).rglob("*.py")]
+    files += [*(REPO / "configs").rglob("*.toml"), *(REPO / "launch").iterdir()]
+    files += [*(REPO / "benchmarks").glob("*.py"), *(REPO / "benchmarks").glob("*.sh")]
+    me = Path(__file__).resolve()
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in files
+        if path.is_file() and path.resolve() != me and "__pycache__" not in path.parts
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if named.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -1,14 +1,15 @@
 """The PTB sweeps of the paper's benchmark (configs/sweeps/ptb_*.toml) plan the runs the issue
-asks for, benchmarks/gpu_ptb.sh queues them in its order of priority, and a run trains from a
-prepared PTB cache alone with `datasets` unimportable (the GPU machine has neither)."""
+asks for (Table 2, Figure 4, Table 3 over seeds and lrs with matched baselines, each PTB row's
+recipe over three seeds), and a run trains from a prepared PTB cache alone with `datasets`
+unimportable (a GPU machine may have neither)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +19,6 @@ from hornn_dist.config import RunConfig, load_config
 from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.experiments.params import MATCH_TOLERANCE, total_parameters
 from hornn_dist.experiments.plan import PlannedRun, read_sweep
-from hornn_dist.experiments.results import read_run
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEPS = REPO / "configs" / "sweeps"
@@ -40,23 +40,28 @@ def write_ptb_like(folder: Path, vocab: int = PTB_VOCAB) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, PlannedRun]]:
-    """The runs of each PTB sweep by name, configs/ptb_paper.toml pointed at a corpus of PTB's
-    vocabulary size in a tmp folder (prepared here in one process: match_params counts on it)."""
-    folder = write_ptb_like(tmp_path_factory.mktemp("ptb") / "ptb")
-    sets = (f"data.path={folder}", f"data.cache_dir={folder.parent / 'cache'}")
+def plan_ptb_sweeps(folder: Path, files: Iterable[Path]) -> dict[str, dict[str, PlannedRun]]:
+    """Return the runs of each sweep file by name (keyed by the file's stem), PTB pointed at a
+    corpus of PTB's vocabulary size written into `folder` (prepared here in one process:
+    match_params counts on it)."""
+    ptb = write_ptb_like(folder / "ptb")
+    sets = (f"data.path={ptb}", f"data.cache_dir={folder / 'cache'}")
     prepare_corpus(
         load_config(REPO / "configs" / "ptb_paper.toml", list(sets)).data, progress=False
     )
-    return {
-        sweep: {run.name: run for run in read_sweep(SWEEPS / f"{sweep}.toml", sets).runs}
-        for sweep in (
-            *("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen"),
-            *("ptb_recipe_weight_drop", "ptb_recipe_rnn_l2", "ptb_recipe_gated_l2"),
-            *("ptb_recipe_fofe_alpha", "ptb_recipe_rnn_alpha", "ptb_recipe_feedback_scale"),
-        )
-    }
+    return {file.stem: {run.name: run for run in read_sweep(file, sets).runs} for file in files}
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, PlannedRun]]:
+    """The runs of each PTB sweep by name (`plan_ptb_sweeps`)."""
+    return plan_ptb_sweeps(
+        tmp_path_factory.mktemp("ptb"),
+        [
+            SWEEPS / f"{s}.toml"
+            for s in ("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen")
+        ],
+    )
 
 
 def check_shipped_recipe(run: PlannedRun, lr: float = 0.5, hidden: int | None = 400) -> None:
@@ -137,130 +142,6 @@ def test_ptb_orders_and_alpha_plan_table2_and_figure4(plans: dict) -> None:
         assert (cfg.pooling, cfg.order, cfg.alpha, run.config.train.seed) == ("fofe", 3, a, 1234)
 
 
-def gpu_ptb_queue() -> list[tuple[str, str]]:
-    """Return gpu_ptb.sh's queue as (sweep, regex) items, as gpu_grids.sh splits GRIDS."""
-    text = (REPO / "benchmarks" / "gpu_ptb.sh").read_text(encoding="utf-8")
-    grids = re.search(r"^export GRIDS='([^']*)'", text, re.M)
-    assert grids, "gpu_ptb.sh sets GRIDS in single quotes"
-    return [(item.partition(":")[0], item.partition(":")[2] or ".") for item in grids[1].split()]
-
-
-def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> None:
-    names = {sweep: list(runs) for sweep, runs in plans.items()}
-    queued: list[str] = []
-    batches = []
-    for sweep, pattern in gpu_ptb_queue():  # each run at its first item, as gpu_grids.sh does
-        batch = [f"{sweep}/{n}" for n in names[sweep] if re.search(pattern, n)]
-        batch = [n for n in batch if n not in queued]
-        queued += batch
-        batches.append(batch)
-    groups = set(CHOSEN_GROUPS.values())
-    assert set(batches[0]) == {f"ptb_chosen/{g}-seed1234" for g in groups}
-    assert set(batches[1]) == {f"ptb_chosen/{g}-seed{s}" for g in groups for s in SEEDS[1:]}
-    candidates = [
-        f"ptb_recipe_weight_drop/{a}-wdrop0.2-seed{s}"
-        for a in ("rnn-tied-drop0.2-fixed10", "lstm-drop0.5")
-        for s in SEEDS
-    ]
-    # weight drop 0.2's gated run is the chosen group's seed 1234, not trained twice
-    assert sorted(batches[2]) == sorted(
-        [*candidates, "ptb_recipe_weight_drop/hornn3-gated-tied-drop0.3-fixed10-wdrop0.4-seed1234"]
-    )
-    assert batches[3] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
-    assert batches[4] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
-    assert len(batches[4]) == 7  # gated-3 at four weight decays, the LSTM at two, FOFE-3 at one
-    assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
-    assert len(batches[5]) == 7
-    assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
-    assert len(batches[6]) == 8
-    scale = names["ptb_recipe_feedback_scale"]
-    # each pooling's converged run at 0.2 is a chosen group's seed 1234, not trained twice
-    assert batches[7] == [
-        f"ptb_recipe_feedback_scale/{n}"
-        for n in scale
-        if not re.match(r"hornn3-(gated|max|sum)-tied-wd1e-05-c0.2-seed", n)
-    ]
-    assert len(batches[7]) == 11  # nine screens, gated-3 with dropout, `sum` with a fixed phase
-    assert batches[8] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
-    assert batches[9] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 10
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
-
-
-def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
-    plans: dict,
-) -> None:
-    """Stage 20 trains the RNN's chosen runs without dropout and with it, its one feedback
-    scaled by alpha (order-1 FOFE, eq. 5), FOFE-3 under both, and the scaled RNN at dropout
-    0.1 and 0.3: nothing else differs, the RNN's parameters neither."""
-    without = plans["ptb_recipe_rnn_l2"]["rnn-tied-wd1e-05-seed1234"].config  # stage 16
-    with_dropout = plans["ptb_chosen"]["rnn-drop0.2-tied-fixed10-alpha0.2-seed1234"].config
-    runs = dict(plans["ptb_recipe_rnn_alpha"])  # a copy: the fixture is the module's
-    orders = {
-        (r.config.model.order, r.config.model.alpha, r.config.model.dropout) for r in runs.values()
-    }  # FOFE-3 under the RNN's recipe too
-    assert orders == {
-        (1, 0.2, 0.0),
-        (1, 0.5, 0.0),
-        (3, 0.2, 0.0),
-        (1, 0.2, 0.2),
-        (3, 0.2, 0.2),
-        (1, 0.2, 0.1),
-        (1, 0.2, 0.3),
-    }
-    fixed = runs.pop("rnn-tied-wd1e-05-alpha0.2-fixed7-seed1234").config  # FOFE-3's schedule
-    assert (fixed.optim.schedule, fixed.optim.halve_after) == ("fixed_then_halve", 7)
-    assert fixed.model == runs["rnn-tied-wd1e-05-alpha0.2-seed1234"].config.model
-    for name, run in runs.items():
-        model = run.config.model
-        rnn = with_dropout if model.dropout else without
-        assert model.pooling == "fofe", name
-        if model.order == 1:
-            assert total_parameters(model, PTB_VOCAB) == total_parameters(rnn.model, PTB_VOCAB)
-        same = replace(
-            rnn.model, order=model.order, pooling="fofe", alpha=model.alpha, dropout=model.dropout
-        )  # the dropout rate is the orders set's: 0.2 as the RNN's chosen run, 0.1 and 0.3
-        check_same_recipe(run.config, replace(rnn, model=same), name)
-
-
-POOLINGS3 = ("gated", "max", "sum")  # the poolings stage 21 gives a feedback scale
-
-
-def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_recipe(
-    plans: dict,
-) -> None:
-    """Stage 21 screens `sum`, `max` and gated-3 for one epoch at feedback scale 1, 0.5 and
-    0.2 under the recipe FOFE-3 at alpha 0.2 had in stage 20, then converges each at 0.2 under
-    it: nothing else differs; gated-3 with dropout is configs/ptb.toml's recipe at 0.2, and
-    `sum`-3's second run differs from its first by lr 5 for 10 epochs before halving."""
-    fofe = plans["ptb_recipe_rnn_alpha"]["hornn3-fofe-tied-wd1e-05-alpha0.2-seed1234"].config
-    runs = plans["ptb_recipe_feedback_scale"]
-    screens = {n: r for n, r in runs.items() if n.startswith("screen-")}
-    grid = {(r.config.model.pooling, r.config.model.feedback_scale) for r in screens.values()}
-    assert grid == {(p, c) for p in POOLINGS3 for c in (0.2, 0.5, 1.0)} and len(screens) == 9
-    with_dropout = "hornn3-gated-tied-drop0.3-fixed10-wdrop0.2-c0.2-seed1234"
-    fixed = "hornn3-sum-tied-wd1e-05-c0.2-fixed10-seed1234"
-    converged = set(runs) - set(screens) - {with_dropout, fixed}
-    assert converged == {f"hornn3-{p}-tied-wd1e-05-c0.2-seed1234" for p in POOLINGS3}
-    best = load_config(REPO / "configs" / "ptb.toml")  # the best HORNN recipe, with dropout
-    scaled = replace(best, model=replace(best.model, feedback_scale=0.2))
-    check_same_recipe(runs[with_dropout].config, scaled, with_dropout)
-    newbob = runs["hornn3-sum-tied-wd1e-05-c0.2-seed1234"].config  # the fixed phase differs
-    phase = replace(newbob.optim, schedule="fixed_then_halve", halve_after=10, halve_below=0.0)
-    check_same_recipe(runs[fixed].config, replace(newbob, optim=phase), fixed)
-    for name, run in ((n, r) for n, r in runs.items() if n not in (with_dropout, fixed)):
-        model = run.config.model
-        epochs = 1 if name in screens else fofe.train.epochs
-        same = replace(  # alpha is FOFE's alone: these poolings ignore it
-            fofe.model,
-            pooling=model.pooling,
-            feedback_scale=model.feedback_scale,
-            alpha=model.alpha,
-        )
-        recipe = replace(fofe, model=same, train=replace(fofe.train, epochs=epochs))
-        check_same_recipe(run.config, recipe, name)
-
-
 @pytest.mark.integration
 def test_training_from_a_prepared_ptb_cache_needs_no_datasets(tmp_path: Path) -> None:
     folder = write_ptb_like(tmp_path / "ptb", vocab=60)
@@ -298,35 +179,6 @@ def test_training_from_a_prepared_ptb_cache_needs_no_datasets(tmp_path: Path) ->
     assert "reached train.max_steps = 2" in proc.stderr
 
 
-def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() -> None:
-    """configs/ptb.toml trains what the HORNN-3 run with the lowest PTB validation ppl of every
-    record trained (at H 400): a record with a better run fails this until the config follows."""
-    import json
-
-    import tomllib
-
-    runs = []
-    for state in (REPO / "benchmarks" / "records").rglob("trainer_state.json"):
-        config = state.parent / "config.toml"
-        if not config.is_file():
-            continue
-        raw = tomllib.loads(config.read_text())  # as written: older records predate some checks
-        data, model, train = raw.get("data", {}), raw.get("model", {}), raw.get("train", {})
-        if data.get("preset") != "ptb" or model.get("arch") != "hornn" or model.get("order") != 3:
-            continue
-        if model.get("hidden_size") != 400 or train.get(
-            "max_steps"
-        ):  # the table's size, whole runs
-            continue
-        history = json.loads(state.read_text()).get("valid_history") or []
-        if history:
-            runs.append((min(v["loss"] for v in history), config))
-    assert len(runs) >= 5, runs  # the Table 3 runs and the recipe stages at least
-    _, folder = min(runs, key=lambda r: r[0])
-    best = load_config(folder)
-    check_same_recipe(load_config(REPO / "configs" / "ptb.toml"), best, folder)
-
-
 def check_same_recipe(config: RunConfig, best: RunConfig, where: object) -> None:
     """Assert that `config` trains `best`'s model, optimiser and batches (its seed and folders
     aside); an LSTM's pooling, which torch.nn's LSTM ignores, is not compared."""
@@ -339,146 +191,16 @@ def check_same_recipe(config: RunConfig, best: RunConfig, where: object) -> None
         assert getattr(config.train, key) == getattr(best.train, key), (key, where)
 
 
-CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (its runs' prefix)
-    ("RNN", "no dropout"): "rnn-tied-wd1e-05-alpha0.2-fixed7",
-    ("HORNN-3 sum", "no dropout"): "hornn3-sum-tied-wd1e-05-c0.2",
-    ("HORNN-3 max", "no dropout"): "hornn3-max-tied-wd1e-05-c0.2",
-    ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-wd1e-05-alpha0.2",
-    ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-wd1e-05-c0.2",
-    ("LSTM", "no dropout"): "lstm-tied-halve1",
-    ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10-alpha0.2",
-    ("HORNN-3 max", "with dropout"): "hornn3-max-drop0.5",
-    ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-tied-drop0.2-fixed10-alpha0.2",
-    ("HORNN-3 gated", "with dropout"): "hornn3-gated-drop0.3-tied-fixed10-wdrop0.2",
-    ("LSTM", "with dropout"): "lstm-drop0.5",
-    ("RNN", "equal parameters"): "rnn-matched-drop0.2-tied",
-    ("LSTM", "equal parameters"): "lstm-matched-drop0.5-tied",
-}
-
-
-def chosen_table_runs() -> dict[tuple[str, str], Path]:
-    """Return the PTB table's chosen run of each (row, column): the lowest validation ppl of
-    the row's runs its columns name (no dropout, with dropout), and the equal-parameter rows."""
-    import tomllib
-
-    from tests.train_helpers import load_benchmark
-
-    read_record_run = load_benchmark("record_runs").read_record_run
-    table = REPO / "benchmarks" / "records" / "2026-11-29-cpu-ptb-table"
-    tables = tomllib.loads((table / "tables.toml").read_text())["table"]
-    chosen = {}
-    for column in ("no dropout", "with dropout"):
-        (positions,) = {
-            tuple(c["runs"]) for c in tables[0]["columns"] if c["head"].startswith(column)
-        }
-        for row in tables[0]["rows"]:
-            runs = [row["runs"][i - 1] for i in positions if row["runs"][i - 1]]
-            if runs and "calibration" not in row["model"]:
-                best = min(runs, key=lambda r: read_record_run(table / r).best_valid_ppl())
-                chosen[row["model"], column] = table / best
-    for row in tables[2]["rows"]:
-        if row["model"] in ("RNN", "LSTM"):
-            chosen[row["model"], "equal parameters"] = table / row["runs"][0]
-    return chosen
-
-
-def test_ptb_chosen_trains_each_table_rows_chosen_run_over_three_seeds(plans: dict) -> None:
-    """ptb_chosen.toml trains, for every row and column of the PTB table, the recipe of the run
-    the table chooses by validation, at seeds 1234-1236: a better run added to the table fails
-    this until the sweep follows."""
-    chosen = chosen_table_runs()
-    assert set(chosen) == set(CHOSEN_GROUPS)  # a new row or column needs its group here
+def test_ptb_chosen_trains_each_of_its_recipes_over_three_seeds(plans: dict) -> None:
+    """ptb_chosen.toml: each PTB table row's recipe (13 groups: six models without dropout,
+    five with it, the RNN and the LSTM at equal parameters) at seeds 1234-1236, the three runs
+    of a group the same recipe but for the seed."""
     groups: dict[str, list[PlannedRun]] = {}
-    for run in plans["ptb_chosen"].values():  # sized on a corpus of PTB's vocabulary
+    for run in plans["ptb_chosen"].values():
         groups.setdefault(run.name.rpartition("-seed")[0], []).append(run)
-    assert set(groups) == set(CHOSEN_GROUPS.values())
-    for key, prefix in CHOSEN_GROUPS.items():
-        best = load_config(chosen[key] / "config.toml")
-        runs = groups[prefix]
-        assert [r.config.train.seed for r in runs] == list(SEEDS), key
-        for run in runs:
-            check_same_recipe(run.config, best, (key, chosen[key]))
-
-
-@pytest.mark.integration
-def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
-    plans: dict, tmp_path: Path
-) -> None:
-    """gpu_grids.sh on a CPU, in a copy's working folder: it makes $OUT where that folder does
-    not exist yet, leaves out the runs a record holds finished (here seed 1234 of the H200
-    record's chosen runs), queues the rest in the items' order, starts no run with less time
-    left than GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs grids.tgz."""
-    import tarfile
-
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("configs", "benchmarks"):
-        (work / name).symlink_to(REPO / name)
-    h200 = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
-    record = tmp_path / "record" / "ptb_chosen"
-    for run in h200.glob("*-seed1234"):
-        shutil.copytree(run, record / run.name)
-    out = tmp_path / "not" / "yet"
-    env = {
-        **os.environ,
-        "OUT": str(out),
-        "GRIDS": "ptb_chosen:-seed123[46]$ ptb_alpha:alpha0.9$ ptb_alpha",
-        "GRIDS_SKIP_RECORDED": str(record.parent),
-        "GRIDS_SET": f"data.path={write_ptb_like(tmp_path / 'ptb')} data.cache_dir={tmp_path}/cache",
-        "GRIDS_SECONDS": "2",
-        "GRIDS_MIN_RUN_SECONDS": "100",
-        "GRIDS_REFERENCE": "0",
-        "GRIDS_FINISH_SECONDS": "5",
-        "GRIDS_REPORT_SECONDS": "5",
-        "PYTHON": sys.executable,
-    }
-    proc = subprocess.run(
-        ["bash", "benchmarks/gpu_grids.sh"], cwd=work, env=env, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = (out / "summary.txt").read_text(encoding="utf-8")
-    done = {n for n in plans["ptb_chosen"] if (r := read_run(record / n)) and r.finished}
-    assert done and done == {n for n in plans["ptb_chosen"] if (record / n).is_dir()}
-    assert set(re.findall(r"^recorded: ptb_chosen/(\S+) ", summary, re.M)) == done
-    chosen = [name for name in plans["ptb_chosen"] if re.search(r"-seed123[46]$", name)]
-    alphas = [f"ptb_alpha/fofe3-alpha0.{a}" for a in (9, 2, 3, 4, 5, 6, 7, 8)]
-    queue = [f"ptb_chosen/{n}" for n in chosen if n not in done] + alphas  # 0.9 first, once
-    assert any(n.endswith("-seed1234") for n in queue)  # a group the record lacks
-    assert re.findall(r"^not started: (\S+)$", summary, re.M) == queue
-    assert f"queue: {len(queue)} runs" in summary and "\nstart " not in summary
-    with tarfile.open(out / "grids.tgz") as pack:
-        names = pack.getnames()
-    assert any(n.endswith("ptb_alpha/sweep.json") for n in names), names
-    assert any(n.endswith("logs/runs.tsv") for n in names), names
-
-
-def test_grid_runs_names_a_missing_record_folder_in_one_line(tmp_path: Path) -> None:
-    missing = tmp_path / "no-record"
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/grid_runs.py", "list", "configs/sweeps/ptb_alpha.toml",
-         "--skip-recorded", str(missing)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [
-        f"error: --skip-recorded {missing}: no such folder; name a record's folder"
-    ]
-
-
-def test_gpu_ptb_without_a_prepared_carry_stops_with_a_one_line_hint(tmp_path: Path) -> None:
-    """gpu_ptb.sh runs its header as comments only and refuses a carry with no prepared PTB:
-    exit 2 and one line naming the folder, before any run starts."""
-    env = {**os.environ, "PTB_CARRY": str(tmp_path / "carry")}
-    done = subprocess.run(
-        ["bash", "benchmarks/gpu_ptb.sh"],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
-    assert f"no prepared PTB in {tmp_path}/carry/data_cache; HINT:" in done.stderr
+    assert len(groups) == 13 and len(plans["ptb_chosen"]) == 39
+    for name, runs in groups.items():
+        assert [r.config.train.seed for r in runs] == list(SEEDS), name
+        for run in runs[1:]:
+            check_same_recipe(run.config, runs[0].config, run.name)
+        assert runs[0].config.data.preset == "ptb", name

@@ -18,14 +18,12 @@ from hornn_dist.config import load_config
 from hornn_dist.experiments.paper import paper_model, paper_ppl
 from hornn_dist.experiments.results import RunRecord, read_run, read_runs
 from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
-from hornn_dist.training.optim import resolve_clip
 from tests.train_helpers import (
     REPO,
     check_ok,
     env,
     markdown_table,
     run_here,
-    run_record_tables,
     wait_for_step,
     write_tiny_config,
 )
@@ -291,46 +289,6 @@ def test_missing_matplotlib_is_one_line_before_any_work(runs: Path, tmp_path: Pa
     assert not out.exists()
 
 
-@pytest.mark.integration
-def test_a_record_of_the_sweeps_runs_prints_its_tables(runs: Path, tmp_path: Path) -> None:
-    """`benchmarks/record_tables.py` over the files a record keeps of two finished runs (config.toml,
-    metrics.jsonl, the last trainer_state.json): the clip auto resolved to, read from the
-    trainer's own start event, and the scores the runs' checkpoints hold."""
-    record = tmp_path / "record"
-    for name in ("rnn", "hornn3-fofe"):
-        kept = record / "runs" / name
-        kept.mkdir(parents=True)
-        for file in ("config.toml", "metrics.jsonl"):  # no train.log: no reader needs it
-            shutil.copy2(runs / name / file, kept / file)
-        newest = sorted((runs / name / "checkpoints").glob("step_*"))[-1]
-        shutil.copy2(newest / "trainer_state.json", kept / "trainer_state.json")
-    (record / "tables.toml").write_text(
-        """
-[[table]]
-title = "two runs"
-reference = ["runs/rnn"]
-columns = [
-  {head = "run", show = "run"},
-  {head = "clip", show = "clip"},
-  {head = "test ppl", show = "test ppl"},
-  {head = "× RNN", show = "× reference"},
-]
-rows = [{runs = ["runs/rnn"]}, {runs = ["runs/hornn3-fofe"]}]
-"""
-    )
-    proc = run_record_tables(record)
-    check_ok(proc)
-    rows = markdown_table(proc.stdout, "## two runs")
-    rnn, fofe = read_run(runs / "rnn"), read_run(runs / "hornn3-fofe")
-    for row, run in zip(rows, (rnn, fofe), strict=True):
-        clip = resolve_clip(run.config.model, run.config.optim)  # what auto gave it then
-        assert run.config.optim.clip_mode == "auto"
-        assert row["clip"] == f"{clip.clip_mode} {clip.clip:g} (auto)"
-        assert row["test ppl"] == f"{run.test_ppl:.2f}"
-    assert rows[1]["× RNN"] == f"{fofe.test_ppl / rnn.test_ppl:.3f}"
-    assert not list(record.rglob("report*"))  # it writes nothing
-
-
 def test_runs_of_different_corpora_are_said_to_be_so(tmp_path: Path) -> None:
     from tests.fabricated_runs import curve, write_run
 
@@ -356,36 +314,51 @@ def test_runs_of_different_corpora_are_said_to_be_so(tmp_path: Path) -> None:
     assert "different corpora" not in single.stdout + single.stderr
 
 
-H200_CHOSEN = REPO / "benchmarks" / "records" / "2026-11-29-h200-ptb" / "ptb_chosen"
+def _seed_runs(runs: Path, models: int, seeds: tuple[int, ...]) -> None:
+    """Write fabricated finished runs `m{i}-seed{s}` (model i at H 8 + i, each seed's
+    validation curve of its own length, so that the seeds stop at different epochs)."""
+    from tests.fabricated_runs import curve, write_run
+
+    for i in range(models):
+        for k, seed in enumerate(seeds):
+            name = f"m{i}-seed{seed}"
+            config = load_config(
+                REPO / "configs" / "demo.toml",
+                [
+                    f"model.hidden_size={8 + i}",
+                    f"model.embedding_size={8 + i}",
+                    f"train.seed={seed}",
+                    f"train.output_dir={runs / name}",
+                ],
+            )
+            final = 100.0 + 10 * i + k
+            write_run(runs / name, config, curve(final, 4 + k, tail=3 + 2 * k), final + 2)
 
 
 def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
     tmp_path: Path,
 ) -> None:
-    """valid_curves: one curve per model of a seeds sweep (the H200 record's 15 models of 45
-    runs), its mean, least and greatest at each epoch those of the seeds' own
-    trainer_state.json files; an unfinished seed (here one whose test score is taken away, as
-    a run stopped at a deadline has none) is no seed."""
+    """valid_curves: one curve per model of a seeds sweep, its mean, least and greatest at each
+    epoch those of the seeds' own trainer_state.json files; an unfinished seed (here one whose
+    test score is taken away, as a run stopped at a deadline has none) is no seed."""
     from hornn_dist.experiments.plots import valid_curves
 
-    chosen = tmp_path / "ptb_chosen"
-    shutil.copytree(H200_CHOSEN, chosen)
-    unfinished = chosen / "lstm-matched-drop0.5-tied-seed1236" / "trainer_state.json"
+    runs = tmp_path / "runs"
+    _seed_runs(runs, models=3, seeds=(1234, 1235, 1236))
+    (unfinished,) = (runs / "m2-seed1236").rglob("trainer_state.json")
     state = json.loads(unfinished.read_text())
     unfinished.write_text(json.dumps({**state, "test": None}))
-    curves = {c.label: c for c in valid_curves(pick_best(read_runs(chosen)))}
-    assert len(curves) == 15
-    assert curves["lstm-matched-drop0.5-tied"].seeds == 2
-    assert curves["lstm-drop0.5"].seeds == 3
-    rnn = curves["rnn-tied"]
+    curves = {c.label: c for c in valid_curves(pick_best(read_runs(runs)))}
+    assert list(curves) == ["m0", "m1", "m2"]
+    assert curves["m2"].seeds == 2 and curves["m1"].seeds == 3
+    first = curves["m0"]
     by_seed = []
     for seed in (1234, 1235, 1236):
-        state = json.loads(
-            (H200_CHOSEN / f"rnn-tied-seed{seed}" / "trainer_state.json").read_text()
-        )
-        by_seed.append({float(h["epoch"]): h["ppl"] for h in state["valid_history"]})
-    assert rnn.seeds == 3 and rnn.epochs == sorted(set().union(*by_seed))
-    for epoch, mean, low, high in zip(rnn.epochs, rnn.mean, rnn.low, rnn.high, strict=True):
+        (state_file,) = (runs / f"m0-seed{seed}").rglob("trainer_state.json")
+        history = json.loads(state_file.read_text())["valid_history"]
+        by_seed.append({float(h["epoch"]): h["ppl"] for h in history})
+    assert first.seeds == 3 and first.epochs == sorted(set().union(*by_seed))
+    for epoch, mean, low, high in zip(first.epochs, first.mean, first.low, first.high, strict=True):
         ppls = [ppl[epoch] for ppl in by_seed if epoch in ppl]
         assert mean == pytest.approx(sum(ppls) / len(ppls), rel=1e-12)
         assert (low, high) == (min(ppls), max(ppls))
@@ -393,17 +366,22 @@ def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
 
 
 def test_valid_curves_plot_of_many_models_keeps_its_legend_beside_the_axes(tmp_path: Path) -> None:
-    """13 models' curves: the legend sits beside the axes (matplotlib warns where its layout
-    collapses the axes; a warning fails this) in a figure wider than the one-axes default."""
+    """13 models' curves (two seeds each): the legend sits beside the axes (matplotlib warns
+    where its layout collapses the axes; a warning fails this) in a figure wider than the
+    one-axes default."""
     import warnings
 
     from PIL import Image
 
-    from hornn_dist.experiments.plots import plot_valid_curves
+    from hornn_dist.experiments.plots import plot_valid_curves, valid_curves
 
+    runs = tmp_path / "runs"
+    _seed_runs(runs, models=13, seeds=(1234, 1235))
+    picked = pick_best(read_runs(runs))
+    assert len(valid_curves(picked)) == 13
     path = tmp_path / "valid_curves.png"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert plot_valid_curves(pick_best(read_runs(H200_CHOSEN)), path)
+        assert plot_valid_curves(picked, path)
     width, height = Image.open(path).size
     assert width > 1.5 * height

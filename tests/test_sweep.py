@@ -42,11 +42,6 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "ptb_orders": 14,
         "ptb_alpha": 8,
         "text8_summary": 6,
-        "synthetic_recipes": 8,
-        "recipe_converged": 6,
-        "recipe_converged_sum": 1,
-        "recipe_sum_screen": 6,
-        "recipe_sum_screen2": 3,
     }
     for name, runs in expected.items():
         plan = read_sweep(REPO / "configs" / "sweeps" / f"{name}.toml")
@@ -377,9 +372,32 @@ def _checkpoint_stamps(folder: Path) -> dict[str, int]:
     }
 
 
+LIST_VALUES_SWEEP = """
+base = "{base}"
+output_dir = "runs/sweeps/lists"
+
+[set]
+"data.preset" = ""
+"data.source" = "files"
+"data.name" = "synthetic"
+"data.train" = ["data/synthetic/train.txt"]
+"data.valid" = ["data/synthetic/valid.txt"]
+"data.test" = ["data/synthetic/test.txt"]
+
+[[runs]]
+name = "rnn"
+set = {{ "model.order" = 1, "model.pooling" = "sum" }}
+
+[[runs]]
+name = "hornn3-{{model.pooling}}"
+grid = {{ "model.pooling" = ["sum", "max", "fofe", "gated"] }}
+"""
+
+
 def test_dry_run_prints_each_command_as_a_shell_takes_it(tmp_path: Path) -> None:
     # list values ("data.train" = [...]) carry quotes a plain join loses in a shell
-    sweep = REPO / "configs" / "sweeps" / "synthetic_converged.toml"
+    sweep = tmp_path / "lists.toml"
+    sweep.write_text(LIST_VALUES_SWEEP.format(base=REPO / "configs" / "demo.toml"))
     dry = subprocess.run(
         [sys.executable, "-m", "hornn_dist.sweep", str(sweep), "--dry-run"],
         cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120,

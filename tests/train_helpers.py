@@ -162,20 +162,6 @@ def run_module(module: str, *args: str, timeout: int = 300) -> subprocess.Comple
     )
 
 
-def run_record_tables(record: Path) -> subprocess.CompletedProcess:
-    """Run `python benchmarks/record_tables.py RECORD` in this process (`run_benchmark`)."""
-    return run_benchmark("record_tables", str(record))
-
-
-def run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess:
-    """Run `python benchmarks/SCRIPT.py ARGS` in this process, as `run_here` runs a module (a
-    script imports its sibling modules, e.g. record_runs.py, from its own folder)."""
-    benchmarks = str(REPO / "benchmarks")
-    if benchmarks not in sys.path:
-        sys.path.insert(0, benchmarks)
-    return run_here(script, *args)
-
-
 def run_here(
     module: str, *args: str, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

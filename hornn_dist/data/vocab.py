@@ -64,7 +64,7 @@ def _pattern_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str)
     and pre-tokenizer, so that preparation and every later reading agree by construction.
 
     Oniguruma backtracks, but gives up on a search past its retry limit (a fraction of a
-    second: benchmarks/records/2026-11-27-cpu-word-pattern), so no pattern hangs."""
+    second: docs/data.md, "One regex engine"), so no pattern hangs."""
     normalizer, pre_tokenizer = _reader(lowercase, add_eos, word_pattern)
     words: list[str] = []
     try:
@@ -84,7 +84,7 @@ def _pattern_words(text: str, lowercase: bool, add_eos: bool, word_pattern: str)
 
 
 # The pre-tokenizer's time per word grows with the length of its input: pieces of 4K
-# characters split 3x faster than 1 MB (benchmarks/records/2026-11-27-cpu-word-pattern)
+# characters split 3x faster than 1 MB (docs/data.md, "One regex engine")
 PATTERN_PIECE_CHARS = 1 << 12
 _SPACE = re.compile(r"\s")
 

@@ -5,8 +5,8 @@ differ in load from run to run), so their own tokens/s do not compare. The fair 
 model's speed from a record where it ran alone instead, and names it; without one its column
 says so. Two kinds of record are read:
 
-- a `benchmarks/throughput.py --json` file (or a record folder holding `throughput.json`, such
-  as benchmarks/records/2026-11-27-h100-16977fd, or several `throughput*.json`, e.g. one per
+- a `benchmarks/throughput.py --json` file (or a folder holding `throughput.json`, as
+  `benchmarks/gpu_check.sh` writes it, or several `throughput*.json`, e.g. one per
   hidden size, read together): the training step of one process. A row
   serves a model of the same arch, pooling and order (HORNNs), hidden size and embedding width;
   of several (precisions, modes, engines) the fastest, named in the cell. The multi-process

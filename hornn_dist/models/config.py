@@ -48,7 +48,7 @@ class ModelConfig:
     hidden_size: int = 400  # H, hidden units per layer
     embedding_size: int = 0  # 0 means equal to hidden_size
     num_layers: int = 1  # stacked recurrent layers
-    # tanh | sigmoid | relu (hornn and rnn); see docs/reproduction.md, "Recipes"
+    # tanh | sigmoid | relu (hornn and rnn); see docs/training.md, "The default recipe"
     activation: str = "tanh"
     init_std: float = 0.1  # weights ~ N(0, init_std), as in §4
     # dropout on the non-recurrent connections (Zaremba et al. 2014): after the embedding,
@@ -71,7 +71,7 @@ class ModelConfig:
     # min(init_std, 1/√(H·Σₙwₙ²)), wₙ = each path's weight in the pool at init (1 for sum/max,
     # αⁿ fofe, ½ gated), so the pooled feedback starts at gain ≤ 1; `paper`: N(0, init_std)
     # like every weight. LSTM/GRU: init_std either way. The rule: hornn_dist/models/init.py;
-    # why: docs/reproduction.md, "Recipes"
+    # why: docs/training.md, "The default recipe"
     recurrent_init: str = "scaled"
     # auto (triton on CUDA under bf16/fp16 when batch per process × hidden_size ≤ 32768, where
     # it was measured faster; fused otherwise) | fused (one cuBLAS GEMM per step) | triton (one

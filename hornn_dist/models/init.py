@@ -10,7 +10,7 @@ w_n is path n's weight in the pool at initialisation: 1 for sum and max (and the
 N(0, 0.1) one path has 0.1·√H (1.1 at H 128, 2 at H 400) and N unweighted paths √N times
 that, the chaotic start under tanh that made `sum` and `max` diverge. `scaled` caps that gain
 at 1 and never raises it: FOFE-3 and gated-3 at H 128 (gain 0.83 and 0.98) keep the paper's
-draw, which trained them best (docs/reproduction.md, "Recipes"). The LSTM and GRU keep
+draw, which trained them best (docs/training.md, "The default recipe"). The LSTM and GRU keep
 N(0, init_std) everywhere (their gates set their own gain), under a feedback scale too.
 """
 

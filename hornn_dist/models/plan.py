@@ -23,8 +23,8 @@ from hornn_dist.models.precision import AUTOCAST_DTYPES, DTYPE_NAMES, layer_dtyp
 
 # engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16 it
 # beat "fused" at the paper's B 20 x H 400 and lost at B 128 x H 1024; between them a guess.
-# measured: benchmarks/records/2026-11-26-h100-run4/README.md (the speed issue's table); one
-# H200 agrees for every pooling (benchmarks/records/2026-11-29-h200-scaleout/README.md)
+# measured: docs/performance.md, "Numbers behind the code's choices" (the speed issue's table;
+# one H200 agrees for every pooling)
 AUTO_TRITON_MAX_OUTPUTS = 2**15
 
 RUNNING_ENGINES = tuple(e for e in ENGINES if e != "auto")  # what "auto" resolves among

@@ -51,7 +51,7 @@ def low_precision_dtype(precision: str, dtype: torch.dtype, device: str) -> torc
 # what Linux's /proc/cpuinfo names for bf16 matrix products in hardware (AVX-512 BF16, AMX)
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # the architectures whose whole CPU training step measured faster under bf16 autocast than in
-# fp32 on a CPU with those flags, at the paper size (record benchmarks/records/2026-11-28-cpu-bf16/)
+# fp32 on a CPU with those flags, at the paper size (docs/performance.md, "bf16 on a CPU")
 CPU_BF16_FASTER = frozenset({"hornn", "rnn", "lstm", "gru"})
 
 

@@ -57,7 +57,7 @@ def choose_tiles(batch: int, hidden: int, sms: int = 132) -> dict[str, int]:
     """Return the tile sizes, warps and K split for a step of B x H outputs on `sms`
     multiprocessors ($HORNN_TRITON_TILES wins).
 
-    From the tile sweep on one H100 (benchmarks/records/2026-11-26-h100-run3/, bf16, fofe and gated): 16 or 32 batch
+    From the tile sweep on one H100 (bf16, fofe and gated): 16 or 32 batch
     rows, 16 hidden columns up to H 512 (32 above), BLOCK_K 32, 4 warps, and K split over 2-8
     programs per tile, as many as keep about 4 programs per multiprocessor and 3+ BLOCK_K chunks
     per program: B 20 x H 400 gets 32x16x32x4x4, B 128 x H 1024 32x32x32x4x4, the fastest or

@@ -12,7 +12,7 @@ from hornn_dist.models.config import ModelConfig
 from hornn_dist.wording import counted
 
 # clip_mode "auto": the recipe's clip, the gradient's global norm, chosen by validation on the
-# bundled corpus and checked at H 400 (docs/reproduction.md, "Recipes"). 1 leaves the usual step
+# bundled corpus and checked at H 400 (docs/training.md, "The default recipe"). 1 leaves the usual step
 # (norms 0.4-0.9) whole and bounds the spikes that made the paper's element-wise 5 diverge at
 # H 400; an unweighted sum of several feedback paths (`sum` pooling, order >= 2) went above the
 # vocabulary's perplexity at H 400 under 1 and trained there under 0.5 (better than 0.25)

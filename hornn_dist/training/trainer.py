@@ -336,7 +336,7 @@ class Trainer:
         logger.info("threads: %s", self.threads)
         clip = self.step.optim  # clip_mode "auto" resolved for this model
         logger.info(
-            'recipe: %s | activation %s | clip %s %g, column norm %g, lr %g (docs/reproduction.md, "Recipes")',
+            'recipe: %s | activation %s | clip %s %g, column norm %g, lr %g (docs/training.md, "The default recipe")',
             init_rule.describe(cfg.model),
             cfg.model.activation if cfg.model.arch in ("hornn", "rnn") else "(gates)",
             f"{clip.clip_mode}{' (auto)' if cfg.optim.clip_mode == 'auto' else ''}",
