@@ -19,6 +19,9 @@ CORPUS_KEYS = {
     "model": {"hidden_size", "embedding_size", "num_layers", "init_std", "dropout", "weight_drop"},
     "optim": {"halve_after", "min_lr", "weight_decay"},
 }
+# and what a size needs to train: at 2 x 1024 gated-3's dropout row (feedback 1, clip 1) diverged
+# on PTB's files; its row without dropout's feedback 0.2 and clip 0.25 train (docs/training.md)
+SIZE_KEYS = {"wikitext103": {"model": {"feedback_scale"}, "optim": {"clip"}}}
 
 
 @pytest.mark.parametrize(
@@ -37,6 +40,7 @@ def test_a_corpus_config_is_its_ptb_rows_recipe(corpus: str, ptb: str) -> None:
     row = load_config(CONFIGS / f"{ptb}.toml").to_dict()
     for section, keys in CORPUS_KEYS.items():
         differ = {k for k in row[section] if mine[section][k] != row[section][k]}
+        keys = keys | SIZE_KEYS.get(corpus, {}).get(section, set())
         assert differ <= keys, (
             f"{corpus}.toml's [{section}] {sorted(differ - keys)} are not {ptb}.toml's"
         )
