@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from hornn_dist.checks import check_at_most, check_choice, check_count
 from hornn_dist.errors import ConfigError
+from hornn_dist.on_resume import EXECUTION, on_resume
 
 ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")
@@ -19,9 +20,6 @@ ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
 RECURRENT_INITS = ("paper", "scaled")  # how the feedback weights are drawn (models/init.py)
 DROPOUT_MASKS = ("step", "sequence")  # a new mask per token, or one per stream for a window
-# keys that pick how the same parameters are computed, not what they are: a resume may change
-# them (e.g. a run trained with the triton engine on a GPU, resumed on a CPU)
-EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
 # Upper bounds far past any model that trains, below sizes whose shapes overflow an index or
 # whose first allocation is terabytes (the memory check judges what lies between)
 MAX_ORDER = 4096
@@ -77,14 +75,14 @@ class ModelConfig:
     # it was measured faster; fused otherwise) | fused (one cuBLAS GEMM per step) | triton (one
     # Triton kernel per step, CUDA only) | loop (plain autograd, slow reference); resolved once
     # per run: hornn_dist/models/plan.py
-    engine: str = "auto"
+    engine: str = on_resume(EXECUTION, "auto")
     # under `train.mixed_precision` bf16/fp16: `fp16` runs each HORNN layer (input GEMM and
     # recurrence) in fp16 whatever the autocast dtype, as PyTorch runs cuDNN's RNNs (on a CPU:
     # the autocast dtype); `autocast` runs it in the autocast dtype; `fp32` keeps its state and
     # element-wise math in fp32 (TF32 GEMMs on CUDA). GEMMs and sums accumulate in fp32 in all
     # three; without mixed precision all are the same fp32 math. The rule:
     # precision.layer_dtype; speed and rounding of each: docs/performance.md
-    recurrence_precision: str = "fp16"
+    recurrence_precision: str = on_resume(EXECUTION, "fp16")
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
