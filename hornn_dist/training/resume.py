@@ -280,8 +280,9 @@ def stop_stands(schedule_state: dict[str, Any], cfg: OptimConfig) -> bool:
         return False
     schedule = LrSchedule.from_config(cfg)
     schedule.load_state_dict(schedule_state)
-    schedule.stop_patience = cfg.stop_patience
-    schedule.halve_before_stop = cfg.halve_before_stop
+    # the two keys that decide whether a stop stands; a resume applies the others it changed
+    rule = {"stop_patience": cfg.stop_patience, "halve_before_stop": cfg.halve_before_stop}
+    schedule.cfg = replace(schedule.cfg, **rule)
     schedule.judge_stop_again()
     return bool(schedule.stopped)
 
@@ -389,8 +390,8 @@ def _apply_changed_settings(run: Checkpointer, saved: RunConfig, state: TrainerS
             "the checkpoint's run had stopped (%s); under this config's stopping rule "
             "(optim.stop_patience %d, optim.halve_before_stop %s) it trains on at lr %.4g",
             state.schedule["stopped"],
-            schedule.stop_patience,
-            str(schedule.halve_before_stop).lower(),
+            schedule.cfg.stop_patience,
+            str(schedule.cfg.halve_before_stop).lower(),
             schedule.lr,
         )
 
@@ -408,7 +409,7 @@ def apply_changed_settings(
     so it stays bit-identical to an uninterrupted run (the schedule sets each new lr on the
     optimizer it drives).
     """
-    notes = []
+    notes, followed = [], False
     restored_lr = schedule.lr
     for key, way in ways_of(cfg).items():  # a STEP key is read at every step: nothing to do
         old, new = getattr(saved, key), getattr(cfg, key)
@@ -419,13 +420,11 @@ def apply_changed_settings(
             schedule.set_lr(new)
             if restored_lr != old:
                 note += f" (the schedule had reached {restored_lr:.4g})"
-        elif way == SCHEDULE:
-            setattr(schedule, key, new)
-            if key == "stop_improvement":
-                schedule.stopped = ""  # judged afresh under the new threshold
-            schedule.judge_stop_again()
         elif way == OPTIMIZER:
             for group in optimizer.param_groups:
                 group[key] = new
         notes.append(note)
+        followed = followed or way == SCHEDULE
+    if followed:  # the schedule holds its keys: it takes them all, and judges its stop again
+        schedule.follow(cfg)
     return notes
