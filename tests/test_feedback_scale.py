@@ -45,7 +45,7 @@ def test_a_scaled_hornn_matches_the_reference_with_c_times_the_pooled_feedback(p
     got, _ = model(tokens)
     x = model.embedding(tokens)
     for layer in model.layers:
-        assert layer.feedback_scale == c
+        assert layer.cfg.feedback_scale == c
         x, _ = reference_layer(layer, x, torch.zeros(order, 3, H, dtype=torch.float64))
     want = model.decoder(x)
     assert (got - want).abs().max() <= 1e-12 * want.abs().max()
@@ -100,8 +100,8 @@ def test_a_bad_feedback_scale_is_one_line_naming_the_key_and_its_range(value):
         build_model(config(feedback_scale=value), V)
     message = str(excinfo.value)
     assert "\n" not in message and "model.feedback_scale" in message and "(0, 10]" in message
-    with pytest.raises(ValueError, match=r"^feedback_scale must be in \(0, 10\]"):
-        HornnLayer(3, 4, feedback_scale=value)  # the layer's own argument name
+    with pytest.raises(ConfigError, match=r"^model.feedback_scale must be in \(0, 10\]"):
+        HornnLayer(3, 4, feedback_scale=value)  # a layer alone: the same key, the same words
 
 
 def torch_rnn_reference(model, tokens: torch.Tensor, c: float) -> torch.Tensor:

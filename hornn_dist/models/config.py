@@ -1,7 +1,8 @@
 """The `[model]` section of a run config, its tables of choices and the rules that check a value.
 
-Each table and rule is written once here: `ModelConfig.validate` applies the rules under the
-config's key names ("model.order"), `HornnLayer` under its own argument names ("order").
+Each table, rule and default is written once here: `ModelConfig.validate` applies the rules
+under the config's key names ("model.order"), and a `HornnLayer` is built from a ModelConfig
+(models/hornn.py), so a new key is its field here and its use where it acts.
 """
 
 from __future__ import annotations
