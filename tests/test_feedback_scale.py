@@ -10,7 +10,6 @@ import torch
 
 from hornn_dist.config import load_config
 from hornn_dist.errors import ConfigError
-from hornn_dist.export import describe
 from hornn_dist.models import ModelConfig, build_model
 from hornn_dist.models.hornn import HornnLayer
 from hornn_dist.models.init import recurrent_std
@@ -175,8 +174,10 @@ def test_the_scaled_init_counts_the_rnns_scale_and_leaves_the_lstms_draw() -> No
 
 def test_feedback_scale_is_in_the_models_words_and_runs_eagerly_until_graphs_ran_it():
     cfg = load_config(None, ["model.feedback_scale=0.2", "model.pooling=gated"])
-    assert describe(cfg.model).endswith(", feedback scaled by 0.2")
-    assert "feedback" not in describe(load_config(None, []).model)
+    assert cfg.model.describe().endswith(", feedback scaled by 0.2")
+    assert cfg.model.label() == "hornn/gated order 3, feedback x0.2"
+    assert "feedback" not in load_config(None, []).model.describe()
+    assert load_config(None, []).model.label() == "hornn/fofe order 3"
     on_cuda = SimpleNamespace(device=torch.device("cuda"))  # only its device is read
     assert graph_unavailable_reason(cfg, on_cuda) == (
         "model.feedback_scale != 1 (not yet run under CUDA graphs)"

@@ -119,6 +119,39 @@ class ModelConfig:
                 "(= hidden_size) or model.tie_weights = false"
             )
 
+    def label(self) -> str:
+        """Return the model's name in the start-up log: "hornn/fofe order 3", "lstm", its
+        feedback scale after it where not 1 ("hornn/max order 3, feedback x0.3")."""
+        name = f"hornn/{self.pooling} order {self.order}" if self.arch == "hornn" else self.arch
+        return name + (f", feedback x{self.feedback_scale:g}" if self.feedback_scale != 1 else "")
+
+    def describe(self) -> str:
+        """Return the model in words (the exported model card's): "HORNN-3 with fofe pooling,
+        1 layer of 128 tanh units, word vectors of 128", then each setting beyond the paper's."""
+        hornn = self.arch == "hornn"
+        kind = f"HORNN-{self.order} with {self.pooling} pooling" if hornn else self.arch.upper()
+        units = f"{self.activation} units" if self.arch in ("hornn", "rnn") else "units"
+        layers = f"{self.num_layers} layer{'s' if self.num_layers > 1 else ''}"
+        return (
+            f"{kind}, {layers} of {self.hidden_size} {units}, "
+            f"word vectors of {self.embedding_size or self.hidden_size}"
+            + (" tied to the output layer" if self.tie_weights else "")
+            + (f", dropout {self.dropout:g} in training" if self.dropout else "")
+            + (f", weight drop {self.weight_drop:g} in training" if self.weight_drop else "")
+            + (f", feedback scaled by {self.feedback_scale:g}" if self.feedback_scale != 1 else "")
+        )
+
+    def graph_unavailable_reason(self) -> str | None:
+        """Return why this model's training step is not yet run under CUDA graphs (a setting
+        whose path no graphed step has run), or None when it may be."""
+        if self.dropout and self.dropout_mask == "sequence":
+            return 'model.dropout_mask = "sequence" (not yet run under CUDA graphs)'
+        if self.weight_drop:
+            return "model.weight_drop > 0 (not yet run under CUDA graphs)"
+        if self.feedback_scale != 1.0:
+            return "model.feedback_scale != 1 (not yet run under CUDA graphs)"
+        return None
+
 
 def check_drop_rate(key: str, value: float) -> None:
     """Raise ConfigError (a ValueError) unless value, a dropout probability, is in [0, 1)."""
