@@ -139,6 +139,8 @@ def test_a_plan_must_match_the_config_and_the_layer():
         HornnLayer(4, cfg=cfg, plan=resolve_plan("loop"))
     assert HornnLayer(4, 8, engine="loop", plan=resolve_plan("loop")).plan.engine == "loop"
     assert HornnLayer(4, 8, plan=resolve_plan("loop")).cfg.engine == "loop"  # the plan's
+    for keys in ({"recurrence_precision": "fp32"}, {"precision": "fp32"}):  # the key, or its alias
+        assert HornnLayer(4, 8, **keys).plan.precision == "fp32"
     with pytest.raises(ValueError, match="not both"):
         HornnLayer(4, 8, cfg=cfg)
     with pytest.raises(ValueError, match="LayerPlan.engine must be one of fused, loop, triton"):

@@ -1,4 +1,4 @@
-"""One Higher Order RNN layer (paper §3, eq. 3-7): parameters, argument checks, forward pass.
+"""One Higher Order RNN layer (paper §3, eq. 3-7): parameters and forward pass.
 
 Its settings are the `[model]` section it is built from (`ModelConfig`, models/config.py); how
 it runs (engine, precision) is its `LayerPlan` (plan.py), resolved once when it is built.
@@ -219,7 +219,9 @@ def layer_config(
     plan's engine and precision stand for those not given."""
     if hidden_size is None:
         raise TypeError("HornnLayer needs cfg, or hidden_size and [model] keys by name")
-    given = {k: v for k, v in {**keys, "recurrence_precision": precision}.items() if v is not None}
+    given = {key: value for key, value in keys.items() if value is not None}
+    if precision is not None:  # the benchmarks' and tests' word for it
+        given["recurrence_precision"] = precision
     if plan is not None:
         given = {"engine": plan.configured, "recurrence_precision": plan.precision, **given}
     return ModelConfig(**{**given, "hidden_size": hidden_size})
