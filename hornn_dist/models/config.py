@@ -2,7 +2,9 @@
 
 Each table, rule and default is written once here: `ModelConfig.validate` applies the rules
 under the config's key names ("model.order"), and a `HornnLayer` is built from a ModelConfig
-(models/hornn.py), so a new key is its field here and its use where it acts.
+(models/hornn.py), so a new key is its field here and its use where it acts. The model's
+words (the start-up line, the model card) and the settings no CUDA graph has run yet are
+the section's own methods, so no other module names its keys for them.
 """
 
 from __future__ import annotations
