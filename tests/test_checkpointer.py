@@ -1,18 +1,23 @@
 """The Checkpointer, the one owner of a run's state: every registered part is saved and restored
 together, a new part (shared or per rank) is one registration, and a checkpoint lacking a part
-is one line."""
+is one line; a new [model] key, declared here alone, goes through save and resume (issue 67:
+one change, one place)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from hornn_dist import checkpoint as ckpt
+from hornn_dist import config as run_config
 from hornn_dist.config import load_config
 from hornn_dist.errors import CheckpointError
+from hornn_dist.models import ModelConfig
 from hornn_dist.run_state import STATE_FILE, TrainerState
 from tests.train_helpers import prepared_tiny, reset_accelerate_state
 
@@ -44,16 +49,30 @@ class Tally:
         self.value = state["value"]
 
 
-def _trainer(folder: Path, out: Path):
+@dataclass
+class GainModel(ModelConfig):
+    """The [model] section with one key more, declared here and nowhere else."""
+
+    out_gain: float = 1.0  # a key of this test: shapes the model, so a resume must keep it
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny corpus, prepared once for this module's runs (each writes its own output_dir)."""
+    return prepared_tiny(tmp_path_factory.mktemp("checkpointer"))
+
+
+def _trainer(folder: Path, out: Path, *sets: str):
     from hornn_dist.training.trainer import Trainer
 
-    cfg = load_config(folder / "config.toml", [f"train.output_dir={out}"])
+    cfg = load_config(folder / "config.toml", [f"train.output_dir={out}", *sets])
     reset_accelerate_state()
     return Trainer(cfg)
 
 
-def test_every_registered_part_round_trips_and_a_new_part_is_one_entry(tmp_path: Path) -> None:
-    folder = prepared_tiny(tmp_path / "data")
+def test_every_registered_part_round_trips_and_a_new_part_is_one_entry(
+    folder: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
     try:
         saver = _trainer(folder, out)
@@ -91,8 +110,7 @@ def test_every_registered_part_round_trips_and_a_new_part_is_one_entry(tmp_path:
     assert state.parameters == saver.core.num_parameters()
 
 
-def test_a_checkpoint_without_a_registered_part_is_one_line(tmp_path: Path) -> None:
-    folder = prepared_tiny(tmp_path / "data")
+def test_a_checkpoint_without_a_registered_part_is_one_line(folder: Path, tmp_path: Path) -> None:
     try:
         saver = _trainer(folder, tmp_path / "run")
         saved = saver.checkpointer.save(TrainerState(step=1))
@@ -135,3 +153,39 @@ def test_a_shared_parts_state_is_read_back_and_checked_like_the_schedules(tmp_pa
         with pytest.raises(CheckpointError, match=f'field "{name}" must be a JSON object'):
             TrainerState.read(folder)
         (folder / STATE_FILE).write_text(json.dumps(raw))
+
+
+def test_a_new_model_key_and_shared_part_round_trip_through_save_and_resume(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A [model] key declared in this module alone (GainModel) reaches every HORNN layer (it
+    holds the section), the checkpoint's config and its weights' record, and a resume refuses
+    a changed one (every [model] key shapes the weights unless declared otherwise); a shared
+    part registered by one entry (Tally) is saved as a field of trainer_state.json and
+    restored by the resume, with no TrainerState field or check of its own."""
+    monkeypatch.setitem(run_config._SECTION_TYPES, "model", GainModel)  # the loader's [model]
+    out, quiet = tmp_path / "run", "log.tensorboard=false"
+
+    def trainer(steps: int, gain: float, tally: int):
+        made = _trainer(folder, out, quiet, f"train.max_steps={steps}", f"model.out_gain={gain}")
+        made.checkpointer.shared["tally"] = Tally(tally)  # the part's one registration
+        return made
+
+    try:
+        first = trainer(3, 2.0, tally=5)
+        assert all(layer.cfg.out_gain == 2.0 for layer in first.core.layers)
+        first.run()
+        saved = ckpt.list_checkpoints(out)[-1]
+        assert "out_gain = 2.0" in (saved / ckpt.CONFIG_FILE).read_text()
+        ckpt.check_model_record(saved, ckpt.read_config(saved))  # the record holds the key
+        assert TrainerState.read(saved).part("tally") == {"value": 5}
+
+        resumed = trainer(5, 2.0, tally=0)
+        resumed.run()
+        assert resumed.progress.step == 5 and resumed.checkpointer.shared["tally"].value == 5
+        assert TrainerState.read(ckpt.list_checkpoints(out)[-1]).part("tally") == {"value": 5}
+
+        with pytest.raises(CheckpointError, match=r"model.out_gain: checkpoint 2.0 != config 3.0"):
+            trainer(7, 3.0, tally=0).run()
+    finally:
+        reset_accelerate_state()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch
 from hornn_dist.config import OptimConfig
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
+from hornn_dist.on_resume import SCHEDULE, on_resume
 from hornn_dist.training.metrics import perplexity, total_grad_norm
 from hornn_dist.training.optim import (
     LrSchedule,
@@ -20,7 +22,7 @@ from hornn_dist.training.optim import (
     keep_fused,
     resolve_clip,
 )
-from hornn_dist.training.resume import stop_stands
+from hornn_dist.training.resume import apply_changed_settings, stop_stands
 from tests.train_helpers import REPO
 
 
@@ -506,3 +508,27 @@ def test_total_grad_norm_matches_a_float64_reference() -> None:
     got = total_grad_norm(iter(params))  # any iterable of parameters
     assert got.dim() == 0 and got.dtype == torch.float32
     assert float(got) == pytest.approx(want, rel=1e-6)
+
+
+@dataclass
+class PatientOptim(OptimConfig):
+    """The [optim] section with one schedule key more, declared here and nowhere else."""
+
+    halve_cap: int = on_resume(SCHEDULE, 9)  # a key of this test: the schedule follows it
+
+
+def test_a_new_schedule_key_is_held_saved_and_followed_by_the_schedule() -> None:
+    """An [optim] key of way `schedule` is in the schedule's section, its state dict and so
+    its checkpoint, and a resume's change of it is applied and named: one field, no copy."""
+    sched = LrSchedule.from_config(PatientOptim(halve_cap=4))
+    sched.end_epoch(5.0)
+    state = sched.state_dict()
+    assert state["halve_cap"] == 4 and state["epochs_done"] == 1
+
+    restored = LrSchedule.from_config(PatientOptim())  # this run's default: 9
+    restored.load_state_dict(state)
+    assert restored.cfg.halve_cap == 4 and restored.state_dict() == state
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=sched.lr)
+    notes = apply_changed_settings(PatientOptim(halve_cap=4), PatientOptim(), restored, optimizer)
+    assert notes == ["optim.halve_cap 4 -> 9"] and restored.cfg.halve_cap == 9
+    assert restored.epochs_done == 1 and restored.lr == sched.lr  # the history stays
