@@ -38,7 +38,7 @@ from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.errors import CheckpointError, described
 from hornn_dist.files import CHECKSUMS
-from hornn_dist.models.config import EXECUTION_MODEL_KEYS
+from hornn_dist.on_resume import EXECUTION, keys_of
 from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.run_state import STATE_FILE, STEP_DIR, TrainerState
 
@@ -414,7 +414,8 @@ def save_weights(model: torch.nn.Module, path: Path, record: str) -> None:
 
 def model_record(cfg: RunConfig) -> str:
     """Return the [model] keys that shape the weights (all but the execution keys) as JSON."""
-    keys = {k: v for k, v in cfg.to_dict()["model"].items() if k not in EXECUTION_MODEL_KEYS}
+    execution = keys_of(cfg.model, EXECUTION)
+    keys = {k: v for k, v in cfg.to_dict()["model"].items() if k not in execution}
     return json.dumps(keys, sort_keys=True)
 
 

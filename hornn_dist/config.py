@@ -24,6 +24,7 @@ from hornn_dist.checks import (
 from hornn_dist.data.config import DataConfig
 from hornn_dist.errors import ConfigError
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.on_resume import LR, MATCH, OPTIMIZER, SCHEDULE, START, STEP, on_resume
 from hornn_dist.run_layout import CONFIG_FILE
 
 if sys.version_info >= (3, 11):
@@ -64,43 +65,44 @@ class OptimConfig:
 
     # initial learning rate for the per-token mean loss (§4: 0.5); a loss summed over a window's
     # T steps (Zaremba et al.'s lr 1) is lr T here (docs/training.md, "The lr scale")
-    lr: float = 0.5
-    momentum: float = 0.5  # SGD momentum
-    weight_decay: float = 1e-6  # L2 weight decay
+    lr: float = on_resume(LR, 0.5)
+    momentum: float = on_resume(OPTIMIZER, 0.5)  # SGD momentum
+    weight_decay: float = on_resume(OPTIMIZER, 1e-6)  # L2 weight decay
     # the threshold of `clip_mode` `norm` or `value` (0 = no clipping); under `auto` leave it
     # unset
-    clip: float = 1.0
+    clip: float = on_resume(STEP, 1.0)
     # `auto`: the recipe's clip, the global norm at 1, at 0.5 for `sum` pooling of order >= 2
     # (logged at start-up; training/optim.py resolve_clip); `norm`: the gradients' global L2 norm is clipped at
     # `clip`; `value`: element-wise hard clipping at `clip` (§4). Why: docs/training.md, "The
     # default recipe"
-    clip_mode: str = "auto"
-    max_col_norm: float = 4.0  # column normalisation threshold (0 = off)
+    clip_mode: str = on_resume(STEP, "auto")
+    max_col_norm: float = on_resume(STEP, 4.0)  # column normalisation threshold (0 = off)
     # plateau (PTB recipe) | fixed_then_halve (text8 recipe) | newbob (rnnlm's: plateau until the
     # first halving, then halve every epoch)
-    schedule: str = "plateau"
-    halve_after: int = 5  # fixed_then_halve: epochs at the initial lr before halving every epoch
-    min_lr: float = 1e-4  # the lr is never halved below this floor
+    schedule: str = on_resume(SCHEDULE, "plateau")
+    # fixed_then_halve: epochs at the initial lr before halving every epoch
+    halve_after: int = on_resume(SCHEDULE, 5)
+    min_lr: float = on_resume(SCHEDULE, 1e-4)  # the lr is never halved below this floor
     # plateau and newbob: halve the lr when an epoch lowers the validation loss by less than this
     # fraction (0: only when it does not decrease, §4's rule; 0.003 is rnnlm's); refused under
     # fixed_then_halve, which never reads it
-    halve_below: float = 0.0
+    halve_below: float = on_resume(SCHEDULE, 0.0)
     # plateau and newbob: epochs in a row that each fail that test before the lr halves (1: the
     # first one, §4's and rnnlm's rule); 2 keeps one noisy epoch at a long step from ending
     # newbob's fixed phase (docs/training.md, "Plateau halving"); refused
     # under fixed_then_halve
-    halve_patience: int = 1
+    halve_patience: int = on_resume(SCHEDULE, 1)
     # convergence: once the lr has been halved, stop when `stop_patience` epochs in a row each
     # lower the validation loss by less than this fraction, or when a halving is due at `min_lr`
     # (0 = run all `train.epochs`)
-    stop_improvement: float = 0.003
+    stop_improvement: float = on_resume(SCHEDULE, 0.003)
     # epochs in a row under `stop_improvement` that end a run (1: the first one, rnnlm's rule);
     # 2 keeps one noisy epoch from ending a run still improving (docs/training.md, "The default recipe")
-    stop_patience: int = 2
+    stop_patience: int = on_resume(SCHEDULE, 2)
     # true: a streak of `stop_patience` small epochs all at one lr halves the lr instead of
     # ending the run, which stops only once a lower lr no longer helps; it trained every model
     # of the bundled corpus to a better or equal validation (docs/training.md, "When a run stops")
-    halve_before_stop: bool = True
+    halve_before_stop: bool = on_resume(SCHEDULE, True)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -145,8 +147,8 @@ class OptimConfig:
 class TrainConfig:
     """Batching, length and bookkeeping of a training run."""
 
-    batch_size: int = 20  # global number of TBPTT streams, split across processes
-    bptt: int = 30  # T, steps per truncated back-propagation window
+    batch_size: int = on_resume(MATCH, 20)  # global number of TBPTT streams, split across processes
+    bptt: int = on_resume(MATCH, 30)  # T, steps per truncated back-propagation window
     epochs: int = 10  # passes over the training split
     max_steps: int = 0  # stop after this many optimizer steps in total (0 = no limit)
     eval_batch_size: int = 10  # global number of evaluation streams
@@ -164,7 +166,7 @@ class TrainConfig:
     # fp32). The embedding's touched rows always travel in fp32 (training/exchange.py;
     # docs/scaling.md)
     reduce_dtype: str = "fp32"
-    seed: int = 1234  # random seed (weights init)
+    seed: int = on_resume(START, 1234)  # random seed (weights init)
     output_dir: str = "runs/demo"  # run directory: checkpoints, TensorBoard, resolved config
     checkpoint_every: int = 1000  # steps (0 = only at epoch ends and at the end)
     keep_checkpoints: int = 3  # newest checkpoints kept, plus the best by validation loss

@@ -25,7 +25,6 @@ from hornn_dist.data.vocab import EOS, UNK
 from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.files import new_folder_beside, remove_stale_beside, write_bytes, write_json
 from hornn_dist.loading import load_model_for, open_prepared_corpus
-from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging, stop_signals_end
@@ -110,7 +109,7 @@ def write_model_folder(
     }
     card = {
         "title": out.resolve().name,
-        "model_words": describe(cfg.model),
+        "model_words": cfg.model.describe(),
         "parameters": f"{hub.num_parameters():,}",
         "vocab_size": f"{corpus.vocab_size:,}",
         "split": SPLIT,
@@ -179,20 +178,6 @@ def tokenizer_settings(corpus: Corpus) -> dict[str, str]:
     if EOS in corpus.tokenizer().get_vocab():
         settings["eos_token"] = EOS
     return settings
-
-
-def describe(m: ModelConfig) -> str:
-    """Return the model in words: "HORNN-3 with fofe pooling, 1 layer of 128 tanh units, ..."."""
-    kind = f"HORNN-{m.order} with {m.pooling} pooling" if m.arch == "hornn" else m.arch.upper()
-    units = f"{m.activation} units" if m.arch in ("hornn", "rnn") else "units"
-    return (
-        f"{kind}, {m.num_layers} layer{'s' if m.num_layers > 1 else ''} of {m.hidden_size} {units}, "
-        f"word vectors of {m.embedding_size or m.hidden_size}"
-        + (" tied to the output layer" if m.tie_weights else "")
-        + (f", dropout {m.dropout:g} in training" if m.dropout else "")
-        + (f", weight drop {m.weight_drop:g} in training" if m.weight_drop else "")
-        + (f", feedback scaled by {m.feedback_scale:g}" if m.feedback_scale != 1 else "")
-    )
 
 
 def cli() -> None:

@@ -5,6 +5,12 @@ Every checkpoint holds one (`checkpoint.py`). `TrainerState.write` is the file's
 ranges, the step against the folder's `step_N`) and fills a field the file lacks with the
 dataclass's default, so a report can read the files of runs an older commit wrote.
 
+Besides its own fields the file holds one top-level field per shared checkpoint part
+(training/checkpointer.py), that part's state as a JSON object: the lr schedule's in the field
+`schedule`, which TrainerState declares for reports to read (`PART` metadata); any other in
+`shared`, by name, so a new part is its registration alone. Every field of the file that
+TrainerState does not declare is read as a part's (a field it drops moves the `VERSION`).
+
 `version` says which format a file holds; files without the field are version 1. Only a file
 of this `VERSION` can be resumed (training/resume.py refuses others in one line): the format
 has no release to keep, so an older run is finished with the commit that wrote it.
@@ -15,7 +21,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,7 @@ VERSION = 3  # 1: the files before the version field; 3: rank_<r>.pt keyed by pa
 # a commit that writes each older version, to finish that version's runs with
 WRITTEN_BY = {1: "75b372c", 2: "fc73f9f"}
 STEP_DIR = re.compile(r"^step_(\d{8,})$")  # a checkpoint folder's name (checkpoint.step_dir_name)
+PART = "part"  # metadata of a field that holds a shared part's state (reports read it)
 
 
 @dataclass
@@ -36,7 +44,8 @@ class TrainerState:
     version: int = VERSION
     step: int = 0  # optimizer steps taken
     epoch: int = 0  # epochs finished
-    schedule: dict[str, Any] = field(default_factory=dict)  # LrSchedule.state_dict()
+    # the lr schedule's shared part (LrSchedule.state_dict()): declared, for reports to read
+    schedule: dict[str, Any] = field(default_factory=dict, metadata={PART: True})
     best_valid: float = math.inf
     best_checkpoint: str = ""
     last_valid_step: int = -1  # the step of the last validation (a resume does not repeat it)
@@ -56,10 +65,29 @@ class TrainerState:
     vocab_hash: str = ""
     corpus_hash: str = ""  # which prepared corpus, checked on resume
     world_size: int = 1  # the processes that wrote the checkpoint (one rank_<r>.pt each)
+    # every other shared part's state by its name (a top-level field of the file each)
+    shared: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def with_parts(self, states: dict[str, dict[str, Any]]) -> TrainerState:
+        """Return this state holding `states`, each shared part's by its name: in its declared
+        field (`PART_FIELDS`), else in `shared`."""
+        check_part_names(states)
+        declared = {name: s for name, s in states.items() if name in PART_FIELDS}
+        others = {name: s for name, s in states.items() if name not in PART_FIELDS}
+        return replace(self, **declared, shared=others)
+
+    def part(self, name: str) -> dict[str, Any] | None:
+        """Return the state of the shared part `name`; None where the file holds none (a
+        declared part's field holds {} then)."""
+        return getattr(self, name) if name in PART_FIELDS else self.shared.get(name)
 
     def write(self, folder: Path) -> None:
-        """Write this state as `folder`/trainer_state.json (atomically)."""
-        files.write_json(folder / STATE_FILE, asdict(self), indent=2)
+        """Write this state as `folder`/trainer_state.json (atomically), each shared part's
+        state a top-level field."""
+        check_part_names(self.shared)
+        record = asdict(self)
+        parts = record.pop("shared")
+        files.write_json(folder / STATE_FILE, {**record, **parts}, indent=2)
 
     @classmethod
     def read(cls, folder: Path) -> TrainerState:
@@ -76,8 +104,21 @@ class TrainerState:
                 f"{path}: {problem}; the file was changed after its save: use another "
                 "checkpoint of the run (an older step_N)"
             )
-        known = {f.name for f in fields(cls)}
-        return cls(**{"version": 1, **{k: v for k, v in stored.items() if k in known}})
+        own = {k: v for k, v in stored.items() if k in OWN_FIELDS}
+        parts = {k: v for k, v in stored.items() if k not in OWN_FIELDS}
+        return cls(**{"version": 1, **own, "shared": parts})
+
+
+OWN_FIELDS = frozenset(f.name for f in fields(TrainerState)) - {"shared"}  # declared in the file
+PART_FIELDS = frozenset(f.name for f in fields(TrainerState) if f.metadata.get(PART))
+
+
+def check_part_names(names: Iterable[str]) -> None:
+    """Raise ValueError where a shared part is named like a field of the trainer state that
+    holds no part's state (its step, its test, ...)."""
+    clash = sorted(set(names) & (OWN_FIELDS - PART_FIELDS | {"shared"}))
+    if clash:
+        raise ValueError(f"shared checkpoint parts {clash} are named like trainer state fields")
 
 
 def _is_int(value: Any) -> bool:
@@ -124,8 +165,9 @@ def _problem(state: Any, folder_name: str) -> str | None:
     for key in ("vocab_hash", "corpus_hash", "stop_reason", "hardware"):
         if key in state and not isinstance(state[key], str):
             return f'field "{key}" must be a string, got {state[key]!r}'
-    if "schedule" in state and not isinstance(state["schedule"], dict):
-        return f'field "schedule" must be a JSON object, got {state["schedule"]!r}'
+    for key in sorted(state.keys() - (OWN_FIELDS - PART_FIELDS)):  # a shared part's state
+        if not isinstance(state[key], dict):
+            return f'field "{key}" must be a JSON object (a checkpoint part), got {state[key]!r}'
     for key in ("test", "test_last"):
         if state.get(key) is not None and not isinstance(state[key], dict):
             return f'field "{key}" must be a JSON object, got {state[key]!r}'

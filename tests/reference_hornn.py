@@ -21,7 +21,7 @@ def paper_matrices(layer: HornnLayer) -> dict[str, object]:
         "W_h": {n: layer.weight_hh[:, (n - 1) * H : n * H].T for n in range(1, N + 1)},  # (H, H)
         "b": layer.bias,
     }
-    if layer.pooling == "gated":
+    if layer.cfg.pooling == "gated":
         mats["W1"] = {n: layer.weight_ih[:, n * H : (n + 1) * H].T for n in range(1, N + 1)}
         mats["W2"] = {
             n: layer.weight_hh[:, (N + n - 1) * H : (N + n) * H].T for n in range(1, N + 1)
@@ -38,8 +38,8 @@ def reference_layer(
     `mats` (as from `paper_matrices`) replaces the layer's parameters when given.
     """
     m = paper_matrices(layer) if mats is None else mats
-    N, pooling, alpha = layer.order, layer.pooling, layer.alpha
-    f = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu}[layer.activation]
+    N, pooling, alpha = layer.order, layer.cfg.pooling, layer.cfg.alpha
+    f = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu}[layer.cfg.activation]
 
     def mv(W: Tensor, v: Tensor) -> Tensor:
         """W v for each row of the batch: (H, I) x (B, I) -> (B, H)."""
@@ -61,7 +61,9 @@ def reference_layer(
             for n in range(1, N + 1):
                 r_n = torch.sigmoid(mv(m["W1"][n], x_t) + mv(m["W2"][n], h[t - n]) + m["c"][n])
                 fb = fb + r_n * terms[n]
-        h[t] = f(mv(m["W_in"], x_t) + layer.feedback_scale * fb + m["b"])  # (B, H), c = 1: eq. 3-7
+        h[t] = f(
+            mv(m["W_in"], x_t) + layer.cfg.feedback_scale * fb + m["b"]
+        )  # (B, H), c = 1: eq. 3-7
         outputs.append(h[t])
     T = x.shape[0]
     new_history = torch.stack([h[s] for s in range(T - N, T)])  # (N, B, H), newest last

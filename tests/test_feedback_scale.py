@@ -10,7 +10,6 @@ import torch
 
 from hornn_dist.config import load_config
 from hornn_dist.errors import ConfigError
-from hornn_dist.export import describe
 from hornn_dist.models import ModelConfig, build_model
 from hornn_dist.models.hornn import HornnLayer
 from hornn_dist.models.init import recurrent_std
@@ -45,7 +44,7 @@ def test_a_scaled_hornn_matches_the_reference_with_c_times_the_pooled_feedback(p
     got, _ = model(tokens)
     x = model.embedding(tokens)
     for layer in model.layers:
-        assert layer.feedback_scale == c
+        assert layer.cfg.feedback_scale == c
         x, _ = reference_layer(layer, x, torch.zeros(order, 3, H, dtype=torch.float64))
     want = model.decoder(x)
     assert (got - want).abs().max() <= 1e-12 * want.abs().max()
@@ -100,8 +99,8 @@ def test_a_bad_feedback_scale_is_one_line_naming_the_key_and_its_range(value):
         build_model(config(feedback_scale=value), V)
     message = str(excinfo.value)
     assert "\n" not in message and "model.feedback_scale" in message and "(0, 10]" in message
-    with pytest.raises(ValueError, match=r"^feedback_scale must be in \(0, 10\]"):
-        HornnLayer(3, 4, feedback_scale=value)  # the layer's own argument name
+    with pytest.raises(ConfigError, match=r"^model.feedback_scale must be in \(0, 10\]"):
+        HornnLayer(3, 4, feedback_scale=value)  # a layer alone: the same key, the same words
 
 
 def torch_rnn_reference(model, tokens: torch.Tensor, c: float) -> torch.Tensor:
@@ -175,8 +174,10 @@ def test_the_scaled_init_counts_the_rnns_scale_and_leaves_the_lstms_draw() -> No
 
 def test_feedback_scale_is_in_the_models_words_and_runs_eagerly_until_graphs_ran_it():
     cfg = load_config(None, ["model.feedback_scale=0.2", "model.pooling=gated"])
-    assert describe(cfg.model).endswith(", feedback scaled by 0.2")
-    assert "feedback" not in describe(load_config(None, []).model)
+    assert cfg.model.describe().endswith(", feedback scaled by 0.2")
+    assert cfg.model.label() == "hornn/gated order 3, feedback x0.2"
+    assert "feedback" not in load_config(None, []).model.describe()
+    assert load_config(None, []).model.label() == "hornn/fofe order 3"
     on_cuda = SimpleNamespace(device=torch.device("cuda"))  # only its device is read
     assert graph_unavailable_reason(cfg, on_cuda) == (
         "model.feedback_scale != 1 (not yet run under CUDA graphs)"

@@ -112,7 +112,7 @@ def _hand_norms(model: RecurrentLM) -> dict[str, float]:
             for n in range(1, N + 1):
                 block = layer.weight_hh.grad[:, (n - 1) * H : n * H]
                 want[f"layer{li}/path{n}"] = block.norm().item()
-            if layer.pooling == "gated":
+            if layer.cfg.pooling == "gated":
                 for n in range(1, N + 1):
                     w1 = layer.weight_ih.grad[:, n * H : (n + 1) * H]
                     w2 = layer.weight_hh.grad[:, (N + n - 1) * H : (N + n) * H]

@@ -120,8 +120,11 @@ def test_model_layers_hold_the_plan_and_run_its_engine():
     default = build_model(ModelConfig(hidden_size=8, embedding_size=6), 20)  # plan None: fused
     assert default.plan.describe() == "auto engine: fused, layers in fp32"
     assert default.layers[0](x)[0].grad_fn.name() == ENGINE_NODE["fused"]
-    layer = HornnLayer(6, 8)  # a layer alone makes its own plan
-    assert layer.plan == LayerPlan("fused", "auto", "fp16")
+    layer = HornnLayer(6, 8)  # a layer alone makes its own plan, of ModelConfig's defaults
+    assert layer.plan == LayerPlan("fused", "auto", "fp16") and layer.cfg == ModelConfig(
+        hidden_size=8
+    )
+    assert all(layer.cfg is cfg for layer in model.layers)  # a model's: its one [model] section
     layer.plan = replace(layer.plan, engine="loop")
     assert layer(x)[0].grad_fn.name() == ENGINE_NODE["loop"]
 
@@ -130,14 +133,21 @@ def test_a_plan_must_match_the_config_and_the_layer():
     cfg = ModelConfig(hidden_size=8)
     with pytest.raises(ValueError, match="the plan is for engine 'loop'"):
         build_model(cfg, 20, resolve_plan("loop"))
-    with pytest.raises(ValueError, match="differ from the plan's"):
+    with pytest.raises(ValueError, match="the plan is for engine 'loop'"):
         HornnLayer(4, 8, engine="fused", plan=resolve_plan("loop"))
+    with pytest.raises(ValueError, match="the plan is for engine 'loop'"):
+        HornnLayer(4, cfg=cfg, plan=resolve_plan("loop"))
     assert HornnLayer(4, 8, engine="loop", plan=resolve_plan("loop")).plan.engine == "loop"
+    assert HornnLayer(4, 8, plan=resolve_plan("loop")).cfg.engine == "loop"  # the plan's
+    for keys in ({"recurrence_precision": "fp32"}, {"precision": "fp32"}):  # the key, or its alias
+        assert HornnLayer(4, 8, **keys).plan.precision == "fp32"
+    with pytest.raises(ValueError, match="not both"):
+        HornnLayer(4, 8, cfg=cfg)
     with pytest.raises(ValueError, match="LayerPlan.engine must be one of fused, loop, triton"):
         LayerPlan("auto")
 
 
-# (HornnLayer argument, ModelConfig key, bad value): one rule each, two names
+# (a layer alone's keyword, ModelConfig key, bad value): the layer is its config, one rule
 SAME_RULES = [
     ("order", "order", 0),
     ("order", "order", 2.5),
@@ -154,12 +164,12 @@ SAME_RULES = [
 
 @pytest.mark.parametrize("arg,key,bad", SAME_RULES)
 def test_layer_and_config_reject_the_same_values_in_the_same_words(arg, key, bad):
-    with pytest.raises(ValueError) as layer_err:
+    with pytest.raises(ConfigError) as layer_err:
         HornnLayer(**{"input_size": 4, "hidden_size": 8, arg: bad})
     with pytest.raises(ConfigError) as config_err:
         ModelConfig(**{key: bad}).validate()
-    assert str(layer_err.value).startswith(f"{arg} must be ")
-    assert str(config_err.value) == f"model.{key}" + str(layer_err.value)[len(arg) :]
+    assert str(layer_err.value).startswith(f"model.{key} must be ")
+    assert str(config_err.value) == str(layer_err.value)
 
 
 def test_rnn_activation_is_checked_by_the_config():

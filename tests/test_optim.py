@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch
 from hornn_dist.config import OptimConfig
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
+from hornn_dist.on_resume import SCHEDULE, on_resume
 from hornn_dist.training.metrics import perplexity, total_grad_norm
 from hornn_dist.training.optim import (
     LrSchedule,
@@ -20,7 +22,7 @@ from hornn_dist.training.optim import (
     keep_fused,
     resolve_clip,
 )
-from hornn_dist.training.resume import stop_stands
+from hornn_dist.training.resume import apply_changed_settings, stop_stands
 
 
 def schedule(**overrides: object) -> LrSchedule:
@@ -180,7 +182,7 @@ def test_state_dict_round_trip_through_json_continues_identically() -> None:
     state = json.loads(json.dumps(a.state_dict()))  # as stored in trainer_state.json
     b = schedule(lr=9.0, schedule="fixed_then_halve", halve_after=1, min_lr=0.0)
     b.load_state_dict(state)
-    assert b == a
+    assert b.state_dict() == a.state_dict() and b.cfg.schedule == "plateau"
     more = [4.1, 4.3, 3.0, 3.0]
     assert run_epochs(b, more) == run_epochs(a, more)
 
@@ -189,7 +191,7 @@ def test_fresh_state_dict_survives_json_with_an_infinite_previous_loss() -> None
     a = schedule(lr=0.5, schedule="plateau")
     b = schedule(lr=0.1, schedule="plateau")
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-    assert b.previous_valid == math.inf and b == a
+    assert b.previous_valid == math.inf and b.state_dict() == a.state_dict()
     assert b.end_epoch(3.0) == 0.5  # the first epoch never halves on a finite loss
 
 
@@ -216,7 +218,7 @@ def test_convergence_after_a_halving_includes_a_worse_epoch() -> None:
 
 def test_patience_needs_that_many_small_epochs_in_a_row() -> None:
     sched = schedule(lr=1.0, schedule="plateau", min_lr=0.0, stop_improvement=0.01)
-    assert sched.stop_patience == OptimConfig.stop_patience == 2
+    assert sched.cfg.stop_patience == OptimConfig.stop_patience == 2
     # 5.0 -> 5.2 halves; 5.19 is small (1 in a row); 4.0 is not (0); 3.99 small (1); 3.98 (2)
     for loss in [5.0, 5.2, 5.19, 4.0, 3.99]:
         sched.end_epoch(loss)
@@ -277,9 +279,13 @@ def test_halve_before_stop_at_min_lr_ends_the_run_there() -> None:
 
 def test_a_min_lr_stop_stands_under_any_patience() -> None:
     sched = schedule(
-        lr=0.5, schedule="fixed_then_halve", halve_after=0, min_lr=0.25, stop_patience=1
+        lr=0.5,
+        schedule="fixed_then_halve",
+        halve_after=0,
+        min_lr=0.25,
+        stop_patience=1,
+        stop_improvement=1e-9,
     )
-    sched.stop_improvement = 1e-9
     run_epochs(sched, [4.0, 3.0])
     assert "already at optim.min_lr" in sched.stopped
     cfg = OptimConfig(schedule="fixed_then_halve", halve_after=0, min_lr=0.25, stop_patience=5)
@@ -287,8 +293,10 @@ def test_a_min_lr_stop_stands_under_any_patience() -> None:
 
 
 def test_a_halving_due_at_min_lr_ends_the_run() -> None:
-    sched = schedule(lr=0.5, schedule="fixed_then_halve", halve_after=0, min_lr=0.25)
-    sched.stop_improvement = 1e-9  # only the min_lr rule can fire: every epoch improves a lot
+    # only the min_lr rule can fire: every epoch improves a lot
+    sched = schedule(
+        lr=0.5, schedule="fixed_then_halve", halve_after=0, min_lr=0.25, stop_improvement=1e-9
+    )
     assert run_epochs(sched, [4.0, 3.0]) == [0.25, 0.25]
     assert "already at optim.min_lr = 0.25" in sched.stopped
 
@@ -495,3 +503,27 @@ def test_newbob_under_halve_patience_2_keeps_the_lr_through_one_noisy_epoch() ->
     assert run_epochs(patient, losses) == [5.0] * 10
     assert patient.end_epoch(losses[-1]) == 5.0 and patient.end_epoch(losses[-1]) == 2.5
     assert patient.end_epoch(4.0) == 1.25  # newbob: every epoch after the first halving
+
+
+@dataclass
+class PatientOptim(OptimConfig):
+    """The [optim] section with one schedule key more, declared here and nowhere else."""
+
+    halve_cap: int = on_resume(SCHEDULE, 9)  # a key of this test: the schedule follows it
+
+
+def test_a_new_schedule_key_is_held_saved_and_followed_by_the_schedule() -> None:
+    """An [optim] key of way `schedule` is in the schedule's section, its state dict and so
+    its checkpoint, and a resume's change of it is applied and named: one field, no copy."""
+    sched = LrSchedule.from_config(PatientOptim(halve_cap=4))
+    sched.end_epoch(5.0)
+    state = sched.state_dict()
+    assert state["halve_cap"] == 4 and state["epochs_done"] == 1
+
+    restored = LrSchedule.from_config(PatientOptim())  # this run's default: 9
+    restored.load_state_dict(state)
+    assert restored.cfg.halve_cap == 4 and restored.state_dict() == state
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=sched.lr)
+    notes = apply_changed_settings(PatientOptim(halve_cap=4), PatientOptim(), restored, optimizer)
+    assert notes == ["optim.halve_cap 4 -> 9"] and restored.cfg.halve_cap == 9
+    assert restored.epochs_done == 1 and restored.lr == sched.lr  # the history stays

@@ -126,8 +126,8 @@ def test_a_bad_weight_drop_is_one_line_naming_the_key_and_its_range(value):
         build_model(config(weight_drop=value), V)
     message = str(excinfo.value)
     assert "\n" not in message and "model.weight_drop" in message and "[0, 1)" in message
-    with pytest.raises(ValueError, match=r"^weight_drop must be in \[0, 1\)"):
-        HornnLayer(3, 4, weight_drop=value)  # the layer's own argument name
+    with pytest.raises(ConfigError, match=r"^model.weight_drop must be in \[0, 1\)"):
+        HornnLayer(3, 4, weight_drop=value)  # a layer alone: the same key, the same words
 
 
 def test_weight_drop_runs_the_step_eagerly_until_cuda_graphs_have_run_it():

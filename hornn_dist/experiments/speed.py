@@ -31,7 +31,7 @@ from typing import Any
 
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
-from hornn_dist.models.config import EXECUTION_MODEL_KEYS
+from hornn_dist.on_resume import EXECUTION, keys_of
 
 THROUGHPUT_GLOB = "throughput*.json"  # a record folder's throughput.py JSONs, all read
 MULTI_PROCESS_MODES = ("-ar", "-ddp")  # suffixes of throughput.py's modes of several processes
@@ -86,7 +86,7 @@ def _same_model(record: ModelConfig, model: ModelConfig, kind: str) -> bool:
 
     if kind == "throughput":
         return shape(record) == shape(model)
-    plain = {key: "" for key in EXECUTION_MODEL_KEYS}
+    plain = {key: "" for key in keys_of(model, EXECUTION)}
     return dataclasses.replace(record, **plain) == dataclasses.replace(model, **plain)
 
 

@@ -1,7 +1,10 @@
 """The `[model]` section of a run config, its tables of choices and the rules that check a value.
 
-Each table and rule is written once here: `ModelConfig.validate` applies the rules under the
-config's key names ("model.order"), `HornnLayer` under its own argument names ("order").
+Each table, rule and default is written once here: `ModelConfig.validate` applies the rules
+under the config's key names ("model.order"), and a `HornnLayer` is built from a ModelConfig
+(models/hornn.py), so a new key is its field here and its use where it acts. The model's
+words (the start-up line, the model card) and the settings no CUDA graph has run yet are
+the section's own methods, so no other module names its keys for them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from dataclasses import dataclass
 
 from hornn_dist.checks import check_at_most, check_choice, check_count
 from hornn_dist.errors import ConfigError
+from hornn_dist.on_resume import EXECUTION, on_resume
 
 ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")
@@ -19,9 +23,6 @@ ENGINES = ("auto", "fused", "loop", "triton")
 RECURRENCE_PRECISIONS = ("fp32", "autocast", "fp16")  # what a HORNN layer runs in under autocast
 RECURRENT_INITS = ("paper", "scaled")  # how the feedback weights are drawn (models/init.py)
 DROPOUT_MASKS = ("step", "sequence")  # a new mask per token, or one per stream for a window
-# keys that pick how the same parameters are computed, not what they are: a resume may change
-# them (e.g. a run trained with the triton engine on a GPU, resumed on a CPU)
-EXECUTION_MODEL_KEYS = ("engine", "recurrence_precision")
 # Upper bounds far past any model that trains, below sizes whose shapes overflow an index or
 # whose first allocation is terabytes (the memory check judges what lies between)
 MAX_ORDER = 4096
@@ -77,14 +78,14 @@ class ModelConfig:
     # it was measured faster; fused otherwise) | fused (one cuBLAS GEMM per step) | triton (one
     # Triton kernel per step, CUDA only) | loop (plain autograd, slow reference); resolved once
     # per run: hornn_dist/models/plan.py
-    engine: str = "auto"
+    engine: str = on_resume(EXECUTION, "auto")
     # under `train.mixed_precision` bf16/fp16: `fp16` runs each HORNN layer (input GEMM and
     # recurrence) in fp16 whatever the autocast dtype, as PyTorch runs cuDNN's RNNs (on a CPU:
     # the autocast dtype); `autocast` runs it in the autocast dtype; `fp32` keeps its state and
     # element-wise math in fp32 (TF32 GEMMs on CUDA). GEMMs and sums accumulate in fp32 in all
     # three; without mixed precision all are the same fp32 math. The rule:
     # precision.layer_dtype; speed and rounding of each: docs/performance.md
-    recurrence_precision: str = "fp16"
+    recurrence_precision: str = on_resume(EXECUTION, "fp16")
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -119,6 +120,39 @@ class ModelConfig:
                 f"got {self.embedding_size} and {self.hidden_size}; set model.embedding_size = 0 "
                 "(= hidden_size) or model.tie_weights = false"
             )
+
+    def label(self) -> str:
+        """Return the model's name in the start-up log: "hornn/fofe order 3", "lstm", its
+        feedback scale after it where not 1 ("hornn/max order 3, feedback x0.3")."""
+        name = f"hornn/{self.pooling} order {self.order}" if self.arch == "hornn" else self.arch
+        return name + (f", feedback x{self.feedback_scale:g}" if self.feedback_scale != 1 else "")
+
+    def describe(self) -> str:
+        """Return the model in words (the exported model card's): "HORNN-3 with fofe pooling,
+        1 layer of 128 tanh units, word vectors of 128", then each setting beyond the paper's."""
+        hornn = self.arch == "hornn"
+        kind = f"HORNN-{self.order} with {self.pooling} pooling" if hornn else self.arch.upper()
+        units = f"{self.activation} units" if self.arch in ("hornn", "rnn") else "units"
+        layers = f"{self.num_layers} layer{'s' if self.num_layers > 1 else ''}"
+        return (
+            f"{kind}, {layers} of {self.hidden_size} {units}, "
+            f"word vectors of {self.embedding_size or self.hidden_size}"
+            + (" tied to the output layer" if self.tie_weights else "")
+            + (f", dropout {self.dropout:g} in training" if self.dropout else "")
+            + (f", weight drop {self.weight_drop:g} in training" if self.weight_drop else "")
+            + (f", feedback scaled by {self.feedback_scale:g}" if self.feedback_scale != 1 else "")
+        )
+
+    def graph_unavailable_reason(self) -> str | None:
+        """Return why this model's training step is not yet run under CUDA graphs (a setting
+        whose path no graphed step has run), or None when it may be."""
+        if self.dropout and self.dropout_mask == "sequence":
+            return 'model.dropout_mask = "sequence" (not yet run under CUDA graphs)'
+        if self.weight_drop:
+            return "model.weight_drop > 0 (not yet run under CUDA graphs)"
+        if self.feedback_scale != 1.0:
+            return "model.feedback_scale != 1 (not yet run under CUDA graphs)"
+        return None
 
 
 def check_drop_rate(key: str, value: float) -> None:

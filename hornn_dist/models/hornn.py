@@ -1,6 +1,7 @@
-"""One Higher Order RNN layer (paper §3, eq. 3-7): parameters, argument checks, forward pass.
+"""One Higher Order RNN layer (paper §3, eq. 3-7): parameters and forward pass.
 
-How it runs (engine, precision) is its `LayerPlan` (plan.py), resolved once when it is built.
+Its settings are the `[model]` section it is built from (`ModelConfig`, models/config.py); how
+it runs (engine, precision) is its `LayerPlan` (plan.py), resolved once when it is built.
 
     h_t = f( W_in x_t + b + pool_{n=1..N}( W_hn h_{t-n} ) )
 
@@ -31,19 +32,15 @@ so U_t = h_t @ weight_hh holds block n-1 = (W_hn h_t)^T and, for gated, block N+
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hornn_dist.checks import check_choice, check_count
-from hornn_dist.models.config import (
-    ACTIVATIONS,
-    POOLINGS,
-    check_alpha,
-    check_drop_rate,
-    check_feedback_scale,
-)
-from hornn_dist.models.plan import LayerPlan, resolve_plan
+from hornn_dist.checks import check_count
+from hornn_dist.models.config import ModelConfig
+from hornn_dist.models.plan import LayerPlan, checked_plan
 from hornn_dist.models.precision import recurrence_dtype
 from hornn_dist.models.recurrence import fused_scan, input_projection_autocast, loop_scan
 
@@ -104,59 +101,48 @@ def hornn_forward(
 
 
 class HornnLayer(nn.Module):
-    """An N-th order HORNN layer: forward(x (T, B, I), history (N, B, H) | None) -> (out, hist)."""
+    """An N-th order HORNN layer: forward(x (T, B, I), history (N, B, H) | None) -> (out, hist).
+
+    Built from the [model] section, `cfg` (its width model.hidden_size): its settings are that
+    section's keys, read where they are used, and no default is the layer's own."""
 
     def __init__(
         self,
         input_size: int,
-        hidden_size: int,
-        order: int = 3,
-        pooling: str = "fofe",
-        alpha: float = 0.6,
-        activation: str = "tanh",
-        engine: str | None = None,
-        init_std: float = 0.1,
-        precision: str | None = None,
+        hidden_size: int | None = None,
+        *,
+        cfg: ModelConfig | None = None,
         plan: LayerPlan | None = None,
-        weight_drop: float = 0.0,
-        feedback_scale: float = 1.0,
+        **keys: Any,
     ) -> None:
-        """engine ("auto" if None) and precision ("fp16" if None) make the layer's own plan,
-        with no device check ("auto" is "fused"); or pass the model's `plan` instead.
-        weight_drop: DropConnect on weight_hh in training (`model.weight_drop`), in [0, 1).
-        feedback_scale: c, each W_hn's multiplier in the forward (`model.feedback_scale`)."""
+        """Build the layer of `cfg` (a model's [model] section), or of a layer alone from
+        hidden_size and [model] keys by name (`layer_config`); raise ConfigError naming the
+        key of a bad value. plan: how it runs, for cfg's engine and precision (`checked_plan`:
+        None makes the layer's own, with no device check, "auto" being "fused")."""
         super().__init__()
-        for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
-            check_count(name, value)
-        check_count("order", order)
-        check_choice("pooling", pooling, POOLINGS)
-        check_alpha("alpha", alpha)
-        check_choice("activation", activation, ACTIVATIONS)
-        check_drop_rate("weight_drop", weight_drop)
-        check_feedback_scale("feedback_scale", feedback_scale)
-        if plan is None:
-            plan = resolve_plan(engine or "auto", precision or "fp16", hidden_size)
-        elif engine not in (None, plan.configured) or precision not in (None, plan.precision):
-            raise ValueError(
-                f"engine {engine!r} and precision {precision!r} differ from the plan's "
-                f"{plan.configured!r} and {plan.precision!r}: pass one or the other"
-            )
-        self.plan = plan  # how the forward runs: engine and precision
-        self.input_size, self.hidden_size, self.order = input_size, hidden_size, order
-        self.pooling, self.alpha, self.activation = pooling, alpha, activation
-        self.weight_drop, self.feedback_scale = weight_drop, feedback_scale
-        self.gated = pooling == "gated"
-        n_in = 1 + order if self.gated else 1
-        n_hh = 2 * order if self.gated else order
-        H = hidden_size
+        check_count("input_size", input_size)
+        if cfg is None:
+            cfg = layer_config(hidden_size, plan, **keys)
+        elif hidden_size is not None or keys:
+            raise ValueError("pass cfg, or hidden_size and [model] keys by name: not both")
+        cfg.validate()
+        self.cfg = cfg  # every setting of the layer
+        self.plan = checked_plan(cfg, plan)  # how the forward runs: engine and precision
+        # the layer's shape, read by the model, its path norms and max-norm
+        self.input_size, self.hidden_size, self.order = input_size, cfg.hidden_size, cfg.order
+        self.gated = cfg.pooling == "gated"
+        N, H = cfg.order, cfg.hidden_size
+        n_in = 1 + N if self.gated else 1
+        n_hh = 2 * N if self.gated else N
         self.weight_ih = nn.Parameter(torch.empty(input_size, n_in * H))  # (I, (1[+N])·H)
         self.weight_hh = nn.Parameter(torch.empty(H, n_hh * H))  # (H, K·H)
         self.bias = nn.Parameter(torch.empty(H))  # (H,)
-        self.gate_bias = nn.Parameter(torch.empty(order * H)) if self.gated else None  # (N·H,)
-        self.reset_parameters(init_std)
+        self.gate_bias = nn.Parameter(torch.empty(N * H)) if self.gated else None  # (N·H,)
+        self.reset_parameters()
 
-    def reset_parameters(self, init_std: float = 0.1) -> None:
-        """Draw weights from N(0, init_std) and zero the biases (paper §4)."""
+    def reset_parameters(self) -> None:
+        """Draw weights from N(0, model.init_std) and zero the biases (paper §4)."""
+        init_std = self.cfg.init_std
         with torch.no_grad():
             self.weight_ih.normal_(0.0, init_std)
             self.weight_hh.normal_(0.0, init_std)
@@ -195,26 +181,47 @@ class HornnLayer(nn.Module):
                 f"history must have shape (order, batch, hidden) = {want}, "
                 f"got {tuple(history.shape)}"
             )
-        weight_hh = drop_connect(self.weight_hh, self.weight_drop, self.training)
+        cfg = self.cfg
+        weight_hh = drop_connect(self.weight_hh, cfg.weight_drop, self.training)
         return hornn_forward(
             x,
             history,
             self.weight_ih,
-            scale_feedback(weight_hh, self.feedback_scale, self.order * self.hidden_size),
+            scale_feedback(weight_hh, cfg.feedback_scale, self.order * self.hidden_size),
             self.bias,
             self.gate_bias,
-            pooling=self.pooling,
-            alpha=self.alpha,
-            activation=self.activation,
+            pooling=cfg.pooling,
+            alpha=cfg.alpha,
+            activation=cfg.activation,
             plan=self.plan,
         )
 
     def extra_repr(self) -> str:
         """Return the layer's settings for print(model)."""
+        cfg = self.cfg
         return (
-            f"{self.input_size}, {self.hidden_size}, order={self.order}, pooling={self.pooling}, "
-            f"alpha={self.alpha}, activation={self.activation}, engine={self.plan.engine}, "
+            f"{self.input_size}, {self.hidden_size}, order={self.order}, pooling={cfg.pooling}, "
+            f"alpha={cfg.alpha}, activation={cfg.activation}, engine={self.plan.engine}, "
             f"precision={self.plan.precision}"
-            + (f", weight_drop={self.weight_drop}" if self.weight_drop else "")
-            + (f", feedback_scale={self.feedback_scale}" if self.feedback_scale != 1 else "")
+            + (f", weight_drop={cfg.weight_drop}" if cfg.weight_drop else "")
+            + (f", feedback_scale={cfg.feedback_scale}" if cfg.feedback_scale != 1 else "")
         )
+
+
+def layer_config(
+    hidden_size: int | None,
+    plan: LayerPlan | None = None,
+    precision: str | None = None,
+    **keys: Any,
+) -> ModelConfig:
+    """Return the [model] section of a layer alone: hidden_size and `keys` by name, every key
+    not given (or None) ModelConfig's default; `precision` is model.recurrence_precision, and a
+    plan's engine and precision stand for those not given."""
+    if hidden_size is None:
+        raise TypeError("HornnLayer needs cfg, or hidden_size and [model] keys by name")
+    given = {key: value for key, value in keys.items() if value is not None}
+    if precision is not None:  # the benchmarks' and tests' word for it
+        given["recurrence_precision"] = precision
+    if plan is not None:
+        given = {"engine": plan.configured, "recurrence_precision": plan.precision, **given}
+    return ModelConfig(**{**given, "hidden_size": hidden_size})

@@ -34,7 +34,7 @@ from hornn_dist.models import path_norms
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer, drop_connect
 from hornn_dist.models.init import recurrent_std
-from hornn_dist.models.plan import LayerPlan, plan_for
+from hornn_dist.models.plan import LayerPlan, checked_plan
 
 State = tuple[Tensor, ...]
 
@@ -46,14 +46,7 @@ class RecurrentLM(nn.Module):
         """plan: how the HORNN layers run (`plan.plan_for`); None = for a CPU without mixed
         precision, no device check ("auto" is "fused")."""
         super().__init__()
-        if plan is None:
-            plan = plan_for(cfg)
-        elif (plan.configured, plan.precision) != (cfg.engine, cfg.recurrence_precision):
-            raise ValueError(
-                f"the plan is for engine {plan.configured!r}, precision {plan.precision!r}; "
-                f"the config has {cfg.engine!r}, {cfg.recurrence_precision!r}"
-            )
-        self.plan = plan
+        self.plan = plan = checked_plan(cfg, plan)
         self.cfg = cfg
         self.arch = cfg.arch
         self.vocab_size = vocab_size
@@ -68,21 +61,8 @@ class RecurrentLM(nn.Module):
         # keeps that dropout's random state itself, outside checkpoints (docs/models.md)
         between = cfg.dropout if cfg.num_layers > 1 else 0.0
         if cfg.arch == "hornn":
-            for layer in range(cfg.num_layers):
-                self.layers.append(
-                    HornnLayer(
-                        E if layer == 0 else H,
-                        H,
-                        order=cfg.order,
-                        pooling=cfg.pooling,
-                        alpha=cfg.alpha,
-                        activation=cfg.activation,
-                        init_std=cfg.init_std,
-                        plan=plan,
-                        weight_drop=cfg.weight_drop,
-                        feedback_scale=cfg.feedback_scale,
-                    )
-                )
+            for layer in range(cfg.num_layers):  # each layer reads its settings from cfg
+                self.layers.append(HornnLayer(E if layer == 0 else H, cfg=cfg, plan=plan))
         elif cfg.arch == "rnn":
             self.rnn = nn.RNN(E, H, cfg.num_layers, nonlinearity=cfg.activation, dropout=between)
         elif cfg.arch == "lstm":

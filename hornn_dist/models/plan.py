@@ -141,3 +141,16 @@ def plan_for(
         strict=strict,
         keys=("model.engine", "model.recurrence_precision"),
     )
+
+
+def checked_plan(cfg: ModelConfig, plan: LayerPlan | None = None) -> LayerPlan:
+    """Return `plan`, refused (ValueError) unless it is for cfg's engine and precision; None:
+    cfg's plan without a device check (`plan_for`)."""
+    if plan is None:
+        return plan_for(cfg)
+    if (plan.configured, plan.precision) != (cfg.engine, cfg.recurrence_precision):
+        raise ValueError(
+            f"the plan is for engine {plan.configured!r}, precision {plan.precision!r}; "
+            f"the config has {cfg.engine!r}, {cfg.recurrence_precision!r}"
+        )
+    return plan

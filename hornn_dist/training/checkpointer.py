@@ -15,8 +15,9 @@ them all from one. Where each part lives in a checkpoint folder:
     stream      rank_<r>.pt                              each rank's data position
     step        rank_<r>.pt                              each rank's carried hidden history
 
-A new part is one entry in `shared` (the same on every rank: a field of trainer_state.json) or
-in `per_rank` (its own on each rank: a key of rank_<r>.pt).
+A new part is one entry in `shared` (the same on every rank: a field of trainer_state.json,
+`TrainerState.with_parts`) or in `per_rank` (its own on each rank: a key of rank_<r>.pt);
+each is saved, restored and, missing from a checkpoint, refused in one line alike.
 
 Accelerate's `register_for_checkpointing` was not chosen for the per-rank parts: it saves a
 registered object from the main process only (each rank's stream position and hidden history
@@ -35,7 +36,7 @@ from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.shards import Corpus
 from hornn_dist.errors import CheckpointError
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run_state import STATE_FILE, TrainerState, check_part_names
 from hornn_dist.training.optim import keep_fused
 
 
@@ -61,13 +62,15 @@ class Checkpointer:
     shared: dict[str, Stateful]  # name: a field of trainer_state.json
     per_rank: dict[str, Stateful]  # name: a key of each rank_<r>.pt
 
+    def __post_init__(self) -> None:
+        check_part_names(self.shared)  # a part's field must not overwrite the state's own
+
     def save(self, progress: TrainerState) -> Path:
         """Write a complete checkpoint of every part at `progress.step` and return its folder
         (call on every rank)."""
         acc = self.accelerator
         state = replace(
-            progress,
-            **{name: part.state_dict() for name, part in self.shared.items()},
+            progress.with_parts({name: part.state_dict() for name, part in self.shared.items()}),
             parameters=self.model.num_parameters(),
             vocab_hash=self.corpus.vocab_hash,
             corpus_hash=self.corpus.content_hash,
@@ -84,7 +87,13 @@ class Checkpointer:
         ckpt.check_finite_optimizer(folder, self.optimizer)  # as the weights were checked
         keep_fused(self.optimizer, self.fused_sgd)  # the checkpoint's run may have chosen otherwise
         for name, part in self.shared.items():
-            part.load_state_dict(getattr(state, name))
+            saved_part = state.part(name)
+            if saved_part is None:
+                raise CheckpointError(
+                    f"{folder / STATE_FILE} lacks the part {name!r}: the checkpoint is "
+                    "incomplete; resume from an older one"
+                )
+            part.load_state_dict(saved_part)
         rank, world = acc.process_index, acc.num_processes
         same = state.world_size == world  # then each rank reads its own file alone
         ranks = [rank] if same else range(state.world_size)

@@ -9,6 +9,7 @@ import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.on_resume import SCHEDULE, keys_of
 from hornn_dist.wording import counted
 
 # clip_mode "auto": the recipe's clip, the gradient's global norm, chosen by validation on the
@@ -107,15 +108,10 @@ class LrSchedule:
     and goes on, so a run stops when a lower lr no longer helps.
     """
 
-    lr: float
-    schedule: str
-    halve_after: int
-    min_lr: float
-    stop_improvement: float = 0.0
-    stop_patience: int = 1
-    halve_below: float = 0.0
-    halve_before_stop: bool = False
-    halve_patience: int = 1
+    # the [optim] section it follows: its keys of way `schedule` (on_resume.py), cfg.lr the lr
+    # it starts at; a resume's changed keys are `follow`ed
+    cfg: OptimConfig
+    lr: float  # the current lr
     previous_valid: float = float("inf")
     epochs_done: int = 0
     halvings: int = 0
@@ -129,18 +125,8 @@ class LrSchedule:
 
     @classmethod
     def from_config(cls, cfg: OptimConfig) -> LrSchedule:
-        """Return the schedule at its initial lr."""
-        return cls(
-            lr=cfg.lr,
-            schedule=cfg.schedule,
-            halve_after=cfg.halve_after,
-            min_lr=cfg.min_lr,
-            stop_improvement=cfg.stop_improvement,
-            stop_patience=cfg.stop_patience,
-            halve_below=cfg.halve_below,
-            halve_before_stop=cfg.halve_before_stop,
-            halve_patience=cfg.halve_patience,
-        )
+        """Return the schedule of cfg at its initial lr."""
+        return cls(cfg, cfg.lr)
 
     def drive(self, optimizer: torch.optim.Optimizer) -> LrSchedule:
         """Own `optimizer`'s lr from now on (set to this schedule's at once); return self."""
@@ -164,21 +150,22 @@ class LrSchedule:
         self.epochs_done += 1
         self.epoch_lr = self.lr
         improvement = relative_improvement(self.previous_valid, valid_loss)
-        if self.schedule == "newbob" and self.halvings > 0:
+        cfg = self.cfg
+        if cfg.schedule == "newbob" and self.halvings > 0:
             halve = True
-        elif self.schedule == "fixed_then_halve":
-            halve = self.epochs_done >= self.halve_after
+        elif cfg.schedule == "fixed_then_halve":
+            halve = self.epochs_done >= cfg.halve_after
         else:  # plateau, or newbob before its first halving
-            if self.halve_below > 0:
-                failed = improvement < self.halve_below
+            if cfg.halve_below > 0:
+                failed = improvement < cfg.halve_below
             else:
                 failed = valid_loss >= self.previous_valid
             self.plateau_epochs = self.plateau_epochs + 1 if failed else 0
-            halve = self.plateau_epochs >= self.halve_patience
+            halve = self.plateau_epochs >= cfg.halve_patience
             if halve:
                 self.plateau_epochs = 0
         self.previous_valid = valid_loss
-        if self.stop_improvement > 0:
+        if cfg.stop_improvement > 0:
             halve = self._judge_convergence(improvement, halve)
         if halve:  # also at a stop, so that a resume under a longer patience goes on as it would
             self._halve()
@@ -187,34 +174,35 @@ class LrSchedule:
 
     def _halve(self) -> None:
         """Halve the lr: never below min_lr, nor raised to it from a lower lr."""
-        self.lr = max(self.lr / 2, min(self.min_lr, self.lr))
+        self.lr = max(self.lr / 2, min(self.cfg.min_lr, self.lr))
         self.halvings += 1
 
     def _judge_convergence(self, improvement: float, halve: bool) -> bool:
         """Set `stopped` to why the run has converged after this epoch ("" when it goes on);
         return whether to halve the lr (`halve_before_stop` turns a stop into a halving)."""
-        small = self.halvings > 0 and improvement < self.stop_improvement
+        cfg = self.cfg
+        small = self.halvings > 0 and improvement < cfg.stop_improvement
         self.small_epochs = self.small_epochs + 1 if small else 0
         if not small:
             self.streak_lr = 0.0
         elif self.small_epochs == 1:
             self.streak_lr = self.epoch_lr
         self.stopped = ""
-        if small and self.small_epochs >= self.stop_patience:
-            if not self.halve_before_stop or self._streak_was_halved():
+        if small and self.small_epochs >= cfg.stop_patience:
+            if not cfg.halve_before_stop or self._streak_was_halved():
                 self.stopped = (
                     f"{CONVERGED}: epoch {self.epochs_done} lowered the validation loss by "
                     f"{improvement:.3%}, under optim.stop_improvement = "
-                    f"{self.stop_improvement:g} ({counted(self.small_epochs, 'epoch')} in a row, "
-                    f"optim.stop_patience = {self.stop_patience}), after "
+                    f"{cfg.stop_improvement:g} ({counted(self.small_epochs, 'epoch')} in a row, "
+                    f"optim.stop_patience = {cfg.stop_patience}), after "
                     f"{self.halvings} lr halving(s)"
                 )
                 return halve
             halve = True  # halve_before_stop: a lower lr gets its try before the run ends
-        if halve and self.lr <= self.min_lr:
+        if halve and self.lr <= cfg.min_lr:
             self.stopped = (
                 f"{CONVERGED}: epoch {self.epochs_done} called for halving an lr already at "
-                f"optim.min_lr = {self.min_lr:g}"
+                f"optim.min_lr = {cfg.min_lr:g}"
             )
         return halve
 
@@ -224,25 +212,42 @@ class LrSchedule:
         return self.epoch_lr < self.streak_lr
 
     def state_dict(self) -> dict:
-        """Return the schedule's state as plain values (the optimizer it drives is not state)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "optimizer"}
+        """Return the schedule's state as plain values: the lr, the [optim] keys it follows (of
+        way `schedule`) and its record of the epochs (the optimizer it drives is not state)."""
+        record = [f.name for f in fields(self) if f.name not in ("cfg", "optimizer")]
+        followed = keys_of(self.cfg, SCHEDULE)
+        return {
+            "lr": self.lr,
+            **{key: getattr(self.cfg, key) for key in followed},
+            **{name: getattr(self, name) for name in record if name != "lr"},
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the schedule's state from `state_dict()`'s values."""
-        for key in self.state_dict():  # the optimizer it drives stays
-            if key in state:
-                setattr(self, key, state[key])
+        """Restore the schedule's state from `state_dict()`'s values (a key it lacks stays)."""
+        followed = keys_of(self.cfg, SCHEDULE)
+        self.cfg = replace(self.cfg, **{key: state[key] for key in followed if key in state})
+        for f in fields(self):  # the optimizer it drives stays
+            if f.name not in ("cfg", "optimizer") and f.name in state:
+                setattr(self, f.name, state[f.name])
         self._push()
+
+    def follow(self, cfg: OptimConfig) -> None:
+        """Follow cfg's keys from now on (a resume's changed [optim]): the lr and the record of
+        the epochs stay, the stop is judged again (afresh under another stop_improvement)."""
+        if cfg.stop_improvement != self.cfg.stop_improvement:
+            self.stopped = ""
+        self.cfg = cfg
+        self.judge_stop_again()
 
     def judge_stop_again(self) -> None:
         """Clear `stopped` when it was a small-improvement stop that this rule no longer
         reaches: `stop_patience` is longer, or `halve_before_stop` wants a lower lr tried first
         (halved here, as the epoch would have); a min_lr stop stands."""
-        if not self.stopped or self.lr <= self.min_lr:
+        if not self.stopped or self.lr <= self.cfg.min_lr:
             return
-        if self.small_epochs < self.stop_patience:
+        if self.small_epochs < self.cfg.stop_patience:
             self.stopped = ""
-        elif self.halve_before_stop and not self._streak_was_halved():
+        elif self.cfg.halve_before_stop and not self._streak_was_halved():
             self.stopped = ""
             if self.lr >= self.epoch_lr:  # the stop epoch did not halve on its own
                 self._halve()

@@ -12,7 +12,8 @@ Checks, before anything is loaded (each refusal is one line naming the fix):
   - its trainer_state.json is of this code's format (`run_state.VERSION`): a run of an older
     format is finished with the commit that wrote it, or started over (--no-resume);
   - the model (`model.*` but the execution keys), the vocabulary, the prepared corpus (unless
-    train.allow_corpus_change), train.batch_size and train.bptt are the checkpoint's;
+    train.allow_corpus_change) and the [train] keys of way `on_resume.MATCH` (batch_size,
+    bptt) are the checkpoint's;
   - the checkpoint's step lies within this config's train.epochs;
   - a complete run (its test split scored, and train.epochs, train.max_steps or the stopping
     rule reached under this config) is reported, and nothing is trained or written.
@@ -26,9 +27,10 @@ Restores, so that a resume with the same config is bit-identical to an uninterru
     number of processes is re-sliced (elastic resume: every process count reads the same
     global data order).
 
-Changes, each named in the log:
-  - model.engine / model.recurrence_precision (`EXECUTION_MODEL_KEYS`): the same parameters
-    computed another way, so not bit-identical;
+Changes, each named in the log; each key's way is metadata on its config field
+(`hornn_dist/on_resume.py`), so a new key needs no list here:
+  - model.engine / model.recurrence_precision (their way: `on_resume.EXECUTION`): the same
+    parameters computed another way, so not bit-identical;
   - an [optim] key the config changed since the checkpoint wins: `lr` becomes the current lr
     (the schedule halves on from it), schedule keys go into the restored schedule (whose stop
     is judged again), momentum and weight decay into the optimizer, the clip keys apply at
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,7 @@ import torch
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import OptimConfig, RunConfig
 from hornn_dist.errors import CheckpointError, ConfigError
-from hornn_dist.models.config import EXECUTION_MODEL_KEYS
+from hornn_dist.on_resume import EXECUTION, LR, MATCH, OPTIMIZER, SCHEDULE, START, keys_of, ways_of
 from hornn_dist.run_state import STATE_FILE, VERSION, WRITTEN_BY, TrainerState
 from hornn_dist.training.checkpointer import Checkpointer
 from hornn_dist.training.metrics import perplexity
@@ -60,20 +62,6 @@ from hornn_dist.training.scoring import EvalResult
 from hornn_dist.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
-
-# How a resume applies an [optim] key the config changed since the checkpoint (besides `lr`):
-SCHEDULE_KEYS = (
-    "min_lr",
-    "schedule",
-    "halve_after",
-    "stop_improvement",
-    "stop_patience",
-    "halve_below",
-    "halve_patience",
-    "halve_before_stop",
-)  # into the restored schedule
-OPTIMIZER_KEYS = ("momentum", "weight_decay")  # into the optimizer's parameter groups
-STEP_KEYS = ("clip", "clip_mode", "max_col_norm")  # read from the config at every step
 
 
 @dataclass
@@ -201,8 +189,9 @@ def check_compatible(
 
     `corpus_hash` is the prepared corpus's identity (`Corpus.content_hash`): training on another
     corpus than the checkpoint's is a difference unless `train.allow_corpus_change` (logged).
-    Return the execution keys (`EXECUTION_MODEL_KEYS`) that differ, as "key: old -> new".
+    Return the execution keys (`on_resume.EXECUTION`) that differ, as "model.key: old -> new".
     """
+    execution = keys_of(cfg.model, EXECUTION)  # every other [model] key shapes the weights
     changed = [
         (key, old, getattr(cfg.model, key))
         for key, old in saved.to_dict()["model"].items()
@@ -211,7 +200,7 @@ def check_compatible(
     diffs = [
         f"model.{key}: checkpoint {old!r} != config {new!r}"
         for key, old, new in changed
-        if key not in EXECUTION_MODEL_KEYS
+        if key not in execution
     ]
     if state.vocab_hash != vocab_hash:
         diffs.append(f"vocabulary hash: checkpoint {state.vocab_hash} != data {vocab_hash}")
@@ -233,22 +222,17 @@ def check_compatible(
                 corpus_hash[:16],
                 state.step,
             )
-    for key in ("batch_size", "bptt"):
-        if getattr(saved.train, key) != getattr(cfg.train, key):
-            diffs.append(
-                f"train.{key}: checkpoint {getattr(saved.train, key)} != config {getattr(cfg.train, key)}"
-            )
+    for key in keys_of(cfg.train, MATCH):
+        old, new = getattr(saved.train, key), getattr(cfg.train, key)
+        if old != new:
+            diffs.append(f"train.{key}: checkpoint {old!r} != config {new!r}")
     if diffs:
         raise CheckpointError(
             f"cannot resume from {folder}: "
             + "; ".join(diffs)
             + " (use --no-resume or another train.output_dir)"
         )
-    return [
-        f"model.{key}: {old!r} -> {new!r}"
-        for key, old, new in changed
-        if key in EXECUTION_MODEL_KEYS
-    ]
+    return [f"model.{key}: {old!r} -> {new!r}" for key, old, new in changed if key in execution]
 
 
 def _check_within_epochs(folder: Path, step: int, run: Checkpointer) -> None:
@@ -296,8 +280,9 @@ def stop_stands(schedule_state: dict[str, Any], cfg: OptimConfig) -> bool:
         return False
     schedule = LrSchedule.from_config(cfg)
     schedule.load_state_dict(schedule_state)
-    schedule.stop_patience = cfg.stop_patience
-    schedule.halve_before_stop = cfg.halve_before_stop
+    # the two keys that decide whether a stop stands; a resume applies the others it changed
+    rule = {"stop_patience": cfg.stop_patience, "halve_before_stop": cfg.halve_before_stop}
+    schedule.cfg = replace(schedule.cfg, **rule)
     schedule.judge_stop_again()
     return bool(schedule.stopped)
 
@@ -379,7 +364,7 @@ def _restore(run: Checkpointer, folder: Path, state: TrainerState) -> None:
 
 def _apply_changed_settings(run: Checkpointer, saved: RunConfig, state: TrainerState) -> None:
     """Apply and name the [optim] keys this run's config changed since the checkpoint (its
-    config `saved`), name a changed seed, which a resumed run cannot apply, and set the lr."""
+    config `saved`), name a changed key that only starts a run (train.seed), and set the lr."""
     cfg, schedule = run.cfg, run.shared["schedule"]
     notes = apply_changed_settings(saved.optim, cfg.optim, schedule, run.optimizer)
     if notes:
@@ -390,20 +375,23 @@ def _apply_changed_settings(run: Checkpointer, saved: RunConfig, state: TrainerS
             "; ".join(notes),
             schedule.lr,
         )
-    if saved.train.seed != cfg.train.seed:
-        logger.info(
-            "train.seed %d -> %d does not apply: the seed only initialises a run, a resumed "
-            "one goes on from the checkpoint's weights and random state",
-            saved.train.seed,
-            cfg.train.seed,
-        )
+    for key in keys_of(cfg.train, START):
+        old, new = getattr(saved.train, key), getattr(cfg.train, key)
+        if old != new:
+            logger.info(
+                "train.%s %r -> %r does not apply: it only initialises a run, a resumed one "
+                "goes on from the checkpoint's weights and random state",
+                key,
+                old,
+                new,
+            )
     if state.schedule.get("stopped") and not schedule.stopped:
         logger.info(
             "the checkpoint's run had stopped (%s); under this config's stopping rule "
             "(optim.stop_patience %d, optim.halve_before_stop %s) it trains on at lr %.4g",
             state.schedule["stopped"],
-            schedule.stop_patience,
-            str(schedule.halve_before_stop).lower(),
+            schedule.cfg.stop_patience,
+            str(schedule.cfg.halve_before_stop).lower(),
             schedule.lr,
         )
 
@@ -421,24 +409,22 @@ def apply_changed_settings(
     so it stays bit-identical to an uninterrupted run (the schedule sets each new lr on the
     optimizer it drives).
     """
-    notes = []
+    notes, followed = [], False
     restored_lr = schedule.lr
-    for key in (f.name for f in fields(OptimConfig)):
+    for key, way in ways_of(cfg).items():  # a STEP key is read at every step: nothing to do
         old, new = getattr(saved, key), getattr(cfg, key)
         if old == new:
             continue
         note = f"optim.{key} {old!r} -> {new!r}"
-        if key == "lr":
+        if way == LR:
             schedule.set_lr(new)
             if restored_lr != old:
                 note += f" (the schedule had reached {restored_lr:.4g})"
-        elif key in SCHEDULE_KEYS:
-            setattr(schedule, key, new)
-            if key == "stop_improvement":
-                schedule.stopped = ""  # judged afresh under the new threshold
-            schedule.judge_stop_again()
-        elif key in OPTIMIZER_KEYS:
+        elif way == OPTIMIZER:
             for group in optimizer.param_groups:
                 group[key] = new
         notes.append(note)
+        followed = followed or way == SCHEDULE
+    if followed:  # the schedule holds its keys: it takes them all, and judges its stop again
+        schedule.follow(cfg)
     return notes

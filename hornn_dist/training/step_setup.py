@@ -21,13 +21,7 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
         return "train.cuda_graph = false"
     if accelerator.device.type != "cuda":
         return "not on CUDA"
-    if cfg.model.dropout and cfg.model.dropout_mask == "sequence":
-        return 'model.dropout_mask = "sequence" (not yet run under CUDA graphs)'
-    if cfg.model.weight_drop:
-        return "model.weight_drop > 0 (not yet run under CUDA graphs)"
-    if cfg.model.feedback_scale != 1.0:
-        return "model.feedback_scale != 1 (not yet run under CUDA graphs)"
-    return None
+    return cfg.model.graph_unavailable_reason()
 
 
 def needs_fused_sgd(accelerator: Any) -> bool:

@@ -311,12 +311,7 @@ class Trainer:
         logger.info(
             "%s, %s parameters, vocabulary %d | tokens/step %d = %s x bptt %d "
             "(%d per process x %s) | %d steps/epoch, %s%s | tokens: %s | device %s, %s, step %s",
-            (
-                f"hornn/{cfg.model.pooling} order {cfg.model.order}"
-                if cfg.model.arch == "hornn"
-                else cfg.model.arch
-            )
-            + (f", feedback x{cfg.model.feedback_scale:g}" if cfg.model.feedback_scale != 1 else "")
+            cfg.model.label()
             + (f" ({self.core.plan.describe()})" if cfg.model.arch == "hornn" else ""),
             f"{self.core.num_parameters():,}",
             corpus.vocab_size,
