@@ -221,7 +221,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("HORNN-3 max", "no dropout"): "hornn3-max-tied-wd1e-05-c0.2",
     ("HORNN-3 FOFE", "no dropout"): "hornn3-fofe-tied-wd1e-05-alpha0.2",
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-wd1e-05-c0.2",
-    ("LSTM", "no dropout"): "lstm-tied-halve1",
+    ("LSTM", "no dropout"): "lstm-tied-halve1-wd1e-05-c0.5",
     ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10-alpha0.2",
     ("HORNN-3 max", "with dropout"): "hornn3-max-drop0.5",
     ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-tied-drop0.2-fixed10-alpha0.2",
