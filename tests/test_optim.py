@@ -496,7 +496,12 @@ def test_newbob_under_halve_patience_2_keeps_the_lr_through_one_noisy_epoch() ->
     """A run at lr 5 whose epoch 4 alone lowers the validation loss by less than 0.3%: under
     rnnlm's rule (patience 1) that one epoch begins newbob's halving; patience 2 keeps lr 5
     through the 10 epochs, halves only after two such epochs in a row, and then every epoch."""
-    losses = [5.0, 4.8, 4.7, 4.699, 4.6, 4.55, 4.5, 4.45, 4.42, 4.4]
+    check_patience_2_keeps_lr_5([5.0, 4.8, 4.7, 4.699, 4.6, 4.55, 4.5, 4.45, 4.42, 4.4])
+
+
+def check_patience_2_keeps_lr_5(losses: list[float]) -> None:
+    """Ten epochs whose 4th alone gains under 0.3%: rnnlm's rule halves after it, newbob at
+    patience 2 keeps lr 5 through all ten, then halves after two such epochs, then every epoch."""
     rnnlm = schedule(lr=5.0, schedule="newbob", halve_below=0.003)
     patient = schedule(lr=5.0, schedule="newbob", halve_below=0.003, halve_patience=2)
     assert run_epochs(rnnlm, losses)[:4] == [5.0, 5.0, 5.0, 2.5]

@@ -16,6 +16,7 @@ import pytest
 
 from hornn_dist.config import load_config
 from hornn_dist.experiments.paper import paper_model, paper_ppl
+from hornn_dist.experiments.plots import ValidCurve
 from hornn_dist.experiments.results import RunRecord, read_run, read_runs
 from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
 from tests.train_helpers import (
@@ -335,6 +336,17 @@ def _seed_runs(runs: Path, models: int, seeds: tuple[int, ...]) -> None:
             write_run(runs / name, config, curve(final, 4 + k, tail=3 + 2 * k), final + 2)
 
 
+def check_seed_curve(curve: ValidCurve, by_seed: list[dict[float, float]]) -> None:
+    """A curve of three seeds is, at every epoch any seed reached, the mean, min and max of the
+    seeds' validation ppls there (by_seed: each seed's epoch -> ppl), the seeds' stops apart."""
+    assert curve.seeds == 3 and curve.epochs == sorted(set().union(*by_seed))
+    for epoch, mean, low, high in zip(curve.epochs, curve.mean, curve.low, curve.high, strict=True):
+        ppls = [ppl[epoch] for ppl in by_seed if epoch in ppl]
+        assert mean == pytest.approx(sum(ppls) / len(ppls), rel=1e-12)
+        assert (low, high) == (min(ppls), max(ppls))
+    assert len({len(p) for p in by_seed}) > 1  # the seeds stopped at different epochs
+
+
 def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
     tmp_path: Path,
 ) -> None:
@@ -357,12 +369,7 @@ def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
         (state_file,) = (runs / f"m0-seed{seed}").rglob("trainer_state.json")
         history = json.loads(state_file.read_text())["valid_history"]
         by_seed.append({float(h["epoch"]): h["ppl"] for h in history})
-    assert first.seeds == 3 and first.epochs == sorted(set().union(*by_seed))
-    for epoch, mean, low, high in zip(first.epochs, first.mean, first.low, first.high, strict=True):
-        ppls = [ppl[epoch] for ppl in by_seed if epoch in ppl]
-        assert mean == pytest.approx(sum(ppls) / len(ppls), rel=1e-12)
-        assert (low, high) == (min(ppls), max(ppls))
-    assert len({len(p) for p in by_seed}) > 1  # the seeds stopped at different epochs
+    check_seed_curve(first, by_seed)
 
 
 def test_valid_curves_plot_of_many_models_keeps_its_legend_beside_the_axes(tmp_path: Path) -> None:

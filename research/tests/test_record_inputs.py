@@ -9,14 +9,13 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 from hornn_dist.experiments.results import read_runs
 from hornn_dist.experiments.speed import read_speed_record
 from hornn_dist.experiments.tables import pick_best
 from hornn_dist.models import ModelConfig
 from research.tests.tools import RECORDS
-from tests.test_optim import run_epochs, schedule
+from tests.test_optim import check_patience_2_keeps_lr_5
+from tests.test_report import check_seed_curve
 
 H100_RECORD = RECORDS / "2026-11-27-h100-16977fd"
 
@@ -67,12 +66,7 @@ def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
             (H200_CHOSEN / f"rnn-tied-seed{seed}" / "trainer_state.json").read_text()
         )
         by_seed.append({float(h["epoch"]): h["ppl"] for h in state["valid_history"]})
-    assert rnn.seeds == 3 and rnn.epochs == sorted(set().union(*by_seed))
-    for epoch, mean, low, high in zip(rnn.epochs, rnn.mean, rnn.low, rnn.high, strict=True):
-        ppls = [ppl[epoch] for ppl in by_seed if epoch in ppl]
-        assert mean == pytest.approx(sum(ppls) / len(ppls), rel=1e-12)
-        assert (low, high) == (min(ppls), max(ppls))
-    assert len({len(p) for p in by_seed}) > 1  # the seeds stopped at different epochs
+    check_seed_curve(rnn, by_seed)
 
 
 def test_valid_curves_plot_of_many_models_keeps_its_legend_beside_the_axes(tmp_path: Path) -> None:
@@ -100,10 +94,4 @@ def test_newbob_under_halve_patience_2_keeps_the_rnns_lr_through_its_noisy_epoch
     history = json.loads(
         (state / "rnn-tied-drop0.2-fixed10-seed1234/trainer_state.json").read_text()
     )["valid_history"]
-    losses = [entry["loss"] for entry in history[:10]]
-    rnnlm = schedule(lr=5.0, schedule="newbob", halve_below=0.003)
-    patient = schedule(lr=5.0, schedule="newbob", halve_below=0.003, halve_patience=2)
-    assert run_epochs(rnnlm, losses)[:4] == [5.0, 5.0, 5.0, 2.5]
-    assert run_epochs(patient, losses) == [5.0] * 10
-    assert patient.end_epoch(losses[-1]) == 5.0 and patient.end_epoch(losses[-1]) == 2.5
-    assert patient.end_epoch(4.0) == 1.25  # newbob: every epoch after the first halving
+    check_patience_2_keeps_lr_5([entry["loss"] for entry in history[:10]])
