@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -23,10 +22,10 @@ import torch
 
 from hornn_dist.errors import described
 from hornn_dist.models.triton_tiles import TILES_ENV
+from hornn_dist.provenance import code_commit, machine
 from hornn_dist.runtime import cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
-COMMIT_ENV = "HORNN_COMMIT"  # the commit to record where the copy has no .git
 
 
 def comma_list(p: argparse.ArgumentParser, flag: str, value: str, allowed) -> list[str]:
@@ -57,36 +56,6 @@ def device_name(device: torch.device) -> str:
     return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
-def _git(*args: str) -> str | None:
-    """Return git's output in the repository, or None where git or the checkout is missing."""
-    try:
-        proc = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def commit() -> dict:
-    """Return the code's commit: {"commit": sha, "dirty": bool}; HORNN_COMMIT overrides it (dirty
-    then unknown: None), and outside a git checkout both are "unknown"/None."""
-    given = os.environ.get(COMMIT_ENV)
-    if given:
-        return {"commit": given, "dirty": None}
-    head = _git("rev-parse", "HEAD")
-    if head is None:
-        return {"commit": "unknown", "dirty": None}
-    status = _git("status", "--porcelain")
-    return {"commit": head.strip(), "dirty": None if status is None else bool(status.strip())}
-
-
-def machine() -> dict:
-    """Return the machine: CPU name, core count and GPU name (None without CUDA)."""
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "gpu": gpu}
-
-
 def _jsonable(value):
     """Return an option's value as JSON can hold it (paths and other objects as text)."""
     if value is None or isinstance(value, (str, int, float, bool, list, tuple, dict)):
@@ -108,7 +77,7 @@ def run_meta(
     meta = {
         "command": shlex.join(["python", f"benchmarks/{script}", *given]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        **commit(),
+        **code_commit(),
         "machine": machine(),
         "device": str(device),
         "device_name": device_name(device),

@@ -4,7 +4,6 @@ one)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
 from hornn_dist.models.triton_tiles import TILES_ENV
+from hornn_dist.provenance import code_commit, describe_commit
 from hornn_dist.training.optim import resolve_clip
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 from tests.train_helpers import load_benchmark
@@ -143,16 +143,18 @@ def test_main_writes_every_row_to_the_json(tmp_path):
 def test_the_recorded_commit_is_overridden_by_hornn_commit_and_unknown_outside_git(
     tmp_path, monkeypatch
 ):
-    """A copy without .git records "unknown" unless HORNN_COMMIT names the commit."""
-    copy = tmp_path / "benchmarks" / "common.py"
-    copy.parent.mkdir()
-    copy.write_text((REPO / "benchmarks" / "common.py").read_text())
-    spec = importlib.util.spec_from_file_location("common_copy", copy)
-    common = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(common)
+    """A folder that is not a checkout's top (none, or inside another repository) records
+    "unknown" unless HORNN_COMMIT names the commit; the JSON carries what HORNN_COMMIT says."""
     monkeypatch.delenv("HORNN_COMMIT", raising=False)
-    assert common.commit() == {"commit": "unknown", "dirty": None}
+    assert code_commit(tmp_path) == {"commit": "unknown", "dirty": None}
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "site-packages").mkdir()  # an installed copy inside a user's own repository
+    assert code_commit(tmp_path / "site-packages") == {"commit": "unknown", "dirty": None}
     monkeypatch.setenv("HORNN_COMMIT", "abc123-dirty")
+    common = load_benchmark("common")
+    assert code_commit(tmp_path) == {"commit": "abc123-dirty", "dirty": None}
+    assert describe_commit(code_commit(tmp_path)) == "commit abc123-dirty"
+    assert describe_commit({"commit": "0123456789" * 4, "dirty": True}) == "commit 0123456 (dirty)"
     meta = common.run_meta("x.py", ["--a", "b c"], torch.device("cpu"))
     assert meta["commit"] == "abc123-dirty" and meta["dirty"] is None
     assert meta["command"] == "python benchmarks/x.py --a 'b c'"

@@ -10,9 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from hornn_dist.checkpoint import list_checkpoints
+from hornn_dist.provenance import code_commit, describe_commit
 from hornn_dist.run_state import TrainerState
+from hornn_dist.runtime import cpu_name
 from hornn_dist.training.events import EventLog, read_events
 from tests.train_helpers import check_ok, run_here, write_tiny_config
 
@@ -39,6 +42,12 @@ def test_every_log_line_and_validation_is_an_event_with_the_states_numbers(run: 
     assert starts[0]["init"] == "init scaled: every weight ~ N(0, 0.1) (feedback gain <= 1 already)"
     assert starts[0]["config"]["optim"]["clip_mode"] == "auto" and starts[0]["clip"] > 0
     assert starts[0]["vocabulary"] == 41  # the tiny corpus's, as the start-up line says
+    # which code and machine trained it, for the record: as git and torch say here
+    assert (
+        starts[0]["code"] == code_commit() and starts[0]["versions"]["torch"] == torch.__version__
+    )
+    assert starts[0]["hardware"] == f"{cpu_name()} (1 thread)"
+    assert f"code: {describe_commit(code_commit())}, hornn_dist " in (run / "train.log").read_text()
     train = [e for e in events if e["event"] == "train"]
     assert [e["step"] for e in train] == list(range(2, 21, 2))  # log.every = 2
     for event in train:

@@ -7,7 +7,9 @@ object with its `event` and the unix `time`:
     start  step (0, or the step resumed from), started, processes, device, mixed_precision,
            parameters, steps_per_epoch, vocabulary, init (the init rule in words, with the
            stds it resolved to), clip_mode, clip (what optim.clip_mode "auto" resolved to),
-           config (the resolved config, as TOML reads it)
+           code (commit and dirty, hornn_dist.provenance), versions (hornn_dist, torch),
+           hardware (e.g. "Intel Xeon ... (1 thread)"), config (the resolved config, as TOML
+           reads it)
     train  step, epoch, loss, ppl, lr, tokens_per_sec, grad_norm, path_grad_norms (name: value),
            epoch_seconds_left, run_seconds_left (at this speed; null: no train.epochs or max_steps)
     valid  step, epoch, loss, ppl, lr (for the next steps), best

@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from hornn_dist import __version__
 from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, tomllib
 from hornn_dist.data.streams import TBPTTStream, check_layout
@@ -29,6 +30,7 @@ from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpu
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
 from hornn_dist.models.precision import resolve_mixed_precision
+from hornn_dist.provenance import UNKNOWN, code_commit, describe_commit
 from hornn_dist.run_layout import CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
 from hornn_dist.run_state import TrainerState
 from hornn_dist.runtime import (
@@ -329,6 +331,14 @@ class Trainer:
             self.step.describe(),
         )
         logger.info("threads: %s", self.threads)
+        code = code_commit() if acc.is_main_process else dict(UNKNOWN)  # git runs once, on rank 0
+        logger.info(
+            "code: %s, hornn_dist %s, torch %s | machine: %s",
+            describe_commit(code),
+            __version__,
+            torch.__version__,
+            self.hardware,
+        )
         clip = self.step.optim  # clip_mode "auto" resolved for this model
         logger.info(
             'recipe: %s | activation %s | clip %s %g, column norm %g, lr %g (docs/training.md, "The default recipe")',
@@ -352,6 +362,9 @@ class Trainer:
             init=init_rule.describe(cfg.model),  # the recipe line's words: the stds it resolved
             clip_mode=clip.clip_mode,
             clip=clip.clip,
+            code=code,  # the commit and whether the checkout was dirty: the record's evidence
+            versions={"hornn_dist": __version__, "torch": torch.__version__},
+            hardware=self.hardware,
             config=tomllib.loads(cfg.to_toml()),
         )
 
