@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.experiments.results import read_run
+from hornn_dist.experiments.welch import welch_p
 from hornn_dist.training.events import read_events
 from hornn_dist.training.optim import resolve_clip
 from research.tests.tools import RECORDS, load_tool, run_record_tables, run_tool
@@ -346,6 +347,93 @@ def test_a_chosen_column_shows_the_run_with_the_lowest_validation_never_the_test
     again = run_record_tables(record)
     check_ok(again)
     assert f"| {worst:.2f} |" in again.stdout
+
+
+VERDICT_TABLE = """
+[[table]]
+title = "verdicts"
+columns = [
+  {head = "model"},
+  {head = "test ppl", show = "test ppl"},
+  {head = "spread", show = "seed spread"},
+]
+rows = [
+  {model = "LSTM", runs = ["runs/lstm-1234", "runs/lstm-1235", "runs/lstm-1236"]},
+  {model = "gated-3", runs = ["runs/gated-1234", "runs/gated-1235", "runs/gated-1236"]},
+  {model = "gated-3 wdrop", runs = ["runs/wdrop-1234", "runs/wdrop-1235", "runs/wdrop-1236"]},
+]
+compare = [["LSTM", "gated-3"], ["gated-3 wdrop", "gated-3"]]
+"""
+
+
+def test_a_verdict_line_is_the_noise_rule_over_each_rows_seeds(tmp_path: Path) -> None:
+    """`compare` prints, per pair of rows, each row's test ppl over its seeds, the gap of the
+    means, 2 × the larger sd, Welch's p and the verdict: "better" only where the gap exceeds
+    the bar and p < 0.05, as computed here from the runs' own numbers."""
+    read_record_run = load_tool("record_runs").read_record_run
+    kept = RECORDS / "2026-11-29-h200-ptb" / "ptb_chosen"
+    names = {
+        "lstm": "lstm-drop0.5-seed{}",
+        "gated": "hornn3-gated-drop0.3-tied-fixed10-seed{}",
+        "wdrop": "hornn3-gated-drop0.3-tied-fixed10-wdrop0.2-seed{}",
+    }
+    record = tmp_path / "record"
+    for short, name in names.items():
+        for seed in (1234, 1235, 1236):
+            shutil.copytree(kept / name.format(seed), record / "runs" / f"{short}-{seed}")
+    (record / "tables.toml").write_text(VERDICT_TABLE)
+    result = run_record_tables(record)
+    check_ok(result)
+    lines = {line.split("|")[1].strip(): line for line in result.stdout.splitlines() if "|" in line}
+
+    def stat(short: str) -> tuple[float, float, list[float]]:
+        tests = [
+            read_record_run(record / "runs" / f"{short}-{s}").test_ppl() for s in (1234, 1235, 1236)
+        ]
+        return statistics.fmean(tests), statistics.stdev(tests), tests
+
+    expected = {}
+    for a, b, label in [
+        ("lstm", "gated", "LSTM against gated-3"),
+        ("wdrop", "gated", "gated-3 wdrop against gated-3"),
+    ]:
+        (ma, sa, _), (mb, sb, _) = stat(a), stat(b)
+        gap, bar, p = abs(ma - mb), 2 * max(sa, sb), welch_p(ma, sa, 3, mb, sb, 3)
+        kind = ("better" if ma < mb else "worse") if gap > bar and p < 0.05 else "within noise"
+        cells = [c.strip() for c in lines[label].strip().strip("|").split("|")]
+        assert cells[1:] == [
+            f"{ma:.2f} ± {sa:.2f}",
+            f"{mb:.2f} ± {sb:.2f}",
+            f"{gap:.2f}",
+            f"{bar:.2f}",
+            f"{p:.2g}",
+            kind,
+        ]
+        expected[label] = kind
+    # the record's own seeds: the LSTM's lead over gated-3 with dropout holds, weight drop's
+    # one-point change does not
+    assert expected == {
+        "LSTM against gated-3": "better",
+        "gated-3 wdrop against gated-3": "within noise",
+    }
+    _, _, tests = stat("lstm")
+    valids = [
+        read_record_run(record / "runs" / f"lstm-{s}").best_valid_ppl() for s in (1234, 1235, 1236)
+    ]
+    spread = 100 * (statistics.fmean(valids) - min(valids)) / statistics.fmean(valids)
+    assert [c.strip() for c in lines["LSTM"].strip().strip("|").split("|")][1:] == [
+        f"{statistics.fmean(tests):.2f} ± {statistics.stdev(tests):.2f}",
+        f"{spread:.1f}%",
+    ]
+
+
+def test_a_comparison_of_a_row_the_table_lacks_is_one_line(tmp_path: Path) -> None:
+    spec = CLIP_TABLE + 'compare = [["RNN", "LSTM"]]\n'
+    record = _record_of(tmp_path, H200 / "demo_orders" / "runs" / "rnn", spec)
+    result = run_record_tables(record)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "compare entry ['RNN', 'LSTM'] is not two rows'" in lines[0], lines[0]
 
 
 def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_events(

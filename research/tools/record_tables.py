@@ -19,6 +19,14 @@ package):
     ]
 
     [[table]]
+    title = "Seeded rows and their verdicts"      # a table as above, then one line per pair:
+    columns = [{head = "model"}, {head = "test ppl", show = "test ppl"}]
+    rows = [{model = "RNN", runs = [...]}, {model = "LSTM", runs = [...]}]
+    compare = [["LSTM", "RNN"]]                   # rows by their first column's text: test
+                                                  # ppl means, gap, 2 × the larger sd, Welch's
+                                                  # p and the noise rule's verdict (fair.py)
+
+    [[table]]
     title = "Training loss, two runs"
     train_losses = ["runs/a", "runs/b"]           # the train loss both have at a step, b - a
 
@@ -50,7 +58,7 @@ from typing import Any
 
 from hornn_dist.config import read_toml
 from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.fair import Stat, results_table
+from hornn_dist.experiments.fair import NOISE_FACTOR, Stat, noise_verdict, results_table
 from hornn_dist.experiments.results import read_runs, read_sweep_record
 from hornn_dist.experiments.speed import read_speed_record
 from hornn_dist.experiments.tables import NONE, fmt_ppl, markdown_table
@@ -95,6 +103,7 @@ class Table:
     train_losses: tuple[RecordRun, ...] = ()
     fair: Path | None = None  # a sweep's output_dir: the fair layout's one-screen table
     speed_record: Path | None = None
+    compare: tuple[tuple[int, int], ...] = ()  # pairs of row indices: the noise rule's verdicts
 
 
 Cell = Callable[[list[RecordRun], list[RecordRun], Column], str]
@@ -138,6 +147,12 @@ def _ratio(value: float, reference: float) -> str:
     if not (math.isfinite(value) and math.isfinite(reference) and reference > 0):
         return NONE
     return f"{value / reference:.3f}"
+
+
+def _spread(values: Sequence[float]) -> str:
+    """Return how far the lowest value is under the mean, in % ("1.3%")."""
+    mean = statistics.fmean(values)
+    return f"{100 * (mean - min(values)) / mean:.1f}%"
 
 
 def _mean_test(runs: Sequence[RecordRun]) -> float:
@@ -257,6 +272,11 @@ QUANTITIES: dict[str, Quantity] = {
         False,
         "the test perplexity of its last weights",
     ),
+    "seed spread": Quantity(
+        lambda runs, _, c: _spread([r.best_valid_ppl() for r in runs]),
+        False,
+        "how far the best-validating seed is under the runs' mean best valid ppl, in %",
+    ),
     "× reference": Quantity(
         _over_reference, False, "the mean test ppl of the runs over the references' mean"
     ),
@@ -296,7 +316,39 @@ def render_table(table: Table) -> str:
         return results_table(read_runs(table.fair), speed, paper)
     rows = [[_cell(table, row, column) for column in table.columns] for row in table.rows]
     left = {c.head for c in table.columns if c.left}
-    return markdown_table([c.head for c in table.columns], rows, left)
+    text = markdown_table([c.head for c in table.columns], rows, left)
+    return text + ("\n\n" + _verdicts_table(table) if table.compare else "")
+
+
+def _verdicts_table(table: Table) -> str:
+    """Return one line per compared pair of rows: each row's test ppl over its seeds, the gap
+    of the means, NOISE_FACTOR × the larger sd, Welch's p and the noise rule's verdict."""
+    head = table.columns[0].head
+    lines = []
+    for a, b in table.compare:
+        row_a, row_b = table.rows[a], table.rows[b]
+        stats = [
+            Stat.of([r.test_ppl() for r in row.runs if r is not None]) for row in (row_a, row_b)
+        ]
+        verdict = noise_verdict(*stats)
+        numbers = (
+            [f"{verdict.gap:.2f}", f"{verdict.bar:.2f}", f"{verdict.p:.2g}"]
+            if math.isfinite(verdict.gap)
+            else [NONE] * 3
+        )
+        kind = verdict.kind if math.isfinite(verdict.gap) else verdict.text()
+        pair = f"{row_a.text.get(head, '')} against {row_b.text.get(head, '')}"
+        lines.append([pair, stats[0].text(), stats[1].text(), *numbers, kind])
+    heads = [
+        "test ppl: A against B",
+        "A",
+        "B",
+        "gap",
+        f"{NOISE_FACTOR:g} × larger sd",
+        "Welch p",
+        "verdict",
+    ]
+    return markdown_table(heads, lines, {heads[0], "verdict"})
 
 
 def _cell(table: Table, row: Row, column: Column) -> str:
@@ -369,7 +421,7 @@ def _table(spec: Path, index: int, raw: Any, runs: dict[str, RecordRun]) -> Tabl
         return Table(title, train_losses=(run(pair[0]), run(pair[1])))
     if "fair" in raw:
         return _fair_table(where, spec.parent, title, raw)
-    unknown = set(raw) - {"title", "columns", "rows", "reference"}
+    unknown = set(raw) - {"title", "columns", "rows", "reference", "compare"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     columns = tuple(_column(where, c) for c in _list(where, raw, "columns"))
@@ -402,7 +454,25 @@ def _table(spec: Path, index: int, raw: Any, runs: dict[str, RecordRun]) -> Tabl
     needs_reference = any("reference" in c.show for c in columns)
     if needs_reference and not reference:
         raise ConfigError(f'{where}: its × reference columns need reference = ["RUN", ...]')
-    return Table(title, columns, tuple(rows), reference)
+    compare = _pairs(where, raw.get("compare", []), columns[0].head, rows)
+    return Table(title, columns, tuple(rows), reference, compare=compare)
+
+
+def _pairs(where: str, raw: Any, head: str, rows: list[Row]) -> tuple[tuple[int, int], ...]:
+    """Return `compare`'s pairs as row indices; raise ConfigError naming a pair that is not two
+    rows' texts under the first column."""
+    index = {row.text.get(head, ""): i for i, row in enumerate(rows)}
+    if not isinstance(raw, list):
+        raise ConfigError(f'{where}: compare = [["ROW A", "ROW B"], ...]')
+    pairs = []
+    for pair in raw:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(p in index for p in pair)):
+            raise ConfigError(
+                f'{where}: compare entry {pair!r} is not two rows\' "{head}" texts '
+                f"({', '.join(repr(t) for t in index)})"
+            )
+        pairs.append((index[pair[0]], index[pair[1]]))
+    return tuple(pairs)
 
 
 def _fair_table(where: str, record: Path, title: str, raw: dict[str, Any]) -> Table:
