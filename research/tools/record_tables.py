@@ -150,7 +150,9 @@ def _ratio(value: float, reference: float) -> str:
 
 
 def _spread(values: Sequence[float]) -> str:
-    """Return how far the lowest value is under the mean, in % ("1.3%")."""
+    """Return how far the lowest value is under the mean, in % ("1.3%"); one value: none."""
+    if len(values) < 2:
+        return NONE
     mean = statistics.fmean(values)
     return f"{100 * (mean - min(values)) / mean:.1f}%"
 
