@@ -24,7 +24,8 @@ package):
     rows = [{model = "RNN", runs = [...]}, {model = "LSTM", runs = [...]}]
     compare = [["LSTM", "RNN"]]                   # rows by their first column's text: test
                                                   # ppl means, gap, 2 × the larger sd, Welch's
-                                                  # p and the noise rule's verdict (fair.py)
+                                                  # p and the noise rule's verdict (fair.py),
+                                                  # under a heading of their own
 
     [[table]]
     title = "Training loss, two runs"
@@ -67,6 +68,7 @@ from hornn_dist.runtime import run_cli
 from record_runs import RecordRun, read_record_run
 
 TABLES_FILE = "tables.toml"  # in a record's folder: the tables this script prints
+VERDICTS = "the noise rule's verdicts"  # the heading's tail over a table's `compare` lines
 
 
 @dataclass(frozen=True)
@@ -304,8 +306,14 @@ QUANTITIES: dict[str, Quantity] = {
 
 
 def render_record_tables(record: Path) -> str:
-    """Return every table the record's tables.toml declares, each under a "## title" line."""
-    return "\n".join(f"## {t.title}\n\n{render_table(t)}\n" for t in read_record_tables(record))
+    """Return every table the record's tables.toml declares, each under a "## title" line (a
+    table's verdicts under "## title: the noise rule's verdicts")."""
+    sections = []
+    for table in read_record_tables(record):
+        sections.append(f"## {table.title}\n\n{render_table(table)}\n")
+        if table.compare:
+            sections.append(f"## {table.title}: {VERDICTS}\n\n{_verdicts_table(table)}\n")
+    return "\n".join(sections)
 
 
 def render_table(table: Table) -> str:
@@ -318,8 +326,7 @@ def render_table(table: Table) -> str:
         return results_table(read_runs(table.fair), speed, paper)
     rows = [[_cell(table, row, column) for column in table.columns] for row in table.rows]
     left = {c.head for c in table.columns if c.left}
-    text = markdown_table([c.head for c in table.columns], rows, left)
-    return text + ("\n\n" + _verdicts_table(table) if table.compare else "")
+    return markdown_table([c.head for c in table.columns], rows, left)
 
 
 def _verdicts_table(table: Table) -> str:
