@@ -10,8 +10,8 @@
 # To stop it, send its bash SIGTERM: it passes the signal to the sweep (whose runs checkpoint)
 # and ends. Order: seeds 1235-1236 of every row without dropout (configs/sweeps/ptb_chosen.toml
 # lists the groups in the verdict's order: the RNN, the LSTM, gated-3, max-3, FOFE-3, sum-3),
-# then stage 23 (the feedback scale on gated-3 and the LSTM with dropout), then stage 22's
-# dropout runs of max-3 and sum-3.
+# then stage 23 (the feedback scale on gated-3 and the LSTM with dropout), seeds 1235-1236 of
+# the RNN and FOFE-3 with dropout (alpha 0.2), then stage 22's dropout runs of max-3 and sum-3.
 set -uo pipefail
 ptb=${PTB:?set PTB to the folder of ptb.train.txt, ptb.valid.txt, ptb.test.txt}
 child=""
@@ -36,4 +36,7 @@ sweep configs/sweeps/ptb_chosen.toml \
   --only 'lstm-tied-halve1-wd1e-05-c0.5-seed123[56]' \
   --only 'hornn3-*-tied-wd1e-05-*-seed123[56]'
 sweep research/sweeps/ptb_recipe_dropout_knobs.toml
+sweep configs/sweeps/ptb_chosen.toml \
+  --only 'rnn-drop0.2-tied-fixed10-alpha0.2-seed123[56]' \
+  --only 'hornn3-fofe-tied-drop0.2-fixed10-alpha0.2-seed123[56]'
 sweep research/sweeps/ptb_recipe_equal_knobs.toml
