@@ -356,3 +356,60 @@ def test_gpu_ptb_without_a_prepared_carry_stops_with_a_one_line_hint(tmp_path: P
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
     assert f"no prepared PTB in {tmp_path}/carry/data_cache; HINT:" in done.stderr
+
+
+SEEDS_RECORD = RECORDS / "2026-12-01-cpu-ptb-seeds"
+BEST_SEED_SLACK = 0.02  # the PTB verdict issue's goal: no run more than 2% under its row's mean
+
+
+def ptb_kind(raw: dict) -> tuple[str, bool] | None:
+    """Return a record run's PTB table row and whether it trained with dropout, from its
+    config.toml as written; None for a run of another size, corpus or model, or a partial one."""
+    data, model, train = raw.get("data", {}), raw.get("model", {}), raw.get("train", {})
+    size = (model.get("hidden_size"), model.get("embedding_size"), model.get("num_layers", 1))
+    if data.get("preset") != "ptb" or size != (400, 400, 1) or train.get("max_steps"):
+        return None
+    arch, order = model.get("arch", "hornn"), model.get("order", 3)
+    if arch == "lstm":
+        row = "LSTM"
+    elif arch == "rnn" or (arch == "hornn" and order == 1):
+        row = "RNN"
+    elif arch == "hornn" and order == 3:
+        row = {"fofe": "HORNN-3 FOFE"}.get(model.get("pooling", "gated"), "")
+        row = row or f"HORNN-3 {model.get('pooling', 'gated')}"
+    else:
+        return None
+    return row, float(model.get("dropout", 0.0)) > 0
+
+
+def test_no_ptb_run_of_any_record_validates_2_percent_under_its_rows_seeded_mean() -> None:
+    """Each row of the seeds record's tables is its kind's best recipe: no converged run of
+    that model (with dropout or without, at H = E = 400 on PTB) in any record validates more
+    than 2% under the row's mean best validation ppl (a better recipe found since fails this
+    until its seeds replace the row)."""
+    import json
+
+    import tomllib
+
+    read_record_run = load_tool("record_runs").read_record_run
+    tables = tomllib.loads((SEEDS_RECORD / "tables.toml").read_text())["table"]
+    means: dict[tuple[str, bool], float] = {}
+    for table, dropout in zip(tables, (False, True), strict=True):
+        assert ("with dropout" in table["title"]) is dropout, table["title"]
+        for row in table["rows"]:
+            runs = [read_record_run(SEEDS_RECORD / r) for r in row["runs"] if r]
+            valids = [r.best_valid_ppl() for r in runs]
+            means[row["model"], dropout] = sum(valids) / len(valids)
+    below, compared = [], set()
+    for state in RECORDS.rglob("trainer_state.json"):
+        config = state.parent / "config.toml"
+        kind = ptb_kind(tomllib.loads(config.read_text())) if config.is_file() else None
+        history = json.loads(state.read_text()).get("valid_history") or []
+        if kind is None or kind not in means or not history:
+            continue
+        best = min(v["ppl"] for v in history if v.get("ppl") is not None)
+        compared.add(kind)
+        if best < means[kind] * (1 - BEST_SEED_SLACK):
+            below.append((kind, round(best, 2), round(means[kind], 2), state.parent))
+    assert compared == set(means)  # every row met at least its own runs
+    assert not below, below
