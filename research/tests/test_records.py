@@ -32,6 +32,7 @@ from tests.train_helpers import (
 
 TABLED = sorted(spec.parent for spec in RECORDS.glob("*/tables.toml"))
 H200 = RECORDS / "2026-11-27-h200-grids"
+SEEDS = RECORDS / "2026-12-01-cpu-ptb-seeds"  # the PTB verdict's seeds: README's Results
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PAGES += sorted((REPO / "research").glob("*.md"))
 PAGES += [record / "README.md" for record in TABLED]
@@ -108,6 +109,7 @@ def test_the_results_page_shows_the_seed_table_with_its_record_and_command() -> 
     research/reproduction.md, exactly as its record prints it."""
     for page, record in (
         ("docs/results.md", RECORDS / "2026-11-29-h200-ptb"),
+        ("docs/results.md", SEEDS),
         ("research/reproduction.md", RECORDS / "2026-11-28-cpu-fair"),
     ):
         text = (REPO / page).read_text(encoding="utf-8")
@@ -116,22 +118,37 @@ def test_the_results_page_shows_the_seed_table_with_its_record_and_command() -> 
         assert any(t in markdown_tables(text) for t in markdown_tables(printed(record))), page
 
 
-def test_readme_results_summarise_the_seed_table_cell_for_cell() -> None:
-    """README "Results" is one short table: each row a model of the seeds record's table, each
-    cell one of that row's printed cells (a summary drops columns and rows, never edits one)."""
+def test_readme_results_summarise_the_seed_tables_cell_for_cell() -> None:
+    """README "Results" is one short table: each row a model of the seeds record's tables
+    (without dropout and with it), each cell one of that model's printed cells, each number a
+    mean ± sd over three seeds (a summary drops columns, rows and unseeded cells, never edits
+    one), and the verdict line's words are the printed verdicts'."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Results\n", 1)[1].split("\n## ", 1)[0]
     (table,) = markdown_tables(section)
-    (source,) = [
-        t for t in markdown_tables(printed(RECORDS / "2026-11-29-h200-ptb")) if "paper (no" in t[0]
-    ]
-    printed_rows = {cells(row)[0]: cells(row) for row in source[2:]}
+    sources = [t for t in markdown_tables(printed(SEEDS)) if t[0].startswith("| model |")]
+    assert len(sources) == 2
+    printed_cells: dict[str, set[str]] = {}
+    for source in sources:
+        for row in source[2:]:
+            printed_cells.setdefault(cells(row)[0], set()).update(cells(row))
     assert len(table) - 2 >= 3
     for row in table[2:]:
         model, *rest = cells(row)
-        assert model in printed_rows, model
-        assert set(rest) <= set(printed_rows[model]), (row, printed_rows[model])
-    assert "docs/results.md" in section
+        assert model in printed_cells, model
+        assert set(rest) - {""} <= printed_cells[model], (row, printed_cells[model])
+        numbers = [c for c in rest if re.fullmatch(r"[\d.]+ ± [\d.]+", c)]
+        assert numbers, row
+    verdicts = [t for t in markdown_tables(printed(SEEDS)) if t[0].startswith("| test ppl: A")]
+    lines = {cells(row)[0]: cells(row) for t in verdicts for row in t[2:]}
+    said = re.findall(
+        r"([\w-]+(?: [\w-]+)*? against [\w-]+(?: [\w-]+)*?): ([a-z ]+) \(gap ([\d.]+), Welch p ([\d.e-]+)\)",
+        section,
+    )
+    assert said
+    for pair, kind, gap, p in said:
+        assert (lines[pair][6], lines[pair][3], lines[pair][5]) == (kind, gap, p), pair
+    assert "docs/results.md" in section and "research/records/2026-12-01-cpu-ptb-seeds/" in section
 
 
 def test_the_seed_table_is_the_mean_of_its_runs() -> None:
