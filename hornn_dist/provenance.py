@@ -36,14 +36,12 @@ def code_commit(root: Path = PACKAGE_ROOT) -> dict:
     given = os.environ.get(COMMIT_ENV)
     if given:
         return {"commit": given, "dirty": None}
-    top = _git(root, "rev-parse", "--show-toplevel")
-    if top is None or Path(top.strip()).resolve() != root.resolve():
+    lines = (_git(root, "rev-parse", "--show-toplevel", "HEAD") or "").splitlines()
+    if len(lines) != 2 or Path(lines[0]).resolve() != root.resolve():
         return dict(UNKNOWN)
-    head = _git(root, "rev-parse", "HEAD")
-    if head is None:
-        return dict(UNKNOWN)
+    head = lines[1]
     status = _git(root, "status", "--porcelain")
-    return {"commit": head.strip(), "dirty": None if status is None else bool(status.strip())}
+    return {"commit": head, "dirty": None if status is None else bool(status.strip())}
 
 
 def describe_commit(commit: dict) -> str:
