@@ -215,6 +215,39 @@ def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() ->
     check_same_recipe(load_config(REPO / "configs" / "ptb.toml"), best, folder)
 
 
+SEEDS_RECORD = RECORDS / "2026-12-01-cpu-ptb-seeds"  # every PTB row over seeds 1234-1236
+SHIPPED_ROWS = {  # a shipped PTB config -> the seeds record's rows it chooses among
+    "ptb.toml": ("HORNN-3 sum", "HORNN-3 max", "HORNN-3 FOFE", "HORNN-3 gated"),
+    "ptb_rnn.toml": ("RNN",),
+    "ptb_lstm.toml": ("LSTM",),
+}
+
+
+@pytest.mark.parametrize("shipped", sorted(SHIPPED_ROWS))
+def test_each_shipped_ptb_config_is_its_models_seeded_row_that_validates_best(
+    shipped: str,
+) -> None:
+    """configs/ptb.toml, ptb_rnn.toml and ptb_lstm.toml each train the recipe of their
+    model's row, with dropout or without, whose three seeds have the lowest mean validation ppl
+    in the seeds record: a row seeded lower fails this until the config follows."""
+    import math
+    import statistics
+
+    tables = load_tool("record_tables").read_record_tables(SEEDS_RECORD)
+    seeded = []
+    for table in tables:
+        for row in table.rows:
+            model = next(iter(row.text.values()), "")
+            runs = [r for r in row.runs if r is not None and r.state.get("valid_history")]
+            if model in SHIPPED_ROWS[shipped] and len(runs) == 3:
+                best = [math.exp(min(v["loss"] for v in r.state["valid_history"])) for r in runs]
+                seeded.append((statistics.mean(best), f"{table.title}: {model}", runs[0].folder))
+    assert seeded, f"no row of {SHIPPED_ROWS[shipped]} has three seeds in {SEEDS_RECORD}"
+    _, where, folder = min(seeded)
+    recipe = load_config(folder / "config.toml")
+    check_same_recipe(load_config(REPO / "configs" / shipped), recipe, where)
+
+
 CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (its runs' prefix)
     ("RNN", "no dropout"): "rnn-tied-wd1e-05-alpha0.2-fixed7",
     ("HORNN-3 sum", "no dropout"): "hornn3-sum-tied-wd1e-05-c0.2",
