@@ -19,9 +19,10 @@
 # GRIDS_SET="k=v ..." adds overrides to every run (a quick try: GRIDS_SET="train.max_steps=5").
 # GRIDS_MATCH="REGEX" trains only the runs whose name matches (the others' records come from
 # elsewhere, e.g. a grid widened after part of it trained).
-# GRIDS_SKIP_RECORDED=DIR leaves out each run a record of an earlier call holds finished
-# (DIR/SWEEP/NAME/, as research/tools/collect_runs.sh keeps runs): a fresh machine has none of the
-# runs an earlier machine trained, and the summary names each run left out.
+# GRIDS_SKIP_RECORDED="DIR ..." leaves out each run a record of an earlier call holds finished
+# at the recipe planned now (DIR/SWEEP/NAME/, as research/tools/collect_runs.sh keeps runs): a
+# fresh machine has none of the runs an earlier machine trained, and the summary names each run
+# left out and the record that holds it.
 # GRIDS_REFERENCE=1 also trains the order-1 RNN of configs/demo.toml (the reference a ratio
 # needs) into runs/sweeps/gpu_reference/rnn, last in the queue.
 # At GRIDS_SECONDS (from the script's start) every run still training gets SIGTERM: it
@@ -95,10 +96,10 @@ done
 files=(); for s in "${sweeps[@]}"; do  # the search's sweep file, else the product's
   f=research/sweeps/$s.toml; [ -f "$f" ] || f=configs/sweeps/$s.toml; files+=("$f")
 done
-skip=(); [ -n "${GRIDS_SKIP_RECORDED:-}" ] && skip=(--skip-recorded "$GRIDS_SKIP_RECORDED")
+skip=(); for d in ${GRIDS_SKIP_RECORDED:-}; do skip+=(--skip-recorded "$d"); done
 $PY research/gpu/grid_runs.py list "${files[@]}" "${sets[@]}" "${skip[@]}" > "$logs/runs.tsv" 2> "$logs/list.err" \
   || echo "listing the runs failed: $(tail -1 "$logs/list.err")" >> "$summary"
-grep '^recorded: ' "$logs/list.err" | sed "s|\$| (finished in $GRIDS_SKIP_RECORDED: not trained again)|" >> "$summary"
+grep '^recorded: ' "$logs/list.err" | sed 's|$| (finished there: not trained again)|' >> "$summary"
 names=(); commands=()
 declare -A queued=()
 for item in "${items[@]}"; do

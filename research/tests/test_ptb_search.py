@@ -32,7 +32,8 @@ from tests.train_helpers import REPO
 
 PRODUCT_SWEEPS = REPO / "configs" / "sweeps"
 QUEUED = (  # the sweeps gpu_ptb.sh queues
-    *("ptb_chosen", "ptb_recipe_weight_drop", "ptb_recipe_rnn_l2", "ptb_recipe_gated_l2"),
+    *("ptb_chosen", "ptb_recipe_dropout_knobs", "ptb_recipe_equal_knobs"),
+    *("ptb_recipe_weight_drop", "ptb_recipe_rnn_l2", "ptb_recipe_gated_l2"),
     *("ptb_recipe_fofe_alpha", "ptb_recipe_rnn_alpha", "ptb_recipe_feedback_scale"),
     *("ptb_orders", "ptb_alpha"),
 )
@@ -80,36 +81,41 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
         queued += batch
         batches.append(batch)
     groups = set(CHOSEN_GROUPS.values())
-    assert set(batches[0]) == {f"ptb_chosen/{g}-seed1234" for g in groups}
-    assert set(batches[1]) == {f"ptb_chosen/{g}-seed{s}" for g in groups for s in SEEDS[1:]}
+    # seed 1234 of each group is the run its stage chose, held by that stage's record
+    assert set(batches[0]) == {f"ptb_chosen/{g}-seed{s}" for g in groups for s in SEEDS[1:]}
+    assert batches[1] == [
+        f"ptb_recipe_dropout_knobs/{n}" for n in names["ptb_recipe_dropout_knobs"]
+    ]
+    assert batches[2] == [f"ptb_recipe_equal_knobs/{n}" for n in names["ptb_recipe_equal_knobs"]]
+    assert len(batches[1]) == 5 and len(batches[2]) == 12
     candidates = [
         f"ptb_recipe_weight_drop/{a}-wdrop0.2-seed{s}"
         for a in ("rnn-tied-drop0.2-fixed10", "lstm-drop0.5")
         for s in SEEDS
     ]
-    # weight drop 0.2's gated run is the chosen group's seed 1234, not trained twice
-    assert sorted(batches[2]) == sorted(
+    # weight drop 0.2's gated run is the chosen group's seed 1234 (its record holds it)
+    assert sorted(batches[3]) == sorted(
         [*candidates, "ptb_recipe_weight_drop/hornn3-gated-tied-drop0.3-fixed10-wdrop0.4-seed1234"]
     )
-    assert batches[3] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
-    assert batches[4] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
-    assert len(batches[4]) == 7  # gated-3 at four weight decays, the LSTM at two, FOFE-3 at one
-    assert batches[5] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
-    assert len(batches[5]) == 7
-    assert batches[6] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
-    assert len(batches[6]) == 8
+    assert batches[4] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
+    assert batches[5] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
+    assert len(batches[5]) == 7  # gated-3 at four weight decays, the LSTM at two, FOFE-3 at one
+    assert batches[6] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
+    assert len(batches[6]) == 7
+    assert batches[7] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
+    assert len(batches[7]) == 8
     scale = names["ptb_recipe_feedback_scale"]
-    # each pooling's converged run at 0.2 is a chosen group's seed 1234, not trained twice
-    assert batches[7] == [
+    # each pooling's converged run at 0.2 is a chosen group's seed 1234 (its record holds it)
+    assert batches[8] == [
         f"ptb_recipe_feedback_scale/{n}"
         for n in scale
         if not re.match(r"hornn3-(gated|max|sum)-tied-wd1e-05-c0.2-seed", n)
     ]
-    assert len(batches[7]) == 11  # nine screens, gated-3 with dropout, `sum` with a fixed phase
-    assert batches[8] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
-    assert batches[9] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 10
-    assert len(queued) == len(set(queued)) == 39 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
+    assert len(batches[8]) == 11  # nine screens, gated-3 with dropout, `sum` with a fixed phase
+    assert batches[9] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
+    assert batches[10] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
+    assert len(batches) == 11
+    assert len(queued) == len(set(queued)) == 26 + 5 + 12 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(
@@ -312,9 +318,11 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
     plans: dict, tmp_path: Path
 ) -> None:
     """gpu_grids.sh on a CPU, in a copy's working folder: it makes $OUT where that folder does
-    not exist yet, leaves out the runs a record holds finished (here seed 1234 of the H200
-    record's chosen runs), queues the rest in the items' order, starts no run with less time
-    left than GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs grids.tgz."""
+    not exist yet, leaves out the runs the records hold finished at the planned recipe (here
+    seed 1234 of the H200 record's chosen runs, split over two records; one of them rewritten
+    to another dropout is trained again), queues the rest in the items' order, starts no run
+    with less time left than GRIDS_MIN_RUN_SECONDS, names each run it did not start, and packs
+    grids.tgz."""
     import tarfile
 
     work = tmp_path / "work"
@@ -322,15 +330,19 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
     for name in ("configs", "research"):
         (work / name).symlink_to(REPO / name)
     h200 = RECORDS / "2026-11-29-h200-ptb" / "ptb_chosen"
-    record = tmp_path / "record" / "ptb_chosen"
-    for run in h200.glob("*-seed1234"):
-        shutil.copytree(run, record / run.name)
+    records = [tmp_path / "record-a", tmp_path / "record-b"]
+    for i, run in enumerate(sorted(h200.glob("*-seed1234"))):
+        shutil.copytree(run, records[i % 2] / "ptb_chosen" / run.name)
+    # a run of the plan's name at another recipe: not the plan's run, so trained again
+    older = next(f for f in (records[1] / "ptb_chosen").iterdir() if f.name in plans["ptb_chosen"])
+    config = older / "config.toml"
+    config.write_text(re.sub(r"(?m)^dropout = .*$", "dropout = 0.45", config.read_text()))
     out = tmp_path / "not" / "yet"
     env = {
         **os.environ,
         "OUT": str(out),
         "GRIDS": "ptb_chosen:-seed123[46]$ ptb_alpha:alpha0.9$ ptb_alpha",
-        "GRIDS_SKIP_RECORDED": str(record.parent),
+        "GRIDS_SKIP_RECORDED": " ".join(map(str, records)),
         "GRIDS_SET": f"data.path={write_ptb_like(tmp_path / 'ptb')} data.cache_dir={tmp_path}/cache",
         "GRIDS_SECONDS": "2",
         "GRIDS_MIN_RUN_SECONDS": "100",
@@ -345,9 +357,12 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (out / "summary.txt").read_text(encoding="utf-8")
-    done = {n for n in plans["ptb_chosen"] if (r := read_run(record / n)) and r.finished}
-    assert done and done == {n for n in plans["ptb_chosen"] if (record / n).is_dir()}
-    assert set(re.findall(r"^recorded: ptb_chosen/(\S+) ", summary, re.M)) == done
+    held = {f.name: f for d in records for f in (d / "ptb_chosen").iterdir()}
+    held = {n: f for n, f in held.items() if n in plans["ptb_chosen"]}
+    done = {n for n, f in held.items() if (r := read_run(f)) and r.finished} - {older.name}
+    assert len(done) >= 4 and done == set(held) - {older.name}
+    recorded = re.findall(r"^recorded: ptb_chosen/(\S+) in (\S+) ", summary, re.M)
+    assert sorted(recorded) == sorted((n, str(held[n].parent.parent)) for n in done)
     chosen = [name for name in plans["ptb_chosen"] if re.search(r"-seed123[46]$", name)]
     alphas = [f"ptb_alpha/fofe3-alpha0.{a}" for a in (9, 2, 3, 4, 5, 6, 7, 8)]
     queue = [f"ptb_chosen/{n}" for n in chosen if n not in done] + alphas  # 0.9 first, once
