@@ -31,7 +31,8 @@
 #   2. stage 23 (ptb_recipe_dropout_knobs.toml): the feedback scale on gated-3 and the LSTM with
 #      dropout, the RNN sized to gated-3 under its recipes with and without dropout
 #   3. stage 22 (ptb_recipe_equal_knobs.toml): every knob on every model, `max`-3 and `sum`-3 with
-#      dropout at their own rate last
+#      dropout at their own rate last; stage 24 (ptb_recipe_fixed_phase.toml): the RNN's fixed
+#      phase of 7 epochs on every HORNN-3 without dropout
 #   4. the earlier stages' candidates: weight drop 0.2 for the RNN and the LSTM over three seeds
 #      and 0.4 for gated-3 (ptb_recipe_weight_drop.toml), the RNN without dropout at weight
 #      decay 3e-5 (ptb_recipe_rnn_l2.toml), gated-3, the LSTM and FOFE-3 under weight decay
@@ -56,6 +57,7 @@ fi
 export GRIDS='ptb_chosen:-seed123[56]$
   ptb_recipe_dropout_knobs
   ptb_recipe_equal_knobs
+  ptb_recipe_fixed_phase
   ptb_recipe_weight_drop:^(rnn|lstm)-|wdrop0\.4
   ptb_recipe_rnn_l2:wd3e-05
   ptb_recipe_gated_l2

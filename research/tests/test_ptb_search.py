@@ -32,7 +32,7 @@ from tests.train_helpers import REPO
 
 PRODUCT_SWEEPS = REPO / "configs" / "sweeps"
 QUEUED = (  # the sweeps gpu_ptb.sh queues
-    *("ptb_chosen", "ptb_recipe_dropout_knobs", "ptb_recipe_equal_knobs"),
+    *("ptb_chosen", "ptb_recipe_dropout_knobs", "ptb_recipe_equal_knobs", "ptb_recipe_fixed_phase"),
     *("ptb_recipe_weight_drop", "ptb_recipe_rnn_l2", "ptb_recipe_gated_l2"),
     *("ptb_recipe_fofe_alpha", "ptb_recipe_rnn_alpha", "ptb_recipe_feedback_scale"),
     *("ptb_orders", "ptb_alpha"),
@@ -87,35 +87,55 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
         f"ptb_recipe_dropout_knobs/{n}" for n in names["ptb_recipe_dropout_knobs"]
     ]
     assert batches[2] == [f"ptb_recipe_equal_knobs/{n}" for n in names["ptb_recipe_equal_knobs"]]
-    assert len(batches[1]) == 5 and len(batches[2]) == 12
+    assert batches[3] == [f"ptb_recipe_fixed_phase/{n}" for n in names["ptb_recipe_fixed_phase"]]
+    assert (len(batches[1]), len(batches[2]), len(batches[3])) == (5, 12, 4)
     candidates = [
         f"ptb_recipe_weight_drop/{a}-wdrop0.2-seed{s}"
         for a in ("rnn-tied-drop0.2-fixed10", "lstm-drop0.5")
         for s in SEEDS
     ]
     # weight drop 0.2's gated run is the chosen group's seed 1234 (its record holds it)
-    assert sorted(batches[3]) == sorted(
+    assert sorted(batches[4]) == sorted(
         [*candidates, "ptb_recipe_weight_drop/hornn3-gated-tied-drop0.3-fixed10-wdrop0.4-seed1234"]
     )
-    assert batches[4] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
-    assert batches[5] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
-    assert len(batches[5]) == 7  # gated-3 at four weight decays, the LSTM at two, FOFE-3 at one
-    assert batches[6] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
-    assert len(batches[6]) == 7
-    assert batches[7] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
-    assert len(batches[7]) == 8
+    assert batches[5] == ["ptb_recipe_rnn_l2/rnn-tied-wd3e-05-seed1234"]
+    assert batches[6] == [f"ptb_recipe_gated_l2/{n}" for n in names["ptb_recipe_gated_l2"]]
+    assert len(batches[6]) == 7  # gated-3 at four weight decays, the LSTM at two, FOFE-3 at one
+    assert batches[7] == [f"ptb_recipe_fofe_alpha/{n}" for n in names["ptb_recipe_fofe_alpha"]]
+    assert len(batches[7]) == 7
+    assert batches[8] == [f"ptb_recipe_rnn_alpha/{n}" for n in names["ptb_recipe_rnn_alpha"]]
+    assert len(batches[8]) == 8
     scale = names["ptb_recipe_feedback_scale"]
     # each pooling's converged run at 0.2 is a chosen group's seed 1234 (its record holds it)
-    assert batches[8] == [
+    assert batches[9] == [
         f"ptb_recipe_feedback_scale/{n}"
         for n in scale
         if not re.match(r"hornn3-(gated|max|sum)-tied-wd1e-05-c0.2-seed", n)
     ]
-    assert len(batches[8]) == 11  # nine screens, gated-3 with dropout, `sum` with a fixed phase
-    assert batches[9] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
-    assert batches[10] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
-    assert len(batches) == 11
-    assert len(queued) == len(set(queued)) == 26 + 5 + 12 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
+    assert len(batches[9]) == 11  # nine screens, gated-3 with dropout, `sum` with a fixed phase
+    assert batches[10] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
+    assert batches[11] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
+    assert len(batches) == 12
+    assert len(queued) == len(set(queued)) == 26 + 5 + 12 + 4 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
+
+
+def test_stage_24_is_each_hornn_rows_chosen_run_under_the_rnns_schedule(plans: dict) -> None:
+    """Stage 24 trains each HORNN-3 row without dropout (ptb_chosen.toml's seed 1234) with the
+    RNN row's fixed phase of 7 epochs in place of newbob: nothing else differs."""
+    rnn = plans["ptb_chosen"]["rnn-tied-wd1e-05-alpha0.2-fixed7-seed1234"].config.optim
+    runs = plans["ptb_recipe_fixed_phase"]
+    groups = {name.replace("-fixed7", "") for name in runs}
+    assert groups == {f"{g}-seed1234" for g in CHOSEN_GROUPS.values() if g.startswith("hornn3-")
+                      and "drop" not in g}  # fmt: skip
+    for name, run in runs.items():
+        chosen = plans["ptb_chosen"][name.replace("-fixed7", "")].config
+        assert chosen.optim.schedule == "newbob", name
+        assert run.config.model == chosen.model, name
+        assert run.config.optim == rnn, name  # the RNN's optimiser and schedule, whole
+        assert run.config.optim == replace(
+            chosen.optim, schedule=rnn.schedule, halve_after=rnn.halve_after, halve_below=0.0
+        ), name
+        check_same_recipe(replace(run.config, optim=chosen.optim), chosen, name)
 
 
 def test_ptb_recipe_rnn_alpha_is_the_rnns_chosen_recipe_with_a_scaled_feedback(

@@ -14,7 +14,8 @@
 # (configs/sweeps/ptb_chosen.toml lists the groups in the verdict's order: the RNN, the LSTM,
 # gated-3, max-3, FOFE-3, sum-3), then of the RNN and FOFE-3 with dropout (alpha 0.2). Lane B:
 # stage 23 (the feedback scale on gated-3 and the LSTM with dropout, the RNN sized to gated-3),
-# then stage 22's dropout runs of max-3 and sum-3.
+# then stage 22's dropout runs of max-3 and sum-3, then stage 24 (the RNN's fixed phase on every
+# HORNN-3 without dropout).
 set -uo pipefail
 ptb=${PTB:?set PTB to the folder of ptb.train.txt, ptb.valid.txt, ptb.test.txt}
 
@@ -49,7 +50,8 @@ lane A configs/sweeps/ptb_chosen.toml \
   --only 'hornn3-fofe-tied-drop0.2-fixed10-alpha0.2-seed123[56]' &
 lane_a=$!
 lane B research/sweeps/ptb_recipe_dropout_knobs.toml \
-  --next research/sweeps/ptb_recipe_equal_knobs.toml &
+  --next research/sweeps/ptb_recipe_equal_knobs.toml \
+  --next research/sweeps/ptb_recipe_fixed_phase.toml &
 lane_b=$!
 trap 'kill -TERM "$lane_a" "$lane_b" 2>/dev/null' TERM INT
 for pid in "$lane_a" "$lane_b"; do
