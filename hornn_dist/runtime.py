@@ -281,8 +281,10 @@ class CollectiveError(HornnError):
 def collective_failure(err: BaseException, doing: str, timeout: int) -> CollectiveError | None:
     """Return the one-line error for a failed collective (a stalled or dead peer), else None."""
     text = str(err)
-    known = ("gloo", "NCCL", "Timed out", "timed out", "Connection reset", "Connection closed")
-    if not isinstance(err, RuntimeError) or not any(word in text for word in known):
+    # gloo words its timeouts several ways ("Timed out", "Application timeout caused pair closure")
+    known = ("gloo", "NCCL", "Connection reset", "Connection closed", "pair closure")
+    peer = any(word in text for word in known) or _TIMED_OUT.search(text)
+    if not isinstance(err, RuntimeError) or not peer:
         return None
     rank = os.environ.get("RANK", "0")
     return CollectiveError(

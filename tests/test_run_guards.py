@@ -14,6 +14,7 @@ import torch
 from hornn_dist.data.streams import ArrayTokens, TBPTTStream
 from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.runtime import collective_failure
 from hornn_dist.training.memory import (
     activation_elements,
     cgroup_folders,
@@ -218,6 +219,29 @@ def test_a_stalled_rank_ends_the_run_with_one_line(workdir: Path) -> None:
     assert "the other processes did not answer while" in errors[0]
     assert "train.collective_timeout = 10 s" in errors[0]
     assert proc.returncode != 0
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 10000ms for recv operation",
+        "Application timeout caused pair closure",  # gloo's, when the peer is stopped mid-wait
+        "[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500",
+        "NCCL communicator was aborted on rank 1",
+    ],
+)
+def test_each_way_a_collective_says_its_peer_is_gone_becomes_the_one_line(message: str) -> None:
+    """Every wording gloo and NCCL give a stalled or dead peer is told as the one line; an
+    error of this process's own (out of memory, a bug) is left to say itself."""
+    failure = collective_failure(RuntimeError(message), "exchanging gradients", 10)
+    assert failure is not None, message
+    line = str(failure)
+    assert "the other processes did not answer while exchanging gradients" in line
+    assert "train.collective_timeout = 10 s" in line and "\n" not in line
+    assert (
+        collective_failure(RuntimeError("CUDA out of memory. Tried to allocate"), "x", 10) is None
+    )
+    assert collective_failure(ValueError(message), "x", 10) is None
 
 
 def test_two_prepares_into_one_cache_dir_agree(tmp_path: Path) -> None:
