@@ -282,7 +282,7 @@ def collective_failure(err: BaseException, doing: str, timeout: int) -> Collecti
     """Return the one-line error for a failed collective (a stalled or dead peer), else None."""
     text = str(err)
     # gloo words its timeouts several ways ("Timed out", "Application timeout caused pair closure")
-    known = ("gloo", "NCCL", "Connection reset", "Connection closed", "pair closure")
+    known = ("gloo", "NCCL", "Connection reset", "Connection closed")
     peer = any(word in text for word in known) or _TIMED_OUT.search(text)
     if not isinstance(err, RuntimeError) or not peer:
         return None
