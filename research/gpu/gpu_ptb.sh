@@ -26,7 +26,7 @@
 # PTB verdict issue needs it; a run any PTB record in research/records holds finished at the
 # recipe planned now is not trained again (PTB_SKIP_RECORDED: other record folders, or "" to
 # train every run), so the call trains only what the CPU's queue has not:
-#   1. ptb_chosen.toml, seeds 1235 and 1236 of every row (26 runs; seed 1234 of each is the run
+#   1. ptb_chosen.toml, seeds 1235 and 1236 of every row (28 runs; seed 1234 of each is the run
 #      its stage chose, in that stage's record): the noise rule's seeds
 #   2. stage 23 (ptb_recipe_dropout_knobs.toml): the feedback scale on gated-3 and the LSTM with
 #      dropout, the RNN sized to gated-3 under its recipes with and without dropout

@@ -116,7 +116,7 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[10] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[11] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 12
-    assert len(queued) == len(set(queued)) == 26 + 5 + 12 + 4 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
+    assert len(queued) == len(set(queued)) == 28 + 5 + 12 + 4 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
 
 
 def test_stage_24_is_each_hornn_rows_chosen_run_under_the_rnns_schedule(plans: dict) -> None:
@@ -286,12 +286,14 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("LSTM", "with dropout"): "lstm-drop0.5",
     ("RNN", "equal parameters"): "rnn-matched-drop0.2-tied",
     ("LSTM", "equal parameters"): "lstm-matched-drop0.5-tied",
+    ("RNN", "equal parameters, no dropout"): "rnn-matched-tied-wd1e-05-alpha0.2-fixed7",
 }
 
 
 def chosen_table_runs() -> dict[tuple[str, str], Path]:
     """Return the PTB table's chosen run of each (row, column): the lowest validation ppl of
-    the row's runs its columns name (no dropout, with dropout), and the equal-parameter rows."""
+    the row's runs its columns name (no dropout, with dropout), and the equal-parameter rows
+    (with dropout, then without)."""
     import tomllib
 
     read_record_run = load_tool("record_runs").read_record_run
@@ -307,9 +309,10 @@ def chosen_table_runs() -> dict[tuple[str, str], Path]:
             if runs and "calibration" not in row["model"]:
                 best = min(runs, key=lambda r: read_record_run(table / r).best_valid_ppl())
                 chosen[row["model"], column] = table / best
-    for row in tables[2]["rows"]:
-        if row["model"] in ("RNN", "LSTM"):
-            chosen[row["model"], "equal parameters"] = table / row["runs"][0]
+    for sized, column in zip(tables[2:], ("equal parameters", "equal parameters, no dropout")):
+        for row in sized["rows"]:
+            if row["model"] in ("RNN", "LSTM"):
+                chosen[row["model"], column] = table / row["runs"][0]
     return chosen
 
 
