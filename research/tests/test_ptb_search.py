@@ -309,7 +309,8 @@ def chosen_table_runs() -> dict[tuple[str, str], Path]:
             if runs and "calibration" not in row["model"]:
                 best = min(runs, key=lambda r: read_record_run(table / r).best_valid_ppl())
                 chosen[row["model"], column] = table / best
-    for sized, column in zip(tables[2:], ("equal parameters", "equal parameters, no dropout")):
+    sized_columns = ("equal parameters", "equal parameters, no dropout")
+    for sized, column in zip(tables[2:], sized_columns, strict=True):
         for row in sized["rows"]:
             if row["model"] in ("RNN", "LSTM"):
                 chosen[row["model"], column] = table / row["runs"][0]
