@@ -120,14 +120,14 @@ def test_the_results_page_shows_the_seed_table_with_its_record_and_command() -> 
 
 def test_readme_results_summarise_the_seed_tables_cell_for_cell() -> None:
     """README "Results" is one short table: each row a model of the seeds record's tables
-    (without dropout and with it), each cell one of that model's printed cells, each number a
+    (without dropout, with it, at gated-3's parameter count), each cell one of that model's printed cells, each number a
     mean ± sd over three seeds (a summary drops columns, rows and unseeded cells, never edits
     one), and the verdict line's words are the printed verdicts'."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Results\n", 1)[1].split("\n## ", 1)[0]
     (table,) = markdown_tables(section)
     sources = [t for t in markdown_tables(printed(SEEDS)) if t[0].startswith("| model |")]
-    assert len(sources) == 2
+    assert len(sources) == 3
     printed_cells: dict[str, set[str]] = {}
     for source in sources:
         for row in source[2:]:
