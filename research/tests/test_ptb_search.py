@@ -280,7 +280,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("HORNN-3 gated", "no dropout"): "hornn3-gated-tied-wd1e-05-c0.2",
     ("LSTM", "no dropout"): "lstm-tied-halve1-wd1e-05-c0.5",
     ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10-alpha0.2",
-    ("HORNN-3 max", "with dropout"): "hornn3-max-drop0.5",
+    ("HORNN-3 max", "with dropout"): "hornn3-max-tied-drop0.2-fixed10-c0.2",
     ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-tied-drop0.2-fixed10-alpha0.2",
     ("HORNN-3 gated", "with dropout"): "hornn3-gated-drop0.3-tied-fixed10-wdrop0.2",
     ("LSTM", "with dropout"): "lstm-drop0.5",
@@ -382,7 +382,7 @@ def test_gpu_grids_lists_queues_and_packs_into_an_out_folder_it_makes(
     held = {f.name: f for d in records for f in (d / "ptb_chosen").iterdir()}
     held = {n: f for n, f in held.items() if n in plans["ptb_chosen"]}
     done = {n for n, f in held.items() if (r := read_run(f)) and r.finished} - {older.name}
-    assert len(done) >= 3 and done == set(held) - {older.name}  # the H200 groups still chosen
+    assert len(done) >= 2 and done == set(held) - {older.name}  # the H200 groups still chosen
     recorded = re.findall(r"^recorded: ptb_chosen/(\S+) in (\S+) ", summary, re.M)
     assert sorted(recorded) == sorted((n, str(held[n].parent.parent)) for n in done)
     chosen = [name for name in plans["ptb_chosen"] if re.search(r"-seed123[46]$", name)]

@@ -12,8 +12,8 @@
 # To stop it, send its bash SIGTERM: it passes the signal to both lanes' sweeps (whose runs
 # checkpoint) and ends. Lane A: seeds 1235-1236 of every row without dropout
 # (configs/sweeps/ptb_chosen.toml lists the groups in the verdict's order: the RNN, the LSTM,
-# gated-3, max-3, FOFE-3, sum-3), then of the RNN and FOFE-3 with dropout (alpha 0.2), then of
-# the RNN sized to gated-3 without dropout and with it. Lane B:
+# gated-3, max-3, FOFE-3, sum-3), then of the RNN, max-3 (stage 22's) and FOFE-3 with dropout,
+# then of the RNN sized to gated-3 with dropout and without it. Lane B:
 # stage 23 (the feedback scale on gated-3 and the LSTM with dropout, the RNN sized to gated-3),
 # then stage 22's dropout runs of max-3 and sum-3, then stage 24 (the RNN's fixed phase on every
 # HORNN-3 without dropout).
@@ -48,6 +48,7 @@ lane A configs/sweeps/ptb_chosen.toml \
   --only 'lstm-tied-halve1-wd1e-05-c0.5-seed123[56]' \
   --only 'hornn3-*-tied-wd1e-05-*-seed123[56]' \
   --only 'rnn-drop0.2-tied-fixed10-alpha0.2-seed123[56]' \
+  --only 'hornn3-max-tied-drop0.2-fixed10-c0.2-seed123[56]' \
   --only 'hornn3-fofe-tied-drop0.2-fixed10-alpha0.2-seed123[56]' \
   --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed123[56]' \
   --only 'rnn-matched-drop0.2-tied-fixed10-alpha0.2-seed123[56]' &
