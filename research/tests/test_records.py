@@ -498,6 +498,36 @@ def test_an_epoch_curve_reads_each_epochs_lr_and_median_training_ppl_from_the_ev
     assert missing.stderr.startswith(f"error: run folder {tmp_path} has no trainer_state.json")
 
 
+def test_a_runs_sessions_read_its_start_and_stop_events_in_utc(tmp_path: Path) -> None:
+    """record_runs.py --sessions: one line per run of its starts (UTC time, the date once a day,
+    the commit its event names, clean or dirty, or "commit unknown" before events named one) and
+    its stops (step, why, the signal)."""
+    kept = RECORDS / "2026-11-29-cpu-ptb-tied/ptb_recipe_tied/rnn-tied-seed1234"
+    run = tmp_path / "run"
+    shutil.copytree(kept, run)
+    day = 1796169600.0  # 2026-12-02 00:00:00 UTC
+    events = [
+        {"event": "start", "time": day - 60, "step": 0},
+        {"event": "stop", "time": day - 30, "step": 7, "code": "signal", "signal": "SIGTERM"},
+        {
+            "event": "start",
+            "time": day + 5,
+            "step": 7,
+            "code": {"commit": "ab" * 20, "dirty": True},
+        },
+        {"event": "train", "time": day + 6, "step": 8, "loss": 1.0, "ppl": 2.7, "lr": 5},
+        {"event": "stop", "time": day + 3661, "step": 9, "code": "converged"},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    printed = run_tool("record_runs", "--sessions", str(run))
+    check_ok(printed)
+    assert printed.stdout.strip() == (
+        "- run: start 2026-12-01 23:59:00 commit unknown, step 0; stop 23:59:30, step 7: signal "
+        "SIGTERM; start 2026-12-02 00:00:05 at abababa (dirty), step 7; stop 01:01:01, step 9: "
+        "converged"
+    )
+
+
 def test_a_recipe_under_fixed_then_halve_says_after_how_many_epochs() -> None:
     """The recipe phrase of a fixed_then_halve run names its `optim.halve_after` (the epochs at
     the first lr), which is what tells two such schedules apart."""

@@ -9,8 +9,9 @@ What the run did is read from these files only, never recomputed by today's code
 recorded before metrics.jsonl got one derived from their train.log, each event marked
 `derived_from`; benchmarks/README.md says how.)
 
-As a script it prints each run's learning curve, one epoch after another, for a record's text:
-    python research/tools/record_runs.py RUN_FOLDER [RUN_FOLDER ...]
+As a script it prints each run's learning curve, one epoch after another, for a record's text,
+or with --sessions its starts (time, commit, clean or not) and stops (time, why):
+    python research/tools/record_runs.py [--sessions] RUN_FOLDER [RUN_FOLDER ...]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import math
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,30 @@ class RecordRun:
             for epoch, lr, train, valid in self.epoch_curve()
         )
 
+    def sessions_text(self) -> str:
+        """Return its starts and stops in one line, in UTC, for a record's run entry: "start
+        2026-12-02 06:41:20 at d9f3bc9 (clean), step 0; stop 07:38:51, step 24784: converged"
+        (a start's commit as its event says, "commit unknown" where the event predates it)."""
+        parts, day = [], ""
+        for event in self.events:
+            kind = event.get("event")
+            if kind not in ("start", "stop") or "time" not in event:
+                continue
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(event["time"])))
+            when = stamp if stamp[:10] != day else stamp[11:]
+            day = stamp[:10]
+            if kind == "start":
+                code = event.get("code")
+                where = "commit unknown"
+                if isinstance(code, dict) and code.get("commit"):
+                    dirty = {True: "dirty", False: "clean"}.get(code.get("dirty"), "dirty unknown")
+                    where = f"at {str(code['commit'])[:7]} ({dirty})"
+                parts.append(f"start {when} {where}, step {event.get('step', 0)}")
+            else:
+                why = " ".join(str(event[k]) for k in ("code", "signal") if event.get(k)) or "stop"
+                parts.append(f"stop {when}, step {event.get('step', '?')}: {why}")
+        return "; ".join(parts) or "no start or stop events"
+
     @property
     def valid_history(self) -> list[dict[str, Any]]:
         return list(self.state.get("valid_history") or [])
@@ -225,10 +251,16 @@ def main(argv: list[str] | None = None) -> int:
         f"training ppl of its last {CURVE_TRAIN_LINES} train events / the validation ppl."
     )
     parser.add_argument("runs", nargs="+", type=Path, help="a record's run folders")
+    parser.add_argument(
+        "--sessions",
+        action="store_true",
+        help="print each run's starts (UTC time, commit, clean or not) and stops instead",
+    )
     args = parser.parse_args(argv)
     try:
         for folder in args.runs:
-            print(f"- {folder.name}: {read_record_run(folder).curve_text()}")
+            run = read_record_run(folder)
+            print(f"- {folder.name}: {run.sessions_text() if args.sessions else run.curve_text()}")
     except (ConfigError, ckpt.CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
