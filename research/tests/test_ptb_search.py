@@ -460,6 +460,7 @@ def test_no_ptb_run_of_any_record_validates_2_percent_under_its_rows_seeded_mean
     more than 2% under the row's mean best validation ppl (a better recipe found since fails
     this until its seeds replace the row); a kind's rows in several tables are the same runs."""
     import json
+    import statistics
 
     import tomllib
 
@@ -471,8 +472,8 @@ def test_no_ptb_run_of_any_record_validates_2_percent_under_its_rows_seeded_mean
             folders = [SEEDS_RECORD / r for r in row["runs"] if r]
             (kind,) = {ptb_kind(tomllib.loads((f / "config.toml").read_text())) for f in folders}
             assert kind is not None and kind[0] in row["model"], (row["model"], kind)
-            valids = [read_record_run(f).best_valid_ppl() for f in folders]
-            assert means.setdefault(kind, sum(valids) / len(valids)) == sum(valids) / len(valids)
+            mean = statistics.fmean(read_record_run(f).best_valid_ppl() for f in folders)
+            assert means.setdefault(kind, mean) == mean
     below, compared = [], set()
     for state in RECORDS.rglob("trainer_state.json"):
         config = state.parent / "config.toml"

@@ -120,9 +120,9 @@ def test_the_results_page_shows_the_seed_table_with_its_record_and_command() -> 
 
 def test_readme_results_summarise_the_seed_tables_cell_for_cell() -> None:
     """README "Results" is one short table: each row a model of the seeds record's tables
-    (without dropout, with it, at gated-3's parameter count), each cell one of that model's printed cells, each number a
-    mean ± sd over three seeds (a summary drops columns, rows and unseeded cells, never edits
-    one), and the verdict line's words are the printed verdicts'."""
+    (without dropout, with it, at gated-3's parameter count), each cell one of that model's
+    printed cells, each number a mean ± sd over three seeds (a summary drops columns, rows and
+    unseeded cells, never edits one), and the verdict line's words are the printed verdicts'."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Results\n", 1)[1].split("\n## ", 1)[0]
     (table,) = markdown_tables(section)
@@ -523,7 +523,7 @@ def test_a_runs_sessions_read_its_start_and_stop_events_in_utc(tmp_path: Path) -
     check_ok(printed)
     assert printed.stdout.strip() == (
         "- run: start 2026-12-01 23:59:00 commit unknown, step 0; stop 23:59:30, step 7: signal "
-        "SIGTERM; start 2026-12-02 00:00:05 at abababa (dirty), step 7; stop 01:01:01, step 9: "
+        "SIGTERM; start 2026-12-02 00:00:05 commit abababa (dirty), step 7; stop 01:01:01, step 9: "
         "converged"
     )
 

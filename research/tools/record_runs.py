@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hornn_dist import checkpoint as ckpt
-from hornn_dist import run_layout
+from hornn_dist import provenance, run_layout
 from hornn_dist.config import ModelConfig, OptimConfig, read_toml
 from hornn_dist.errors import ConfigError
 from hornn_dist.run_state import TrainerState
@@ -170,7 +170,7 @@ class RecordRun:
 
     def sessions_text(self) -> str:
         """Return its starts and stops in one line, in UTC, for a record's run entry: "start
-        2026-12-02 06:41:20 at d9f3bc9 (clean), step 0; stop 07:38:51, step 24784: converged"
+        2026-12-02 06:41:20 commit d9f3bc9 (clean), step 0; stop 07:38:51, step 24784: converged"
         (a start's commit as its event says, "commit unknown" where the event predates it)."""
         parts, day = [], ""
         for event in self.events:
@@ -182,10 +182,8 @@ class RecordRun:
             day = stamp[:10]
             if kind == "start":
                 code = event.get("code")
-                where = "commit unknown"
-                if isinstance(code, dict) and code.get("commit"):
-                    dirty = {True: "dirty", False: "clean"}.get(code.get("dirty"), "dirty unknown")
-                    where = f"at {str(code['commit'])[:7]} ({dirty})"
+                known = isinstance(code, dict) and code.get("commit")
+                where = provenance.describe_commit(code if known else provenance.UNKNOWN)
                 parts.append(f"start {when} {where}, step {event.get('step', 0)}")
             else:
                 why = " ".join(str(event[k]) for k in ("code", "signal") if event.get(k)) or "stop"
