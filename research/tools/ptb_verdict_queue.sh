@@ -10,13 +10,11 @@
 #   git worktree add --detach ../wt-train HEAD && cd ../wt-train && ln -s ../main/runs runs
 #   PTB=/path/to/ptb nohup bash research/tools/ptb_verdict_queue.sh > runs/verdict_queue.log 2>&1 &
 # To stop it, send its bash SIGTERM: it passes the signal to both lanes' sweeps (whose runs
-# checkpoint) and ends. Lane A: seeds 1235-1236 of every row without dropout
-# (configs/sweeps/ptb_chosen.toml lists the groups in the verdict's order: the RNN, the LSTM,
-# gated-3, max-3, FOFE-3, sum-3), then of the RNN, max-3 (stage 22's) and FOFE-3 with dropout,
-# then of the RNN sized to gated-3 with dropout and without it. Lane B:
-# stage 23 (the feedback scale on gated-3 and the LSTM with dropout, the RNN sized to gated-3),
-# then stage 22's dropout runs of max-3 and sum-3, then stage 24 (the RNN's fixed phase on every
-# HORNN-3 without dropout).
+# checkpoint) and ends. Each lane names only the runs its record still lacks (a fresh machine
+# has no runs/ whose finished runs a sweep would skip): lane A the last seeds of max-3 with
+# dropout and of the RNN sized to gated-3 with and without dropout (configs/sweeps/
+# ptb_chosen.toml); lane B stage 22's sum-3 at dropout 0.3, then stage 24 (the RNN's fixed
+# phase on every HORNN-3 without dropout).
 set -uo pipefail
 ptb=${PTB:?set PTB to the folder of ptb.train.txt, ptb.valid.txt, ptb.test.txt}
 
@@ -44,17 +42,12 @@ lane() {  # NAME, then sweep commands separated by "--next"; one run at a time, 
 }
 
 lane A configs/sweeps/ptb_chosen.toml \
-  --only 'rnn-tied-wd1e-05-alpha0.2-fixed7-seed123[56]' \
-  --only 'lstm-tied-halve1-wd1e-05-c0.5-seed123[56]' \
-  --only 'hornn3-*-tied-wd1e-05-*-seed123[56]' \
-  --only 'rnn-drop0.2-tied-fixed10-alpha0.2-seed123[56]' \
-  --only 'hornn3-max-tied-drop0.2-fixed10-c0.2-seed123[56]' \
-  --only 'hornn3-fofe-tied-drop0.2-fixed10-alpha0.2-seed123[56]' \
-  --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed123[56]' \
-  --only 'rnn-matched-drop0.2-tied-fixed10-alpha0.2-seed123[56]' &
+  --only 'hornn3-max-tied-drop0.2-fixed10-c0.2-seed1236' \
+  --only 'rnn-matched-drop0.2-tied-fixed10-alpha0.2-seed1236' \
+  --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed123[56]' &
 lane_a=$!
-lane B research/sweeps/ptb_recipe_dropout_knobs.toml \
-  --next research/sweeps/ptb_recipe_equal_knobs.toml \
+lane B research/sweeps/ptb_recipe_equal_knobs.toml \
+  --only 'hornn3-sum-tied-drop0.3-fixed10-c0.2-seed1234' \
   --next research/sweeps/ptb_recipe_fixed_phase.toml &
 lane_b=$!
 trap 'kill -TERM "$lane_a" "$lane_b" 2>/dev/null' TERM INT
