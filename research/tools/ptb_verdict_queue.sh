@@ -13,7 +13,7 @@
 # checkpoint) and ends. Each lane names only the runs its record still lacks (a fresh machine
 # has no runs/ whose finished runs a sweep would skip): lane A the last seeds of max-3 with
 # dropout and of the RNN sized to gated-3 with and without dropout (configs/sweeps/
-# ptb_chosen.toml); lane B stage 22's sum-3 at dropout 0.3, then stage 24 (the RNN's fixed
+# ptb_chosen.toml); lane B stage 22's sum-3 at dropout 0.1 and 0.3, then stage 24 (the RNN's fixed
 # phase on every HORNN-3 without dropout).
 set -uo pipefail
 ptb=${PTB:?set PTB to the folder of ptb.train.txt, ptb.valid.txt, ptb.test.txt}
@@ -47,6 +47,8 @@ lane A configs/sweeps/ptb_chosen.toml \
   --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed123[56]' &
 lane_a=$!
 lane B research/sweeps/ptb_recipe_equal_knobs.toml \
+  --only 'hornn3-sum-tied-drop0.1-fixed10-c0.2-seed1234' \
+  --next research/sweeps/ptb_recipe_equal_knobs.toml \
   --only 'hornn3-sum-tied-drop0.3-fixed10-c0.2-seed1234' \
   --next research/sweeps/ptb_recipe_fixed_phase.toml &
 lane_b=$!
