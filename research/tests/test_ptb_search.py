@@ -88,7 +88,7 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     ]
     assert batches[2] == [f"ptb_recipe_equal_knobs/{n}" for n in names["ptb_recipe_equal_knobs"]]
     assert batches[3] == [f"ptb_recipe_fixed_phase/{n}" for n in names["ptb_recipe_fixed_phase"]]
-    assert (len(batches[1]), len(batches[2]), len(batches[3])) == (5, 13, 4)
+    assert (len(batches[1]), len(batches[2]), len(batches[3])) == (5, 14, 4)
     candidates = [
         f"ptb_recipe_weight_drop/{a}-wdrop0.2-seed{s}"
         for a in ("rnn-tied-drop0.2-fixed10", "lstm-drop0.5")
@@ -116,7 +116,7 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[10] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[11] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 12
-    assert len(queued) == len(set(queued)) == 28 + 5 + 13 + 4 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
+    assert len(queued) == len(set(queued)) == 28 + 5 + 14 + 4 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
 
 
 def test_stage_24_is_each_hornn_rows_chosen_run_under_the_rnns_schedule(plans: dict) -> None:

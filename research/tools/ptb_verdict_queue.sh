@@ -11,10 +11,10 @@
 #   PTB=/path/to/ptb nohup bash research/tools/ptb_verdict_queue.sh > runs/verdict_queue.log 2>&1 &
 # To stop it, send its bash SIGTERM: it passes the signal to both lanes' sweeps (whose runs
 # checkpoint) and ends. Each lane names only the runs its record still lacks (a fresh machine
-# has no runs/ whose finished runs a sweep would skip): lane A the last seeds of max-3 with
-# dropout and of the RNN sized to gated-3 with and without dropout (configs/sweeps/
-# ptb_chosen.toml); lane B stage 22's sum-3 at dropout 0.1 and 0.3, then stage 24 (the RNN's fixed
-# phase on every HORNN-3 without dropout).
+# has no runs/ whose finished runs a sweep would skip): lane A seed 1235 of the RNN sized to
+# gated-3 without dropout (configs/sweeps/ptb_chosen.toml), stage 22's `sum`-3 at dropout 0.4,
+# then the sized RNN's seed 1236; lane B stage 24 (the RNN's fixed phase on every HORNN-3
+# without dropout).
 set -uo pipefail
 ptb=${PTB:?set PTB to the folder of ptb.train.txt, ptb.valid.txt, ptb.test.txt}
 
@@ -42,15 +42,13 @@ lane() {  # NAME, then sweep commands separated by "--next"; one run at a time, 
 }
 
 lane A configs/sweeps/ptb_chosen.toml \
-  --only 'hornn3-max-tied-drop0.2-fixed10-c0.2-seed1236' \
-  --only 'rnn-matched-drop0.2-tied-fixed10-alpha0.2-seed1236' \
-  --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed123[56]' &
-lane_a=$!
-lane B research/sweeps/ptb_recipe_equal_knobs.toml \
-  --only 'hornn3-sum-tied-drop0.1-fixed10-c0.2-seed1234' \
+  --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed1235' \
   --next research/sweeps/ptb_recipe_equal_knobs.toml \
-  --only 'hornn3-sum-tied-drop0.3-fixed10-c0.2-seed1234' \
-  --next research/sweeps/ptb_recipe_fixed_phase.toml &
+  --only 'hornn3-sum-tied-drop0.4-fixed10-c0.2-seed1234' \
+  --next configs/sweeps/ptb_chosen.toml \
+  --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed1236' &
+lane_a=$!
+lane B research/sweeps/ptb_recipe_fixed_phase.toml &
 lane_b=$!
 trap 'kill -TERM "$lane_a" "$lane_b" 2>/dev/null' TERM INT
 for pid in "$lane_a" "$lane_b"; do
