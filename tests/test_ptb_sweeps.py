@@ -192,13 +192,13 @@ def check_same_recipe(config: RunConfig, best: RunConfig, where: object) -> None
 
 
 def test_ptb_chosen_trains_each_of_its_recipes_over_three_seeds(plans: dict) -> None:
-    """ptb_chosen.toml: each PTB table row's recipe (14 groups: six models without dropout,
-    five with it, the RNN and the LSTM at equal parameters with dropout, the RNN without) at
+    """ptb_chosen.toml: each PTB table row's recipe (15 groups: six models without dropout,
+    six with it, the RNN and the LSTM at equal parameters with dropout, the RNN without) at
     seeds 1234-1236, the three runs of a group the same recipe but for the seed."""
     groups: dict[str, list[PlannedRun]] = {}
     for run in plans["ptb_chosen"].values():
         groups.setdefault(run.name.rpartition("-seed")[0], []).append(run)
-    assert len(groups) == 14 and len(plans["ptb_chosen"]) == 42
+    assert len(groups) == 15 and len(plans["ptb_chosen"]) == 45
     for name, runs in groups.items():
         assert [r.config.train.seed for r in runs] == list(SEEDS), name
         for run in runs[1:]:

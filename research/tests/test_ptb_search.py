@@ -116,7 +116,7 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
     assert batches[10] == [f"ptb_orders/{n}" for n in names["ptb_orders"]]
     assert batches[11] == [f"ptb_alpha/{n}" for n in names["ptb_alpha"]]
     assert len(batches) == 12
-    assert len(queued) == len(set(queued)) == 28 + 5 + 14 + 4 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
+    assert len(queued) == len(set(queued)) == 30 + 5 + 14 + 4 + 7 + 1 + 7 + 7 + 8 + 11 + 14 + 8
 
 
 def test_stage_24_is_each_hornn_rows_chosen_run_under_the_rnns_schedule(plans: dict) -> None:
@@ -281,6 +281,7 @@ CHOSEN_GROUPS = {  # the PTB table's row and column -> ptb_chosen.toml's group (
     ("LSTM", "no dropout"): "lstm-tied-halve1-wd1e-05-c0.5",
     ("RNN", "with dropout"): "rnn-drop0.2-tied-fixed10-alpha0.2",
     ("HORNN-3 max", "with dropout"): "hornn3-max-tied-drop0.2-fixed10-c0.2",
+    ("HORNN-3 sum", "with dropout"): "hornn3-sum-tied-drop0.3-fixed10-c0.2",
     ("HORNN-3 FOFE", "with dropout"): "hornn3-fofe-tied-drop0.2-fixed10-alpha0.2",
     ("HORNN-3 gated", "with dropout"): "hornn3-gated-drop0.3-tied-fixed10-wdrop0.2",
     ("LSTM", "with dropout"): "lstm-drop0.5",
