@@ -120,13 +120,19 @@ def test_gpu_ptb_queues_every_run_once_in_the_issues_priority(plans: dict) -> No
 
 
 def test_stage_24_is_each_hornn_rows_chosen_run_under_the_rnns_schedule(plans: dict) -> None:
-    """Stage 24 trains each HORNN-3 row without dropout (ptb_chosen.toml's seed 1234) with the
-    RNN row's fixed phase of 7 epochs in place of newbob: nothing else differs."""
+    """Stage 24 trains HORNN-3 rows without dropout (ptb_chosen.toml's runs) with the RNN row's
+    fixed phase of 7 epochs in place of newbob, nothing else different: every row's seed 1234
+    whose newbob run halved other than after epoch 7 (gated-3's, max-3's), and FOFE-3's seeds
+    1234 (the same run) and 1236 (halved after 5)."""
     rnn = plans["ptb_chosen"]["rnn-tied-wd1e-05-alpha0.2-fixed7-seed1234"].config.optim
     runs = plans["ptb_recipe_fixed_phase"]
     groups = {name.replace("-fixed7", "") for name in runs}
-    assert groups == {f"{g}-seed1234" for g in CHOSEN_GROUPS.values() if g.startswith("hornn3-")
-                      and "drop" not in g}  # fmt: skip
+    fofe = CHOSEN_GROUPS["HORNN-3 FOFE", "no dropout"]
+    assert groups == {
+        *(f"{CHOSEN_GROUPS[f'HORNN-3 {p}', 'no dropout']}-seed1234" for p in ("gated", "max")),
+        f"{fofe}-seed1234",
+        f"{fofe}-seed1236",
+    }
     for name, run in runs.items():
         chosen = plans["ptb_chosen"][name.replace("-fixed7", "")].config
         assert chosen.optim.schedule == "newbob", name

@@ -13,7 +13,7 @@
 # checkpoint) and ends. Each lane names only the runs its record still lacks (a fresh machine
 # has no runs/ whose finished runs a sweep would skip): lane A seed 1235 of the RNN sized to
 # gated-3 without dropout (configs/sweeps/ptb_chosen.toml), stage 22's `sum`-3 at dropout 0.4,
-# then the sized RNN's seed 1236; lane B stage 24 (the RNN's fixed phase on every HORNN-3
+# then the sized RNN's seed 1236; lane B stage 24 (the RNN's fixed phase on the HORNN-3 rows
 # without dropout).
 set -uo pipefail
 ptb=${PTB:?set PTB to the folder of ptb.train.txt, ptb.valid.txt, ptb.test.txt}
