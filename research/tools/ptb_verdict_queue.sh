@@ -10,11 +10,11 @@
 #   git worktree add --detach ../wt-train HEAD && cd ../wt-train && ln -s ../main/runs runs
 #   PTB=/path/to/ptb nohup bash research/tools/ptb_verdict_queue.sh > runs/verdict_queue.log 2>&1 &
 # To stop it, send its bash SIGTERM: it passes the signal to both lanes' sweeps (whose runs
-# checkpoint) and ends. Each lane names only the runs its record still lacks (a fresh machine
-# has no runs/ whose finished runs a sweep would skip): lane A seed 1236 of the RNN sized to
-# gated-3 without dropout, then `sum`-3's seeds with dropout (configs/sweeps/ptb_chosen.toml);
-# lane B stage 24 (the RNN's fixed phase on the HORNN-3 rows without dropout: `max`-3, then
-# FOFE-3's seed 1236).
+# checkpoint) and ends. Each lane names only the runs its record lacked when it last ran (a
+# fresh machine has no runs/ whose finished runs a sweep would skip); every run the PTB verdict
+# needs is in its records since 2026-12-02, and the lanes name the last of them: lane A the
+# sized RNN's seed 1236 without dropout, `sum`-3's seeds with dropout and FOFE-3's seed 1235
+# under the fixed phase (configs/sweeps/ptb_chosen.toml), lane B stage 24.
 set -uo pipefail
 ptb=${PTB:?set PTB to the folder of ptb.train.txt, ptb.valid.txt, ptb.test.txt}
 
@@ -43,7 +43,8 @@ lane() {  # NAME, then sweep commands separated by "--next"; one run at a time, 
 
 lane A configs/sweeps/ptb_chosen.toml \
   --only 'rnn-matched-tied-wd1e-05-alpha0.2-fixed7-seed1236' \
-  --only 'hornn3-sum-tied-drop0.3-fixed10-c0.2-seed123[56]' &
+  --only 'hornn3-sum-tied-drop0.3-fixed10-c0.2-seed123[56]' \
+  --only 'hornn3-fofe-tied-wd1e-05-alpha0.2-fixed7-seed1235' &
 lane_a=$!
 lane B research/sweeps/ptb_recipe_fixed_phase.toml &
 lane_b=$!
