@@ -57,6 +57,7 @@ MAX_COLLECTIVE_TIMEOUT = 7 * 24 * 3600  # one week, in seconds
 MAX_STREAMS = 1 << 20  # train.batch_size, train.eval_batch_size
 MAX_BPTT = 1 << 20
 MAX_CPU_THREADS = 4096  # train.cpu_threads
+MAX_WARMUP_STEPS = 1 << 30  # optim.warmup_steps
 
 
 @dataclass
@@ -103,6 +104,10 @@ class OptimConfig:
     # ending the run, which stops only once a lower lr no longer helps; it trained every model
     # of the bundled corpus to a better or equal validation (docs/training.md, "When a run stops")
     halve_before_stop: bool = on_resume(SCHEDULE, True)
+    # steps over which the lr rises linearly from lr / warmup_steps to lr at the run's start (0:
+    # none); without it a large lr throws an untrained tied output layer far from a uniform guess
+    # for the first hundred steps (docs/training.md, "Warmup")
+    warmup_steps: int = on_resume(STEP, 0)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -141,6 +146,7 @@ class OptimConfig:
             )
         check_in_range("optim.stop_improvement", self.stop_improvement, 0.0, 1.0, hi_open=True)
         check_at_least("optim.stop_patience", self.stop_patience, 1)
+        check_in_range("optim.warmup_steps", self.warmup_steps, 0, MAX_WARMUP_STEPS)
 
 
 @dataclass

@@ -54,13 +54,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.config import RunConfig, did_you_mean, load_config, read_toml, toml_value
+from hornn_dist.config import (
+    RunConfig,
+    did_you_mean,
+    load_config,
+    read_toml,
+    read_with_base,
+    toml_value,
+)
 from hornn_dist.errors import ConfigError, HornnError
 
-LAYOUTS = ("orders", "alpha", "summary", "fair")
+LAYOUTS = ("orders", "alpha", "summary", "fair", "transfer")
 PAPERS = ("ptb", "text8", "none")
-SWEEP_KEYS = ("description", "base", "output_dir", "layout", "paper", "set", "runs", "recipes")
-GROUP_KEYS = ("name", "set", "grid", "match_params", "match_multiple")
+SWEEP_KEYS = (
+    "description",
+    "base",
+    "output_dir",
+    "layout",
+    "paper",
+    "set",
+    "runs",
+    "recipes",
+    "corpora",
+)
+GROUP_KEYS = ("name", "base", "set", "grid", "match_params", "match_multiple")
 RUNS_FILE = "sweep.json"  # written into output_dir: the runs, their recipes and overrides
 
 
@@ -74,6 +91,8 @@ class PlannedRun:
     overrides: tuple[str, ...]  # `section.key=value`, applied to the base config in order
     config: RunConfig = field(compare=False, repr=False)
     matched_to: str = ""  # the run whose total parameter count match_params sized this one to
+    base: Path = Path()  # the run config it starts from: its group's base, else the sweep's
+    corpus: str = ""  # its [corpora] entry; "" when the sweep has none
 
 
 @dataclass(frozen=True)
@@ -81,7 +100,7 @@ class SweepPlan:
     """A sweep file read and expanded into its runs, each with a validated config."""
 
     path: Path
-    base: Path
+    base: Path | None  # None when every group names its own
     output_dir: Path
     layout: str
     paper: str
@@ -91,7 +110,7 @@ class SweepPlan:
         """Return what `report` needs to know of the sweep, for output_dir/sweep.json."""
         return {
             "sweep": str(self.path),
-            "base": str(self.base),
+            "base": str(self.base or ""),
             "layout": self.layout,
             "paper": self.paper,
             "runs": [
@@ -100,6 +119,8 @@ class SweepPlan:
                     "model": r.model,
                     "recipe": r.recipe,
                     "overrides": r.overrides,
+                    "base": str(r.base),
+                    **({"corpus": r.corpus} if r.corpus else {}),
                     **({"matched_to": r.matched_to} if r.matched_to else {}),
                 }
                 for r in self.runs
@@ -114,47 +135,96 @@ def read_sweep(path: str | Path, cli_overrides: tuple[str, ...] = ()) -> SweepPl
     for key in raw:
         if key not in SWEEP_KEYS:
             raise ConfigError(f"{path}: unknown sweep key {key!r}{did_you_mean(key, SWEEP_KEYS)}")
-    if "base" not in raw:
-        raise ConfigError(f"{path}: missing key base, the run config every run starts from")
-    base = (path.parent / str(raw["base"])).resolve()
-    if not base.is_file():
-        raise ConfigError(f"{path}: base = {raw['base']!r} names no file ({base})")
+    base = _base_file(path, "base", raw["base"]) if "base" in raw else None
     layout = _choice(path, "layout", raw.get("layout", "summary"), LAYOUTS)
     paper = _choice(path, "paper", raw.get("paper", "none"), PAPERS)
     output_dir = Path(str(raw.get("output_dir") or f"runs/sweeps/{path.stem}"))
     shared = _overrides(path, "set", raw.get("set", {}))
     recipes = _recipes(path, raw.get("recipes", {}))
+    corpora = _corpora(path, raw.get("corpora", {}))
     groups = raw.get("runs", [])
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"{path}: the sweep has no runs; add at least one [[runs]] table")
     planned: list[_Entry] = []
-    for index, group in enumerate(groups, 1):
-        for point in _expand_group(path, index, group):
+    points = [p for i, g in enumerate(groups, 1) for p in _expand_group(path, i, g, base)]
+    for corpus, data in corpora:  # a corpus's runs together: a screen finishes corpus by corpus
+        for point in points:
             for recipe, recipe_overrides in recipes:
-                name = _checked_name(
-                    path, point.where, f"{point.model}--{recipe}" if recipe else point.model
-                )
-                items = (*shared, *point.overrides, *recipe_overrides, *cli_overrides)
+                model = f"{corpus}.{point.model}" if corpus else point.model
+                name = _checked_name(path, point.where, f"{model}--{recipe}" if recipe else model)
+                if corpus:
+                    _check_whole_data(path, point, corpus, data)
+                items = (*shared, *point.overrides, *data, *recipe_overrides, *cli_overrides)
                 planned.append(
                     _Entry(
-                        name, point.model, recipe, items, point.match, point.multiple, point.where
+                        name,
+                        model,
+                        recipe,
+                        items,
+                        point.match,
+                        point.multiple,
+                        point.where,
+                        point.base,
+                        corpus,
                     )
                 )
     _check_unique(path, planned)
     _check_matches(path, planned)
     configs = {
         e.name: _run_config(
-            path, base, e.name, (*e.items, f"train.output_dir={output_dir / e.name}")
+            path, e.base, e.name, (*e.items, f"train.output_dir={output_dir / e.name}")
         )
         for e in planned
     }
     runs = [
-        _matched(path, base, output_dir, e, planned, configs)
+        _matched(path, output_dir, e, planned, configs)
         if e.match
-        else PlannedRun(e.name, e.model, e.recipe, e.items, configs[e.name])
+        else PlannedRun(
+            e.name, e.model, e.recipe, e.items, configs[e.name], base=e.base, corpus=e.corpus
+        )
         for e in planned
     ]
     return SweepPlan(path, base, output_dir, layout, paper, tuple(runs))
+
+
+def _base_file(path: Path, where: str, value: Any) -> Path:
+    """Return the run config `value` names (relative to the sweep file), or raise ConfigError."""
+    base = (path.parent / str(value)).resolve()
+    if not base.is_file():
+        raise ConfigError(f"{path}: {where} = {value!r} names no file ({base})")
+    return base
+
+
+def _corpora(path: Path, table: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """Return each [corpora] entry's name and its `data.*` overrides ([("", ())] without any)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f'{path}: corpora must be a table of named "data.key" = value tables')
+    if not table:
+        return [("", ())]
+    out = []
+    for name, items in table.items():
+        where = f"corpora.{name}"
+        overrides = _overrides(path, where, items)
+        for item in overrides:
+            if not item.startswith("data."):
+                raise ConfigError(
+                    f"{path}: {where} sets {item.partition('=')[0]}; a corpus sets data.* keys "
+                    "only (the rest of a run's config is its base's)"
+                )
+        out.append((_checked_name(path, "corpus", name), overrides))
+    return out
+
+
+def _check_whole_data(path: Path, point: _Point, corpus: str, data: tuple[str, ...]) -> None:
+    """Raise ConfigError (one line) when the base of `point` sets a [data] key that `corpus`
+    leaves in place: a run on a corpus takes all of its [data] from the corpus."""
+    own = {item.partition("=")[0].removeprefix("data.") for item in data}
+    left = sorted(set(read_with_base(point.base).get("data", {})) - own)
+    if left:
+        raise ConfigError(
+            f"{path}: corpora.{corpus} leaves data.{left[0]} of {point.base.name} in place; set "
+            f"it in [corpora] (every [data] key a base sets: {', '.join(left)})"
+        )
 
 
 @dataclass(frozen=True)
@@ -166,6 +236,7 @@ class _Point:
     match: str  # "" without match_params
     multiple: int  # match_multiple: the matched hidden size is a multiple of it
     where: str  # "[[runs]] #N", for messages
+    base: Path  # the run config its runs start from
 
 
 @dataclass(frozen=True)
@@ -179,6 +250,8 @@ class _Entry:
     match: str
     multiple: int
     where: str
+    base: Path
+    corpus: str
 
 
 def select_runs(plan: SweepPlan, patterns: Sequence[str]) -> frozenset[str]:
@@ -227,7 +300,6 @@ def _listed(names: list[str], most: int = 30) -> str:
 
 def _matched(
     path: Path,
-    base: Path,
     output_dir: Path,
     entry: _Entry,
     planned: list[_Entry],
@@ -259,9 +331,18 @@ def _matched(
         ) from None
     items = (*entry.items, *hidden_size_overrides(own.model, hidden))
     config = _run_config(
-        path, base, entry.name, (*items, f"train.output_dir={output_dir / entry.name}")
+        path, entry.base, entry.name, (*items, f"train.output_dir={output_dir / entry.name}")
     )
-    return PlannedRun(entry.name, entry.model, entry.recipe, items, config, target.name)
+    return PlannedRun(
+        entry.name,
+        entry.model,
+        entry.recipe,
+        items,
+        config,
+        target.name,
+        base=entry.base,
+        corpus=entry.corpus,
+    )
 
 
 def _choice(path: Path, key: str, value: Any, options: tuple[str, ...]) -> str:
@@ -301,7 +382,7 @@ def _recipes(path: Path, table: Any) -> list[tuple[str, tuple[str, ...]]]:
     ]
 
 
-def _expand_group(path: Path, index: int, group: Any) -> list[_Point]:
+def _expand_group(path: Path, index: int, group: Any, sweep_base: Path | None) -> list[_Point]:
     """Return every point of one [[runs]] group's grid."""
     where = f"[[runs]] #{index}"
     if not isinstance(group, dict):
@@ -313,6 +394,15 @@ def _expand_group(path: Path, index: int, group: Any) -> list[_Point]:
             )
     if not group.get("name"):
         raise ConfigError(f'{path}: {where} needs a name, e.g. name = "hornn{{model.order}}"')
+    if "base" in group:
+        base = _base_file(path, f"{where} base", group["base"])
+    elif sweep_base is None:
+        raise ConfigError(
+            f'{path}: {where} has no base: set base = "../demo.toml" at the top of the sweep '
+            "file (every run starts from it) or in the group"
+        )
+    else:
+        base = sweep_base
     fixed = _overrides(path, f"{where} set", group.get("set", {}))
     grid = group.get("grid", {})
     if not isinstance(grid, dict):
@@ -345,7 +435,7 @@ def _expand_group(path: Path, index: int, group: Any) -> list[_Point]:
             path, where, _format_name(path, where, "name", str(group["name"]), values)
         )
         target = _format_name(path, where, "match_params", match, values) if match else ""
-        out.append(_Point(name, overrides, target, multiple, where))
+        out.append(_Point(name, overrides, target, multiple, where, base))
     return out
 
 

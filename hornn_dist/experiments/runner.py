@@ -198,7 +198,7 @@ def cpu_slots(jobs: int, cores: int) -> list[dict[str, str]]:
 
 def train_command(plan: SweepPlan, run: PlannedRun) -> list[str]:
     """Return the command line that trains one run of the sweep."""
-    command = [sys.executable, "-m", "hornn_dist.train", str(plan.base)]
+    command = [sys.executable, "-m", "hornn_dist.train", str(run.base)]
     for item in (*run.overrides, f"train.output_dir={plan.output_dir / run.name}"):
         command += ["--set", item]
     return command

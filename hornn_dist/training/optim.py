@@ -84,6 +84,10 @@ def clip_gradients(parameters: list[torch.nn.Parameter], cfg: OptimConfig) -> No
         torch.nn.utils.clip_grad_norm_(parameters, cfg.clip)
 
 
+# LrSchedule's fields that are not its state: its config, its optimizer, the warmup's share
+NOT_STATE = ("cfg", "optimizer", "warmup")
+
+
 @dataclass
 class LrSchedule:
     """The lr recipes of §4 and rnnlm's, stepped once per epoch with that epoch's validation loss,
@@ -120,6 +124,9 @@ class LrSchedule:
     epoch_lr: float = 0.0  # the lr the last finished epoch trained at
     streak_lr: float = 0.0  # the lr the first of those `small_epochs` trained at (0: none)
     stopped: str = ""  # why the run converged; empty while it trains
+    # the warmup's share of `lr` at the step about to train (`start_step`): derived from the
+    # step, so not state
+    warmup: float = field(default=1.0, repr=False, compare=False)
     # the optimizer whose lr this schedule sets (`drive`); not state: the state dict holds numbers
     optimizer: torch.optim.Optimizer | None = field(default=None, repr=False, compare=False)
 
@@ -139,10 +146,24 @@ class LrSchedule:
         self.lr = lr
         self._push()
 
+    @property
+    def step_lr(self) -> float:
+        """Return the lr the optimizer steps at: the schedule's lr times the warmup's share."""
+        return self.lr * self.warmup
+
+    def start_step(self, step: int) -> None:
+        """Set the optimizer's lr for training step `step` (1-based): during the first
+        `warmup_steps` steps the lr rises linearly, lr * step / warmup_steps, then it is `lr`."""
+        warmup = self.cfg.warmup_steps
+        share = min(1.0, step / warmup) if warmup > 0 else 1.0
+        if share != self.warmup:
+            self.warmup = share
+            self._push()
+
     def _push(self) -> None:
         """Set the lr on every parameter group of the optimizer this schedule drives."""
         for group in self.optimizer.param_groups if self.optimizer is not None else ():
-            group["lr"] = self.lr
+            group["lr"] = self.step_lr
 
     def end_epoch(self, valid_loss: float) -> float:
         """Record one finished epoch and its validation loss; return the lr for the next epoch
@@ -214,7 +235,7 @@ class LrSchedule:
     def state_dict(self) -> dict:
         """Return the schedule's state as plain values: the lr, the [optim] keys it follows (of
         way `schedule`) and its record of the epochs (the optimizer it drives is not state)."""
-        record = [f.name for f in fields(self) if f.name not in ("cfg", "optimizer")]
+        record = [f.name for f in fields(self) if f.name not in NOT_STATE]
         followed = keys_of(self.cfg, SCHEDULE)
         return {
             "lr": self.lr,
@@ -227,7 +248,7 @@ class LrSchedule:
         followed = keys_of(self.cfg, SCHEDULE)
         self.cfg = replace(self.cfg, **{key: state[key] for key in followed if key in state})
         for f in fields(self):  # the optimizer it drives stays
-            if f.name not in ("cfg", "optimizer") and f.name in state:
+            if f.name not in NOT_STATE and f.name in state:
                 setattr(self, f.name, state[f.name])
         self._push()
 

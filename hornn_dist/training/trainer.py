@@ -406,6 +406,7 @@ class Trainer:
             if stream.step == 0:  # a new epoch starts from a zero history
                 self.step.reset_state()
             x, y = stream.next_batch()
+            self.schedule.start_step(self.progress.step + 1)
             loss = self.step.run(x, y, measure=then.log)
             self.progress.step += 1
             steps_run += 1
@@ -619,7 +620,7 @@ class Trainer:
         values = {
             "train/loss": loss,
             "train/ppl": ppl,
-            "train/lr": self.schedule.lr,
+            "train/lr": self.schedule.step_lr,
             "train/tokens_per_sec": tokens_per_sec,
             **norms,
         }
@@ -637,7 +638,7 @@ class Trainer:
             epoch=step / self.train_stream.steps_per_epoch,
             loss=loss,
             ppl=ppl,
-            lr=self.schedule.lr,
+            lr=self.schedule.step_lr,
             tokens_per_sec=tokens_per_sec,
             grad_norm=norms.get("grad_norm/total", math.nan),
             path_grad_norms={k: v for k, v in norms.items() if k != "grad_norm/total"},
@@ -649,7 +650,7 @@ class Trainer:
             epoch=f"{epoch}/{epochs}",
             loss=f"{loss:.3f}",
             ppl=f"{ppl:.1f}",
-            lr=f"{self.schedule.lr:.3g}",
+            lr=f"{self.schedule.step_lr:.3g}",
             tok_s=f"{tokens_per_sec:,.0f}",
             refresh=False,
         )
@@ -662,7 +663,7 @@ class Trainer:
             step,
             loss,
             ppl,
-            self.schedule.lr,
+            self.schedule.step_lr,
             tokens_per_sec,
             norms.get("grad_norm/total", math.nan),
             epoch,
