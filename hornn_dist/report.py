@@ -25,6 +25,7 @@ from hornn_dist.experiments.plan import LAYOUTS, PAPERS
 from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record, run_damage
 from hornn_dist.experiments.speed import SpeedRecord, read_speed_record
 from hornn_dist.experiments.tables import pick_best, render_tables
+from hornn_dist.experiments.transfer import render_transfer
 from hornn_dist.files import write_text
 from hornn_dist.runtime import run_cli, setup_logging
 from hornn_dist.wording import counted
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = read_speed_record(args.speed_record) if args.speed_record else None
     records = read_runs(runs_dir)
     check_finished(runs_dir, records, sweep)
-    if corpora_note(records):
+    if layout != "transfer" and corpora_note(records):  # a transfer screen spans corpora
         logger.warning("%s", corpora_note(records))
     damaged = damaged_runs(runs_dir, records, sweep)
     out = Path(args.out) if args.out else runs_dir / "report"
@@ -183,11 +184,13 @@ def render_report(
     )
     if damaged:
         head += f"Damaged checkpoints: {'; '.join(damaged)}.\n\n"
-    mixed = corpora_note(records)
+    mixed = corpora_note(records) if layout != "transfer" else ""
     if mixed:
         head += f"**{mixed}**\n\n"
     if layout == "fair":
         text = head + render_fair(records, speed, paper)
+    elif layout == "transfer":
+        text = head + render_transfer(records)
     else:
         text = head + render_tables(records, layout, paper)
     if plots:

@@ -14,6 +14,7 @@ import psutil
 import pytest
 from PIL import Image
 
+from hornn_dist.config import read_toml, to_toml, toml_value
 from hornn_dist.errors import ConfigError
 from hornn_dist.experiments.plan import read_sweep, select_runs
 from hornn_dist.experiments.results import read_runs
@@ -42,6 +43,7 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "ptb_orders": 14,
         "ptb_alpha": 8,
         "text8_summary": 6,
+        "transfer": 48,
     }
     for name, runs in expected.items():
         plan = read_sweep(REPO / "configs" / "sweeps" / f"{name}.toml")
@@ -68,6 +70,72 @@ def test_recipes_multiply_the_runs_and_the_command_line_comes_last(tmp_path: Pat
     assert [r.model for r in plan.runs] == ["h1", "h1", "h2", "h2"]
     assert [r.config.optim.lr for r in plan.runs] == [0.2, 0.3, 0.2, 0.3]  # recipe after `set`
     assert {r.config.optim.clip for r in plan.runs} == {9.0}  # --set after everything
+
+
+def test_corpora_multiply_the_runs_and_a_group_may_start_from_its_own_base(
+    tmp_path: Path,
+) -> None:
+    path = write_sweep(tmp_path, "")
+    tiny = read_toml(tmp_path / "tiny.toml", "config", "")
+    lstm = {**tiny, "model": {**tiny["model"], "arch": "lstm"}}
+    (tmp_path / "lstm.toml").write_text(to_toml(lstm))
+    # a corpus sets every [data] key its runs' bases set: the tiny config's files and settings
+    files = ", ".join(f'"data.{k}" = {toml_value(v)}' for k, v in tiny["data"].items())
+    path.write_text(
+        path.read_text()
+        + '[[runs]]\nname = "tiny"\n[[runs]]\nname = "lstm"\nbase = "lstm.toml"\n[corpora]\n'
+        + f'one = {{ {files}, "data.min_count" = 2 }}\n'
+        + f'two = {{ {files}, "data.lowercase" = true }}\n'
+    )
+    plan = read_sweep(path)
+    assert [r.name for r in plan.runs] == ["one.tiny", "one.lstm", "two.tiny", "two.lstm"]
+    assert [r.corpus for r in plan.runs] == ["one", "one", "two", "two"]
+    by_name = {r.name: r for r in plan.runs}
+    assert by_name["two.lstm"].config.model.arch == "lstm"
+    assert by_name["two.tiny"].config.model.arch == "hornn"
+    assert by_name["one.tiny"].config.data.min_count == 2
+    assert by_name["two.tiny"].config.data.min_count == 1  # the default: corpus one's stays
+    assert by_name["two.lstm"].config.data.lowercase is True
+    assert train_command(plan, by_name["one.lstm"])[3] == str(tmp_path / "lstm.toml")
+    assert train_command(plan, by_name["one.tiny"])[3] == str(tmp_path / "tiny.toml")
+    assert plan.record()["runs"][1] | {"overrides": ()} == {
+        "name": "one.lstm",
+        "model": "one.lstm",
+        "recipe": "",
+        "overrides": (),
+        "base": str(tmp_path / "lstm.toml"),
+        "corpus": "one",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[corpora]\nc = { "data.min_count" = 2 }\n[[runs]]\nname = "a"\n',
+            "corpora.c leaves data.add_eos of tiny.toml in place; set it in [corpora]",
+        ),
+        (
+            '[corpora]\nc = { "optim.lr" = 2 }\n[[runs]]\nname = "a"\n',
+            "corpora.c sets optim.lr; a corpus sets data.* keys only",
+        ),
+        (
+            '[[runs]]\nname = "a"\nbase = "nothing.toml"\n',
+            "[[runs]] #1 base = 'nothing.toml' names no file",
+        ),
+    ],
+)
+def test_a_bad_corpus_or_group_base_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        read_sweep(write_sweep(tmp_path, text))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_group_without_a_base_in_a_sweep_without_one_is_one_line(tmp_path: Path) -> None:
+    path = write_sweep(tmp_path, '[[runs]]\nname = "a"\n')
+    path.write_text(path.read_text().replace('base = "tiny.toml"\n', ""))
+    with pytest.raises(ConfigError, match=r"\[\[runs\]\] #1 has no base: set base = "):
+        read_sweep(path)
 
 
 @pytest.mark.parametrize(

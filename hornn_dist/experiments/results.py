@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class RunRecord:
     damage: str = ""  # its newer checkpoints that are damaged, and what is wrong with each
     corpus: str = ""  # the prepared corpus it trained on: its folder's name (`corpus_folder`)
     corpus_hash: str = ""  # and the hash of its manifest ("" in runs recorded before it)
+    sweep_corpus: str = ""  # the sweep's [corpora] entry it trained on ("" without one)
 
 
 def read_run(
@@ -169,7 +170,7 @@ def read_runs(runs_dir: Path) -> list[RunRecord]:
             runs_dir / entry["name"], entry["name"], entry.get("model", ""), entry.get("recipe", "")
         )
         if record is not None:
-            records.append(record)
+            records.append(replace(record, sweep_corpus=str(entry.get("corpus", ""))))
     return records
 
 
