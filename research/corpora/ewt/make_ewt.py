@@ -39,7 +39,9 @@ def sentences(conllu: str) -> list[list[str]]:
 
 def texts(conllu: str) -> list[str]:
     """Return the `# text = ` lines of a CoNLL-U text."""
-    return [line[len("# text = ") :] for line in conllu.splitlines() if line.startswith("# text = ")]
+    return [
+        line[len("# text = ") :] for line in conllu.splitlines() if line.startswith("# text = ")
+    ]
 
 
 def main(treebank: Path, out: Path) -> None:
