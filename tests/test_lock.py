@@ -56,9 +56,24 @@ def test_the_lock_is_generated_with_the_cpu_torch_and_names_its_refresh_command(
     assert not any(name.startswith("nvidia-") for name in _pins())  # not a CUDA torch's set
 
 
+def test_the_lock_names_no_local_build_so_the_public_index_resolves_it() -> None:
+    local = {name: v for name, v in _pins().items() if Version(v).local is not None}
+    assert not local, f"constraints.txt pins local builds the public index lacks: {local}"
+
+
+def test_ci_resolves_the_lock_from_the_public_index_alone() -> None:
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    dry = [line for line in ci.splitlines() if "--dry-run" in line and "pip" in line]
+    assert dry and "--isolated" in dry[0] and '-c constraints.txt -e ".[dev]"' in dry[0]
+    refresh = (REPO / ".ci" / "refresh-lock").read_text(encoding="utf-8")
+    assert "sed -i -E" in refresh and "torch==" in refresh  # the +cpu label stripped
+
+
 def test_ci_installs_through_the_lock_into_a_fresh_venv() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "\npython -m venv .venv\n" in ci and "source .venv/bin/activate" in ci
-    installs = [line for line in ci.splitlines() if "pip install" in line]
+    installs = [
+        line for line in ci.splitlines() if "pip install" in line and "--dry-run" not in line
+    ]
     assert installs and all("-c constraints.txt" in line for line in installs)
     assert "python .ci/check_lock.py" in ci
