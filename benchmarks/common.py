@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from hornn_dist.errors import described
 from hornn_dist.models.triton_tiles import TILES_ENV
-from hornn_dist.provenance import code_commit, machine
 from hornn_dist.runtime import cpu_name
+from hornn_dist.util.errors import described
+from hornn_dist.util.provenance import code_commit, machine
 
 REPO = Path(__file__).resolve().parents[1]
 

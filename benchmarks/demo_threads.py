@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from hornn_dist.checkpoint import list_checkpoints
-from hornn_dist.run_layout import EVENTS_FILE, RUN_LOG
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run.checkpoint import list_checkpoints
+from hornn_dist.run.run_layout import EVENTS_FILE, RUN_LOG
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.training.events import read_events
 
 from common import REPO, run_meta, write_json

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from hornn_dist.config import load_config
-from hornn_dist.run_layout import CONFIG_FILE, TENSORBOARD
-from hornn_dist.run_state import STATE_FILE
+from hornn_dist.run.run_layout import CONFIG_FILE, TENSORBOARD
+from hornn_dist.run.run_state import STATE_FILE
 
 from common import run_meta, write_json
 
@@ -87,9 +87,9 @@ def path_weights(best: Path) -> dict[str, dict[str, float]]:
     applied."""
     from safetensors.torch import load_file
 
-    from hornn_dist.loading import evaluation_model
     from hornn_dist.models.init import path_weights as pool_weights
     from hornn_dist.models.lm import build_model
+    from hornn_dist.run.loading import evaluation_model
 
     cfg = load_config(best / CONFIG_FILE)
     weights = load_file(str(best / "model.safetensors"))

@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.checks import (
+from hornn_dist.data.config import DataConfig
+from hornn_dist.models.config import ModelConfig
+from hornn_dist.run.on_resume import LR, MATCH, OPTIMIZER, SCHEDULE, START, STEP, on_resume
+from hornn_dist.run.run_layout import CONFIG_FILE
+from hornn_dist.util.checks import (
     check_at_least,
     check_at_most,
     check_choice,
     check_in_range,
     check_positive,
 )
-from hornn_dist.data.config import DataConfig
-from hornn_dist.errors import ConfigError
-from hornn_dist.models.config import ModelConfig
-from hornn_dist.on_resume import LR, MATCH, OPTIMIZER, SCHEDULE, START, STEP, on_resume
-from hornn_dist.run_layout import CONFIG_FILE
+from hornn_dist.util.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

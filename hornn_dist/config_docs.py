@@ -19,7 +19,7 @@ import tokenize
 from pathlib import Path
 
 from hornn_dist.config import _SECTION_TYPES, SECTIONS, toml_value
-from hornn_dist.files import write_text
+from hornn_dist.util.files import write_text
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 

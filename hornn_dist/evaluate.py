@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP
-from hornn_dist.errors import DataError
-from hornn_dist.loading import (
+from hornn_dist.models.precision import resolve_mixed_precision
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.loading import (
     MODEL_ARG_HELP,
     is_exported,
     load_model_for,
@@ -21,9 +21,9 @@ from hornn_dist.loading import (
     prepared_folder,
     resolve_trained,
 )
-from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
 from hornn_dist.training.scoring import score_split
+from hornn_dist.util.errors import DataError
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

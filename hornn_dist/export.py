@@ -18,18 +18,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP, RunConfig, tomllib
 from hornn_dist.data.shards import TOKENIZER, Corpus
 from hornn_dist.data.vocab import EOS, UNK
-from hornn_dist.errors import ConfigError, naming_path
-from hornn_dist.files import new_folder_beside, remove_stale_beside, write_bytes, write_json
-from hornn_dist.loading import load_model_for, open_prepared_corpus
 from hornn_dist.models.precision import resolve_mixed_precision
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.loading import load_model_for, open_prepared_corpus
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging, stop_signals_end
 from hornn_dist.training.scoring import EvalResult, score_split
-from hornn_dist.writable import check_writable_folder
+from hornn_dist.util.errors import ConfigError, naming_path
+from hornn_dist.util.files import new_folder_beside, remove_stale_beside, write_bytes, write_json
+from hornn_dist.util.writable import check_writable_folder
 
 SPLIT = "test"  # the split whose perplexity the model card gives
 SOURCE_LISTS = ("train", "valid", "test")  # the [data] keys that list files

@@ -11,9 +11,9 @@ from typing import Any, TextIO
 import torch
 
 from hornn_dist.config import KEYS_HELP
-from hornn_dist.errors import ConfigError
-from hornn_dist.loading import MODEL_ARG_HELP, load_model_for, open_vocabulary, resolve_trained
+from hornn_dist.run.loading import MODEL_ARG_HELP, load_model_for, open_vocabulary, resolve_trained
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
+from hornn_dist.util.errors import ConfigError
 
 STREAMS = 1  # one sampled sequence
 # the logits divided by the temperature stay finite in float32 (1e-45 made them inf); 0 means greedy

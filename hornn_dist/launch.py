@@ -30,7 +30,7 @@ from accelerate.commands.launch import launch_command, launch_command_parser
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from hornn_dist.errors import described
+from hornn_dist.util.errors import described
 
 ELASTIC_LOGGER = "torch.distributed.elastic"  # the parent of every logger of torchrun's agent
 LAUNCH_LOGGER = "accelerate.commands.launch"

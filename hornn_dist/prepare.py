@@ -12,8 +12,8 @@ import os
 
 from hornn_dist.config import KEYS_HELP, add_set_option, load_config
 from hornn_dist.data.config import DataConfig
-from hornn_dist.errors import ConfigError, naming_path
 from hornn_dist.runtime import run_cli, setup_logging
+from hornn_dist.util.errors import ConfigError, naming_path
 
 
 def with_data_section(overrides: list[str]) -> list[str]:

@@ -5,7 +5,7 @@ model's recipe with the best validation perplexity, and writes `report.md` (the 
 with its numbers beside ours) and PNG plots into `--out` (default RUNS_DIR/report). The layout
 and the paper's corpus come from the sweep file (its sweep.json); --layout and --paper override.
 Layout `fair` groups the runs that differ only by seed and compares the models over their seeds
-(experiments/fair.py), with tokens/s from `--speed-record` (experiments/speed.py).
+(sweeps/fair.py), with tokens/s from `--speed-record` (sweeps/speed.py).
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ import shlex
 import sys
 from pathlib import Path
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import KEYS_HELP
-from hornn_dist.errors import ConfigError, naming_path
-from hornn_dist.experiments.fair import render_fair
-from hornn_dist.experiments.plan import LAYOUTS, PAPERS
-from hornn_dist.experiments.results import RunRecord, read_runs, read_sweep_record, run_damage
-from hornn_dist.experiments.speed import SpeedRecord, read_speed_record
-from hornn_dist.experiments.tables import pick_best, render_tables
-from hornn_dist.experiments.transfer import render_transfer
-from hornn_dist.files import write_text
+from hornn_dist.run import checkpoint as ckpt
 from hornn_dist.runtime import run_cli, setup_logging
-from hornn_dist.wording import counted
-from hornn_dist.writable import check_writable_folder
+from hornn_dist.sweeps.fair import render_fair
+from hornn_dist.sweeps.results import RunRecord, read_runs, read_sweep_record, run_damage
+from hornn_dist.sweeps.speed import SpeedRecord, read_speed_record
+from hornn_dist.sweeps.sweep_file import LAYOUTS, PAPERS
+from hornn_dist.sweeps.tables import pick_best, render_tables
+from hornn_dist.sweeps.transfer import render_transfer
+from hornn_dist.util.errors import ConfigError, naming_path
+from hornn_dist.util.files import write_text
+from hornn_dist.util.wording import counted
+from hornn_dist.util.writable import check_writable_folder
 
 logger = logging.getLogger("hornn_dist.report")
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = args.layout or sweep.get("layout", "summary")
     paper = args.paper or sweep.get("paper", "none")
     if not args.no_plots:
-        from hornn_dist.experiments.plots import require_matplotlib
+        from hornn_dist.sweeps.plots import require_matplotlib
 
         require_matplotlib()  # before any work, so a missing extra costs nothing
     speed = read_speed_record(args.speed_record) if args.speed_record else None
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     with naming_path(out, key):  # a disk that fills meanwhile
         plots: list[Path] = []
         if not args.no_plots:
-            from hornn_dist.experiments.plots import draw_plots
+            from hornn_dist.sweeps.plots import draw_plots
 
             plots = draw_plots(pick_best(records), out, paper)
         command = " ".join(["python -m hornn_dist.report", *map(shlex.quote, _argv(argv))])

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hornn_dist.errors import ConfigError, HornnError, first_line, os_error_line
+from hornn_dist.util.errors import ConfigError, HornnError, first_line, os_error_line
 
 logger = logging.getLogger("hornn_dist")
 PEER_ERROR_WAIT_S = 5.0  # a rank other than the main one waits this long before printing

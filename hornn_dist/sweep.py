@@ -1,7 +1,7 @@
 """Run a grid of training runs: `python -m hornn_dist.sweep SWEEP.toml [--set k=v ...]`.
 
 Each run is an ordinary `hornn_dist.train` run in `output_dir/NAME` (see
-`hornn_dist/experiments/plan.py` for the sweep file). Running the same command again skips the
+`hornn_dist/sweeps/sweep_file.py` for the sweep file). Running the same command again skips the
 finished runs and resumes the unfinished ones. On a machine with several GPUs one run trains
 per GPU at a time; on a CPU machine `--jobs N` trains N at a time on a share of the cores each.
 `--only PATTERN` trains only the runs whose name matches and leaves the others as they are.
@@ -16,9 +16,8 @@ import os
 import shlex
 
 from hornn_dist.config import KEYS_HELP, add_set_option
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import read_sweep, select_runs
-from hornn_dist.experiments.runner import (
+from hornn_dist.runtime import run_cli, setup_logging
+from hornn_dist.sweeps.runner import (
     cpu_slots,
     dry_run_summary,
     gpu_slots,
@@ -27,8 +26,9 @@ from hornn_dist.experiments.runner import (
     sweep_lock,
     train_command,
 )
-from hornn_dist.runtime import run_cli, setup_logging
-from hornn_dist.writable import check_writable_folder
+from hornn_dist.sweeps.sweep_file import read_sweep, select_runs
+from hornn_dist.util.errors import ConfigError
+from hornn_dist.util.writable import check_writable_folder
 
 logger = logging.getLogger("hornn_dist.sweep")
 

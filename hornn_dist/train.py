@@ -16,12 +16,12 @@ from pathlib import Path
 
 from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
 from hornn_dist.data.pipeline import plan_corpus
-from hornn_dist.errors import naming_path
-from hornn_dist.recipes import switched_line
-from hornn_dist.run_layout import LOCK_FILE
+from hornn_dist.run.run_layout import LOCK_FILE
 from hornn_dist.runtime import StopFlag, run_cli
+from hornn_dist.training.recipes import switched_line
 from hornn_dist.training.trainer import Trainer
-from hornn_dist.writable import check_run_folder
+from hornn_dist.util.errors import naming_path
+from hornn_dist.util.writable import check_run_folder
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

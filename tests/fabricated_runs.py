@@ -20,15 +20,15 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.pipeline import corpus_folder
-from hornn_dist.files import write_text
 from hornn_dist.models import build_model
-from hornn_dist.run_layout import CONFIG_FILE
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.run_layout import CONFIG_FILE
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.training.events import EventLog
 from hornn_dist.training.optim import LrSchedule
+from hornn_dist.util.files import write_text
 
 STEPS_PER_EPOCH = 10
 VOCAB = 50

@@ -8,7 +8,7 @@ Every rank joins a gloo group (on CUDA both ranks share cuda:0: gloo all-reduces
 tensors, NCCL refuses two ranks on one GPU) and trains, from the same seeded model on its own
 batches, the runs below; each rank saves `OUT_DIR/<run>.rank<r>.pt` = {"losses", "params"}:
 
-    ddp      the reference step (training/reference_step.py) on the model wrapped in
+    ddp      the reference step (tests/reference_step.py) on the model wrapped in
              DistributedDataParallel
     flat     TrainStep(reduce=True) eager: the gradient exchange (training/exchange.py)
     graphed  (CUDA) TrainStep(reduce=True) replaying its two graphs, the all-reduce between
@@ -27,8 +27,8 @@ import torch.distributed as dist
 from hornn_dist.config import config_from_dict
 from hornn_dist.models import build_model
 from hornn_dist.training.optim import build_optimizer
-from hornn_dist.training.reference_step import reference_step
 from hornn_dist.training.step import TrainStep
+from tests.reference_step import reference_step
 
 V, T, B, STEPS = 50, 6, 4, 8  # B streams per rank
 

@@ -17,9 +17,9 @@ from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
 from hornn_dist.models.triton_tiles import TILES_ENV
-from hornn_dist.provenance import code_commit, describe_commit
 from hornn_dist.training.optim import resolve_clip
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
+from hornn_dist.util.provenance import code_commit, describe_commit
 from tests.train_helpers import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]

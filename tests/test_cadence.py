@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist.checkpoint import list_checkpoints
 from hornn_dist.config import load_config
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run.checkpoint import list_checkpoints
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.training.cadence import STOP_CHECK_S, AfterStep, Cadence
 from tests.train_helpers import (
     check_ok,

@@ -9,12 +9,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, load_config, to_toml
-from hornn_dist.errors import CheckpointError
-from hornn_dist.run_layout import CONFIG_FILE
-from hornn_dist.run_state import TrainerState
-from hornn_dist.training.resume import check_compatible
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.resume import check_compatible
+from hornn_dist.run.run_layout import CONFIG_FILE
+from hornn_dist.run.run_state import TrainerState
+from hornn_dist.util.errors import CheckpointError
 
 VOCAB_HASH = "abc123"
 
@@ -123,7 +123,7 @@ def test_list_checkpoints_keeps_complete_ones_ordered_by_step(
     tmp.mkdir()
     (tmp / ckpt.DONE).write_text("step 600\n")  # renamed never happened
     (ckpt.checkpoint_root(tmp_path) / "notes").mkdir()
-    with caplog.at_level(logging.WARNING, logger="hornn_dist.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="hornn_dist.run.checkpoint"):
         found = ckpt.list_checkpoints(tmp_path)
     assert names(found) == [
         "step_00000020",
@@ -134,7 +134,7 @@ def test_list_checkpoints_keeps_complete_ones_ordered_by_step(
     ]
     assert "step_00000500" in caplog.text and ".tmp_" not in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hornn_dist.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="hornn_dist.run.checkpoint"):
         ckpt.list_checkpoints(tmp_path, warn=False)
     assert caplog.text == ""
 
@@ -173,7 +173,7 @@ def test_resolve_best_without_a_recorded_best_warns_and_gives_the_newest(
 ) -> None:
     make_checkpoint(tmp_path, 10)
     make_checkpoint(tmp_path, 20)  # no validation recorded yet
-    with caplog.at_level(logging.WARNING, logger="hornn_dist.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="hornn_dist.run.checkpoint"):
         assert ckpt.resolve_checkpoint(tmp_path / "checkpoints" / "best").name == "step_00000020"
     assert "no best checkpoint recorded yet" in caplog.text
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hornn_dist import checkpoint as ckpt
-from hornn_dist.errors import CheckpointError
-from hornn_dist.run_layout import CONFIG_FILE
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.run_layout import CONFIG_FILE
+from hornn_dist.util.errors import CheckpointError
 from tests.train_helpers import (
     check_ok,
     final_weights,

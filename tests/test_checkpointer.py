@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import torch
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist import config as run_config
 from hornn_dist.config import load_config
-from hornn_dist.errors import CheckpointError
 from hornn_dist.models import ModelConfig
-from hornn_dist.run_state import STATE_FILE, TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.run_state import STATE_FILE, TrainerState
+from hornn_dist.util.errors import CheckpointError
 from tests.train_helpers import prepared_tiny, reset_accelerate_state
 
 
@@ -129,7 +129,7 @@ def test_a_checkpoint_without_a_registered_part_is_one_line(folder: Path, tmp_pa
 def test_a_shared_part_named_like_a_state_field_is_refused_at_registration() -> None:
     """A shared part's state is a top-level field of trainer_state.json: one named like the
     state's own (its step) is refused when registered, before any training or save."""
-    from hornn_dist.training.checkpointer import Checkpointer
+    from hornn_dist.run.checkpointer import Checkpointer
 
     with pytest.raises(ValueError, match=r"parts \['step'\] are named like trainer state"):
         Checkpointer(None, None, None, Path(), None, None, False, {"step": Tally(0)}, {})

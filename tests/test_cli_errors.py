@@ -269,8 +269,8 @@ def test_a_run_whose_corpus_is_gone_says_how_to_prepare_it(
     """evaluate, generate and export have no --set: the fix is to prepare the corpus where the
     run's config puts it, or to run from where the run's relative cache_dir lies."""
     from hornn_dist.data.config import DataConfig
-    from hornn_dist.errors import DataError
-    from hornn_dist.loading import open_prepared_corpus
+    from hornn_dist.run.loading import open_prepared_corpus
+    from hornn_dist.util.errors import DataError
 
     monkeypatch.chdir(tmp_path)
     cache = "cache" if relative else str(tmp_path / "cache")
@@ -315,7 +315,7 @@ def _assert_one_line_error(proc: subprocess.CompletedProcess, expected: str) -> 
 
 _EXIT_PROBE = """
 import atexit, logging, sys
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 from hornn_dist.runtime import run_cli, setup_logging
 
 def main(argv):

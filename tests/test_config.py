@@ -15,7 +15,7 @@ from hornn_dist.config import (
     load_config,
     parse_override,
 )
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -8,8 +8,8 @@ import pytest
 
 from hornn_dist import train
 from hornn_dist.config import load_config
-from hornn_dist.errors import ConfigError
 from hornn_dist.runtime import run_cli
+from hornn_dist.util.errors import ConfigError
 
 
 def _cli_lines(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, list[str]]:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from hornn_dist.checkpoint import list_checkpoints
 from hornn_dist.models.precision import (
     CPU_BF16_FLAGS,
     cpu_bf16_flags,
     resolve_mixed_precision,
 )
+from hornn_dist.run.checkpoint import list_checkpoints
 from tests.train_helpers import (
     KILL_IN_SECOND_CHECKPOINT,
     check_ok,

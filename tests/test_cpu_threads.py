@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hornn_dist.config import load_config
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import check_ok, prepared_tiny, run_here, train_into
 
 

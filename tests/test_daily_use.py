@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config, read_toml
-from hornn_dist.run_state import TrainerState
-from hornn_dist.wording import counted
+from hornn_dist.run.run_state import TrainerState
+from hornn_dist.util.wording import counted
 from tests.train_helpers import (
     REPO,
     check_ok,

@@ -10,8 +10,8 @@ import pytest
 from hornn_dist.config import load_config, to_toml
 from hornn_dist.data.config import CORPORA_DIR, DataConfig, apply_preset
 from hornn_dist.data.pipeline import corpus_folder, prepare_corpus
-from hornn_dist.errors import ConfigError, DataError
 from hornn_dist.prepare import load_data_section
+from hornn_dist.util.errors import ConfigError, DataError
 
 
 def test_validate_messages_are_one_line() -> None:

@@ -12,7 +12,7 @@ import pytest
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import open_corpus
-from hornn_dist.errors import DataError
+from hornn_dist.util.errors import DataError
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -127,7 +127,7 @@ def test_offline_hub_says_to_use_local_files(tmp_path: Path) -> None:
     code = (
         "from hornn_dist.data.config import DataConfig\n"
         "from hornn_dist.data.pipeline import prepare_corpus\n"
-        "from hornn_dist.errors import DataError\n"
+        "from hornn_dist.util.errors import DataError\n"
         "try:\n"
         f"    prepare_corpus(DataConfig(preset='wikitext103', cache_dir={str(tmp_path / 'c')!r}), progress=False)\n"
         "except DataError as e:\n"

@@ -19,7 +19,7 @@ import pytest
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder, prepare_corpus
 from hornn_dist.data.shards import open_corpus
-from hornn_dist.errors import ConfigError, DataError
+from hornn_dist.util.errors import ConfigError, DataError
 
 WORDS = [f"w{i}" for i in range(300)] + ["the", "of", "N", "<unk>", "$", "'s"]
 

@@ -23,8 +23,8 @@ from hornn_dist.data import pipeline, prepare_wait, vocab
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import prepare_corpus
 from hornn_dist.data.shards import open_corpus
-from hornn_dist.errors import ConfigError, DataError
 from hornn_dist.runtime import StopFlag
+from hornn_dist.util.errors import ConfigError, DataError
 from tests.test_checkpoint_files import VOCAB_HASH, compatible, make_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ _PREPARE = """
 import sys
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import prepare_corpus
-from hornn_dist.errors import HornnError
+from hornn_dist.util.errors import HornnError
 cfg = DataConfig(train=[sys.argv[1]], cache_dir=sys.argv[2], word_pattern=sys.argv[3])
 try:
     print(prepare_corpus(cfg, progress=False))

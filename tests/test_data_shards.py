@@ -12,7 +12,7 @@ import pytest
 
 from hornn_dist.data import shards, vocab
 from hornn_dist.data.shards import ShardWriter, TokenReader, open_corpus
-from hornn_dist.errors import DataError
+from hornn_dist.util.errors import DataError
 
 ITOS = ["<unk>", "<eos>", "a", "b", "c"]
 

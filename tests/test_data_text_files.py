@@ -13,7 +13,7 @@ import pytest
 
 from hornn_dist.data import text_files
 from hornn_dist.data.text_files import Piece
-from hornn_dist.errors import DataError
+from hornn_dist.util.errors import DataError
 
 
 def _text(seed: int = 0, lines: int = 200, unicode: bool = False) -> str:

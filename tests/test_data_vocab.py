@@ -80,7 +80,7 @@ def test_dtype_and_hash() -> None:
 )
 def test_a_bad_word_pattern_is_one_line(pattern: str, says: str) -> None:
     from hornn_dist.config import load_config
-    from hornn_dist.errors import ConfigError
+    from hornn_dist.util.errors import ConfigError
 
     with pytest.raises(ConfigError, match=says) as err:
         load_config(None, [f'data.word_pattern="{pattern}"'])

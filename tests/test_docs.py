@@ -65,7 +65,7 @@ def test_every_relative_link_resolves() -> None:
 
 
 def test_the_trainer_state_version_the_docs_give_is_the_codes() -> None:
-    from hornn_dist.run_state import VERSION
+    from hornn_dist.run.run_state import VERSION
 
     training = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
     (said,) = re.findall(r"`trainer_state.json` has a `version` \((\d+),", training)

@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import read_sweep
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model, column_normalize_
 from hornn_dist.models.pretrained import PretrainedLM
+from hornn_dist.sweeps.sweep_file import read_sweep
+from hornn_dist.util.errors import ConfigError
 from tests.reference_hornn import reference_stack
 from tests.train_helpers import REPO
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from hornn_dist.checkpoint import list_checkpoints
-from hornn_dist.provenance import code_commit, describe_commit
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run.checkpoint import list_checkpoints
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.runtime import cpu_name
 from hornn_dist.training.events import EventLog, read_events
+from hornn_dist.util.provenance import code_commit, describe_commit
 from tests.train_helpers import check_ok, run_here, write_tiny_config
 
 

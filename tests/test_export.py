@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from hornn_dist.checkpoint import list_checkpoints, read_config
-from hornn_dist.errors import CheckpointError
-from hornn_dist.files import write_checksums
-from hornn_dist.loading import load_model, open_prepared_corpus
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.pretrained import PretrainedLM
+from hornn_dist.run.checkpoint import list_checkpoints, read_config
+from hornn_dist.run.loading import load_model, open_prepared_corpus
 from hornn_dist.runtime import build_accelerator
+from hornn_dist.util.errors import CheckpointError
+from hornn_dist.util.files import write_checksums
 from tests.test_demo import _layout_modules
 from tests.train_helpers import check_ok, run_here, run_patched, write_tiny_config
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.fair import Stat, families, noise_verdict
-from hornn_dist.experiments.params import (
+from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.sweeps.fair import Stat, families, noise_verdict
+from hornn_dist.sweeps.params import (
     MATCH_TOLERANCE,
     embedding_follows_hidden,
     matched_hidden_size,
@@ -31,11 +31,11 @@ from hornn_dist.experiments.params import (
     vocabulary_size,
     with_hidden_size,
 )
-from hornn_dist.experiments.plan import read_sweep
-from hornn_dist.experiments.results import read_runs
-from hornn_dist.experiments.speed import read_speed_record
-from hornn_dist.files import write_json
-from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.sweeps.results import read_runs
+from hornn_dist.sweeps.speed import read_speed_record
+from hornn_dist.sweeps.sweep_file import read_sweep
+from hornn_dist.util.errors import ConfigError
+from hornn_dist.util.files import write_json
 from tests.fabricated_runs import curve, write_run
 from tests.train_helpers import (
     REPO,

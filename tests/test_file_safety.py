@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import load_config
 from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.data.shards import TOKENIZER, open_corpus
-from hornn_dist.errors import DataError
-from hornn_dist.run_layout import CONFIG_FILE
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.run_layout import CONFIG_FILE
+from hornn_dist.run.run_state import TrainerState
+from hornn_dist.util.errors import DataError
 from tests.train_helpers import check_ok, prepared_tiny, run_here, train_into, write_tiny_config
 
 PRECIOUS = "a user's file, not the run's\n"

@@ -1,4 +1,4 @@
-"""hornn_dist.files: atomic writes replace a link and keep its target, in-place opens refuse one,
+"""hornn_dist.util.files: atomic writes replace a link and keep its target, in-place opens refuse one,
 and checksums.json tables catch missing, short and damaged files."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist import files
-from hornn_dist.errors import ConfigError
+from hornn_dist.util import files
+from hornn_dist.util.errors import ConfigError
 
 
 def linked(tmp_path: Path, name: str) -> tuple[Path, Path]:

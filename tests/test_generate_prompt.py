@@ -125,9 +125,9 @@ def test_a_capitalised_punctuated_prompt_reads_as_its_lowercase_words(demo_run: 
     assert _continuation(runs[typed], typed) == _continuation(runs[as_read], as_read)
     assert "warning:" not in runs[typed].stderr, runs[typed].stderr
 
-    from hornn_dist.checkpoint import read_config, resolve_checkpoint
     from hornn_dist.data.pipeline import corpus_folder
     from hornn_dist.data.shards import open_corpus
+    from hornn_dist.run.checkpoint import read_config, resolve_checkpoint
 
     corpus = open_corpus(corpus_folder(read_config(resolve_checkpoint(str(demo_run))).data))
     encoded = corpus.tokenizer().encode("God's WORD: “Behold”, 3 times!")

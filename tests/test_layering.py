@@ -43,29 +43,19 @@ def imported(
     return found
 
 
-def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Return every import statement of a module that can run: at top level, in functions and
-    under `if`, but not under `if TYPE_CHECKING:` (read by type checkers only)."""
-    found = []
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            todo.extend(node.orelse)
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-    return found
+def all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Return every import statement of a module: at top level, in functions, under `if`, and
+    under `if TYPE_CHECKING:` too (a type-only import still ties two modules into a circle)."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
 
 
 def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    """Return module -> the package's modules it imports (`runtime_imports`), itself left out."""
+    """Return module -> the package's modules it imports (`all_imports`), itself left out."""
     files = module_files(root, package)
     graph = {}
     for name, path in files.items():
         edges = set()
-        for node in runtime_imports(ast.parse(path.read_text(), str(path))):
+        for node in all_imports(ast.parse(path.read_text(), str(path))):
             edges |= imported(name, path, node, set(files))
         graph[name] = edges - {name}
     return graph
@@ -115,7 +105,25 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> Non
     (package / "sub" / "b.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n"
     )
+    assert find_cycle(import_graph(tmp_path, "pkg")) == ["pkg.a", "pkg.sub.b", "pkg.a"]
+    (package / "sub" / "b.py").write_text("x = 1\n")
     assert find_cycle(import_graph(tmp_path, "pkg")) is None
+
+
+def test_the_top_level_holds_the_commands_and_the_run_config_alone() -> None:
+    top = sorted(p.name for p in (REPO / "hornn_dist").glob("*.py"))
+    assert len(top) <= 12, top
+    assert {"train.py", "prepare.py", "evaluate.py", "generate.py", "export.py"} <= set(top)
+    assert {"sweep.py", "report.py", "launch.py", "config.py"} <= set(top)
+
+
+def test_no_two_modules_share_a_name_but_a_layers_config() -> None:
+    names: dict[str, list[str]] = {}
+    for path in (REPO / "hornn_dist").rglob("*.py"):
+        if path.name not in ("__init__.py", "config.py"):
+            names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    twins = {name: where for name, where in names.items() if len(where) > 1}
+    assert not twins, twins
 
 
 def test_the_product_never_names_the_search() -> None:

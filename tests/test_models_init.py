@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hornn_dist.config import load_config
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, build_model
 from hornn_dist.models.init import describe, recurrent_std
+from hornn_dist.util.errors import ConfigError
 
 V, H = 40, 64
 

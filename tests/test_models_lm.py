@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model, column_normalize_, plan_for
 from hornn_dist.models.max_norm import max_norm_vectors
+from hornn_dist.util.errors import ConfigError
 
 V, H, E = 50, 8, 6
 ARCH_CASES = [

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import HornnLayer, LayerPlan, ModelConfig, build_model, plan_for
 from hornn_dist.models import triton_scan as ts
 from hornn_dist.models.plan import AUTO_TRITON_MAX_OUTPUTS, auto_engine, resolve_plan
+from hornn_dist.util.errors import ConfigError
 
 # the autograd node each engine's output hangs from: which engine ran, seen without mocks
 ENGINE_NODE = {"fused": "HornnScanBackward", "loop": "StackBackward0"}

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from hornn_dist.config import OptimConfig
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
-from hornn_dist.on_resume import SCHEDULE, on_resume
+from hornn_dist.run.on_resume import SCHEDULE, on_resume
+from hornn_dist.run.resume import apply_changed_settings, stop_stands
 from hornn_dist.training.metrics import perplexity, total_grad_norm
 from hornn_dist.training.optim import (
     LrSchedule,
@@ -22,7 +22,7 @@ from hornn_dist.training.optim import (
     keep_fused,
     resolve_clip,
 )
-from hornn_dist.training.resume import apply_changed_settings, stop_stands
+from hornn_dist.util.errors import ConfigError
 
 
 def schedule(**overrides: object) -> LrSchedule:

@@ -13,8 +13,8 @@ import pytest
 
 from hornn_dist.config import load_config
 from hornn_dist.data.pipeline import default_workers
-from hornn_dist.errors import ConfigError
 from hornn_dist.prepare import parse_args
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import (
     REPO,
     children,

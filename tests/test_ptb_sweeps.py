@@ -17,8 +17,8 @@ import pytest
 
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.data.pipeline import prepare_corpus
-from hornn_dist.experiments.params import MATCH_TOLERANCE, total_parameters
-from hornn_dist.experiments.plan import PlannedRun, read_sweep
+from hornn_dist.sweeps.params import MATCH_TOLERANCE, total_parameters
+from hornn_dist.sweeps.sweep_file import PlannedRun, read_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEPS = REPO / "configs" / "sweeps"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config
-from hornn_dist.experiments.paper import paper_model, paper_ppl
-from hornn_dist.experiments.plots import ValidCurve
-from hornn_dist.experiments.results import RunRecord, read_run, read_runs
-from hornn_dist.experiments.tables import pick_best, render_tables, short_stop, summary_table
+from hornn_dist.sweeps.paper import paper_model, paper_ppl
+from hornn_dist.sweeps.plots import ValidCurve
+from hornn_dist.sweeps.results import RunRecord, read_run, read_runs
+from hornn_dist.sweeps.tables import pick_best, render_tables, short_stop, summary_table
 from tests.train_helpers import (
     REPO,
     check_ok,
@@ -242,8 +242,8 @@ def test_stop_reasons_are_shortened_from_the_stop_code_not_the_sentence() -> Non
 def test_a_runs_stop_code_comes_from_its_stop_event_at_its_step(tmp_path: Path) -> None:
     """The stop code is the metrics.jsonl's stop event's at the state's step: never read from
     the stop reason's wording, and none from a stop the run has since resumed past."""
-    from hornn_dist.experiments.results import stop_of
-    from hornn_dist.run_state import TrainerState
+    from hornn_dist.run.run_state import TrainerState
+    from hornn_dist.sweeps.results import stop_of
 
     state = TrainerState(step=9, stop_reason="reached train.max_steps = 9")
     assert stop_of(tmp_path, state) == ("", "")  # no events: no code from the sentence
@@ -353,7 +353,7 @@ def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
     """valid_curves: one curve per model of a seeds sweep, its mean, least and greatest at each
     epoch those of the seeds' own trainer_state.json files; an unfinished seed (here one whose
     test score is taken away, as a run stopped at a deadline has none) is no seed."""
-    from hornn_dist.experiments.plots import valid_curves
+    from hornn_dist.sweeps.plots import valid_curves
 
     runs = tmp_path / "runs"
     _seed_runs(runs, models=3, seeds=(1234, 1235, 1236))
@@ -380,7 +380,7 @@ def test_valid_curves_plot_of_many_models_keeps_its_legend_beside_the_axes(tmp_p
 
     from PIL import Image
 
-    from hornn_dist.experiments.plots import plot_valid_curves, valid_curves
+    from hornn_dist.sweeps.plots import plot_valid_curves, valid_curves
 
     runs = tmp_path / "runs"
     _seed_runs(runs, models=13, seeds=(1234, 1235))

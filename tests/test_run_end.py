@@ -16,12 +16,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hornn_dist import checkpoint as ckpt
-from hornn_dist import on_resume
 from hornn_dist.config import OptimConfig, load_config
-from hornn_dist.errors import ConfigError
-from hornn_dist.run_state import TrainerState
-from hornn_dist.training import optim, resume
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run import on_resume, resume
+from hornn_dist.run.run_state import TrainerState
+from hornn_dist.training import optim
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import (
     REPO,
     check_ok,
@@ -112,7 +112,7 @@ def test_resume_applies_changed_optim_settings_and_names_them(workdir: Path) -> 
 
 
 def test_every_optim_key_declares_its_way_to_apply_on_resume() -> None:
-    """An [optim] key's field says how a resume applies a change of it (hornn_dist/on_resume.py):
+    """An [optim] key's field says how a resume applies a change of it (hornn_dist/run/on_resume.py):
     a key without one would be named and not applied."""
     ways = on_resume.ways_of(OptimConfig)
     optim_ways = {on_resume.LR, on_resume.SCHEDULE, on_resume.OPTIMIZER, on_resume.STEP}
@@ -181,7 +181,7 @@ def test_a_max_steps_run_validates_at_its_end_and_best_names_its_step(
     assert (valid["step"], valid["best"]) == (7, True)
     state = TrainerState.read(newest(workdir, "short"))
     assert state.best_checkpoint == "step_00000007" and math.isfinite(state.best_valid)
-    with caplog.at_level(logging.INFO, logger="hornn_dist.checkpoint"):
+    with caplog.at_level(logging.INFO, logger="hornn_dist.run.checkpoint"):
         best = ckpt.resolve_checkpoint(workdir / "short" / "checkpoints" / "best")
     assert best.name == "step_00000007"
     note = f"is step_00000007 (valid loss {state.best_valid:.4f}, ppl"

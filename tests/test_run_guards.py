@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from hornn_dist.data.streams import ArrayTokens, TBPTTStream
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, build_model
 from hornn_dist.runtime import collective_failure
 from hornn_dist.training.memory import (
@@ -22,6 +21,7 @@ from hornn_dist.training.memory import (
     check_fits,
     parameter_count,
 )
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import (
     REPO,
     check_ok,

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from hornn_dist import checkpoint as ckpt
+from hornn_dist.run import checkpoint as ckpt
 from tests.train_helpers import check_ok, prepared_tiny, train_into
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from hornn_dist import runtime
 from hornn_dist.config import load_config
-from hornn_dist.errors import DataError
 from hornn_dist.training.trainer import Trainer
+from hornn_dist.util.errors import DataError
 from tests.train_helpers import REPO, check_ok, env, free_port, run_here, write_tiny_config
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import REPO, run_here, write_tiny_config
 
 CONFIGS = REPO / "configs"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist import checkpoint as ckpt
-from hornn_dist.errors import CheckpointError
-from hornn_dist.run_state import VERSION, WRITTEN_BY, TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.run_state import VERSION, WRITTEN_BY, TrainerState
+from hornn_dist.util.errors import CheckpointError
 from tests.train_helpers import check_ok, prepared_tiny, train_into
 
 STEP = 6

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hornn_dist.data.streams import ArrayTokens, EvalStream, TBPTTStream
-from hornn_dist.errors import CheckpointError, ConfigError, DataError
+from hornn_dist.util.errors import CheckpointError, ConfigError, DataError
 
 
 def positions(n: int) -> ArrayTokens:

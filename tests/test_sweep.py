@@ -15,10 +15,10 @@ import pytest
 from PIL import Image
 
 from hornn_dist.config import read_toml, to_toml, toml_value
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import read_sweep, select_runs
-from hornn_dist.experiments.results import read_runs
-from hornn_dist.experiments.runner import cpu_slots, gpu_slots, train_command
+from hornn_dist.sweeps.results import read_runs
+from hornn_dist.sweeps.runner import cpu_slots, gpu_slots, train_command
+from hornn_dist.sweeps.sweep_file import read_sweep, select_runs
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import (
     REPO,
     env,
@@ -257,8 +257,8 @@ def test_jobs_beyond_the_cpu_cores_is_one_line_even_in_a_dry_run(tmp_path: Path)
 
 
 def test_check_jobs_fits_the_machine() -> None:
-    from hornn_dist.errors import ConfigError
     from hornn_dist.sweep import check_jobs
+    from hornn_dist.util.errors import ConfigError
 
     check_jobs(4, gpus=4, cores=2)  # one per GPU, whatever the cores
     check_jobs(2, gpus=0, cores=2)

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import read_sweep, run_name_problem
-from hornn_dist.experiments.runner import SWEEP_LOCK
-from hornn_dist.training.run_lock import RunLock
+from hornn_dist.run.lock import RunLock
+from hornn_dist.sweeps.runner import SWEEP_LOCK
+from hornn_dist.sweeps.sweep_file import read_sweep, run_name_problem
+from hornn_dist.util.errors import ConfigError
 from tests.fabricated_runs import curve, write_run
 from tests.train_helpers import REPO, env, run_here, wait_for_step, write_sweep
 

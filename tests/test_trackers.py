@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import TRACKER_MODULES, load_config
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import REPO, check_ok, env, scalars, write_tiny_config
 
 if sys.version_info >= (3, 11):

@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hornn_dist.checkpoint import list_checkpoints
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run.checkpoint import list_checkpoints
+from hornn_dist.run.run_state import TrainerState
 from tests.train_helpers import (
     KILL_IN_SECOND_CHECKPOINT,
     check_ok,

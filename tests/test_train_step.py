@@ -19,16 +19,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from hornn_dist.config import config_from_dict
-from hornn_dist.errors import CheckpointError
 from hornn_dist.models import build_model
 from hornn_dist.training.optim import build_optimizer
-from hornn_dist.training.reference_step import reference_step
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 from hornn_dist.training.step_setup import (
     graph_unavailable_reason,
     needs_fused_sgd,
     step_for_accelerator,
 )
+from hornn_dist.util.errors import CheckpointError
+from tests.reference_step import reference_step
 from tests.train_helpers import reset_accelerate_state
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -92,7 +92,7 @@ def float64_path_norms(model) -> list[float]:
 
 @pytest.mark.parametrize("pooling", ["fofe", "gated"])
 def test_eager_step_equals_the_reference_step(make_accelerator, pooling):
-    """TrainStep's eager step is training/reference_step.py's plain step, bit for bit: losses,
+    """TrainStep's eager step is tests/reference_step.py's plain step, bit for bit: losses,
     weights, carried state; its gradient norms too, and those match a float64 computation."""
     cfg = run_config(pooling)
     step = make_step(cfg, make_accelerator())

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hornn_dist import checkpoint as ckpt
-from hornn_dist.experiments.results import read_run
-from hornn_dist.loading import load_model, open_prepared_corpus, resolve_trained
 from hornn_dist.models.pretrained import PretrainedLM
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.loading import load_model, open_prepared_corpus, resolve_trained
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator
+from hornn_dist.sweeps.results import read_run
 from hornn_dist.training.scoring import EvalResult, score_split
 from tests.train_helpers import check_ok, final_weights, run_here, scalars, write_tiny_config
 

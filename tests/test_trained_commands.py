@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist import evaluate, export, generate
 from hornn_dist.config import RunConfig, load_config
-from hornn_dist.files import new_folder_beside
-from hornn_dist.loading import open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.loading import open_prepared_corpus
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.runtime import build_accelerator, run_cli, setup_logging
+from hornn_dist.util.files import new_folder_beside
 from tests.train_helpers import REPO, write_tiny_config
 
 
@@ -213,7 +213,7 @@ def test_words_are_sampled_lazily_and_printed_as_they_come(
 def _left_by_a_killed_process(out: Path) -> Path:
     """Return the temporary folder for `out` that a process, gone now, made and left behind
     (what an export killed by kill -9 leaves)."""
-    code = "import sys; from pathlib import Path; from hornn_dist.files import new_folder_beside; "
+    code = "import sys; from pathlib import Path; from hornn_dist.util.files import new_folder_beside; "
     code += "print(new_folder_beside(Path(sys.argv[1])))"
     made = subprocess.run(
         [sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=REPO, check=True

@@ -21,13 +21,13 @@ import torch
 pytest.importorskip("triton")
 
 from hornn_dist.config import config_from_dict  # noqa: E402
-from hornn_dist.errors import ConfigError  # noqa: E402
 from hornn_dist.models import HornnLayer, build_model, plan_for  # noqa: E402
 from hornn_dist.models import triton_scan as ts  # noqa: E402
 from hornn_dist.models import triton_tiles as tt  # noqa: E402
 from hornn_dist.models.config import ACTIVATIONS, POOLINGS  # noqa: E402
 from hornn_dist.models.hornn import hornn_forward  # noqa: E402
 from hornn_dist.models.plan import resolve_plan  # noqa: E402
+from hornn_dist.util.errors import ConfigError  # noqa: E402
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
     from tests.reference_hornn import reference_stack

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hornn_dist.checkpoint import list_checkpoints
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run.checkpoint import list_checkpoints
+from hornn_dist.run.run_state import TrainerState
 from tests.train_helpers import (
     check_ok,
     children,

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hornn_dist.config import OptimConfig
-from hornn_dist.errors import ConfigError
 from hornn_dist.training.optim import LrSchedule, build_optimization
+from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import check_ok, final_weights, prepared_tiny, run_events, train_into
 
 

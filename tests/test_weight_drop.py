@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from hornn_dist.config import load_config
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
 from hornn_dist.models.hornn import HornnLayer
 from hornn_dist.training.step_setup import graph_unavailable_reason
+from hornn_dist.util.errors import ConfigError
 from tests.reference_hornn import reference_layer
 from tests.train_helpers import check_ok, final_weights, run_here, write_tiny_config
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hornn_dist.experiments.welch import regularized_beta, t_two_sided_p, welch_p
+from hornn_dist.sweeps.welch import regularized_beta, t_two_sided_p, welch_p
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ WORDS = [f"w{i}" for i in range(40)]
 # checkpoint (step 10 of the tiny configs): its files are written, its DONE marker is not
 KILL_IN_SECOND_CHECKPOINT = """
 import os, signal, sys
-import hornn_dist.files as files
+import hornn_dist.util.files as files
 from hornn_dist import train
 from hornn_dist.runtime import run_cli
 
@@ -279,7 +279,7 @@ def children(proc: subprocess.Popen) -> list[int]:
 def run_events(run_dir: Path, kind: str = "") -> list[dict]:
     """Return the run's events of one kind ("train", "valid", "stop", ...; "" every kind) from
     its metrics.jsonl, in order ([] before the file exists): a test's data, never log text."""
-    from hornn_dist.run_layout import EVENTS_FILE
+    from hornn_dist.run.run_layout import EVENTS_FILE
     from hornn_dist.training.events import read_events
 
     path = run_dir / EVENTS_FILE
@@ -298,7 +298,7 @@ def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: flo
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     """Return the tensors of the newest complete checkpoint of a run."""
-    from hornn_dist.checkpoint import list_checkpoints
+    from hornn_dist.run.checkpoint import list_checkpoints
 
     newest = list_checkpoints(run_dir)[-1]
     return load_file(str(newest / "model.safetensors"))

@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from hornn_dist.files import atomic_writer
+from hornn_dist.util.files import atomic_writer
 
 VERSE = re.compile(r"^\s+(\d+) (.*)$")
 HEADING = re.compile(r"^\S.* \d+$")

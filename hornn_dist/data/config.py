@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 
 SOURCES = ("files", "hub")
 PRESETS = ("", "ptb", "text8", "wikitext103", "demo")

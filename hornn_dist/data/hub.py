@@ -16,8 +16,8 @@ from typing import Any
 
 from hornn_dist.data.config import PRESET_DOWNLOADS, PRESET_LOCAL_PATHS
 from hornn_dist.data.text_files import OnBytes, expand
-from hornn_dist.errors import DataError, first_line
-from hornn_dist.files import open_for_writing
+from hornn_dist.util.errors import DataError, first_line
+from hornn_dist.util.files import open_for_writing
 
 # Builders of `datasets` that read local files given as data_files.
 LOCAL_BUILDERS = ("parquet", "csv", "json", "text", "arrow")

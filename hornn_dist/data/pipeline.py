@@ -50,9 +50,9 @@ from hornn_dist.data.shards import (
     ShardWriter,
     open_corpus,
 )
-from hornn_dist.errors import ConfigError, DataError, HornnError, described
-from hornn_dist.files import open_for_writing, sha256_file, write_json
 from hornn_dist.runtime import STOP_SIGNALS
+from hornn_dist.util.errors import ConfigError, DataError, HornnError, described
+from hornn_dist.util.files import open_for_writing, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")

@@ -20,8 +20,8 @@ from typing import Any
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_corpus
 from hornn_dist.data.shards import MANIFEST
-from hornn_dist.errors import DataError, HornnError, described
-from hornn_dist.files import write_text
+from hornn_dist.util.errors import DataError, HornnError, described
+from hornn_dist.util.files import write_text
 
 log = logging.getLogger(__name__)
 WAIT_LOG_S = 30.0  # a waiting process says what it waits for this often

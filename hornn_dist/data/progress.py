@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hornn_dist.wording import fmt_duration
+from hornn_dist.util.wording import fmt_duration
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from typing import IO, Any
 import numpy as np
 
 from hornn_dist.data.vocab import Vocabulary
-from hornn_dist.errors import DataError
-from hornn_dist.files import open_for_writing, sha256_file, write_json
+from hornn_dist.util.errors import DataError
+from hornn_dist.util.files import open_for_writing, sha256_file, write_json
 
 MAGIC = b"HORNNTOK"
 FORMAT_VERSION = 1

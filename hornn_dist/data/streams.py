@@ -55,7 +55,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from hornn_dist.errors import CheckpointError, ConfigError, DataError
+from hornn_dist.util.errors import CheckpointError, ConfigError, DataError
 
 __all__ = ["ArrayTokens", "EvalStream", "TBPTTStream", "TokenSource"]
 

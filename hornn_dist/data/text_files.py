@@ -27,7 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from hornn_dist.data.config import PRESET_DOWNLOADS, preset_hub_id
-from hornn_dist.errors import DataError
+from hornn_dist.util.errors import DataError
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zip")
 _ASCII_SPACE = re.compile(rb"[ \t\n\r\x0b\x0c]")

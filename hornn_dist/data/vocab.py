@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from hornn_dist.errors import DataError
-from hornn_dist.files import write_text
+from hornn_dist.util.errors import DataError
+from hornn_dist.util.files import write_text
 
 UNK = "<unk>"
 EOS = "<eos>"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hornn_dist.checks import check_at_most, check_choice, check_count
-from hornn_dist.errors import ConfigError
-from hornn_dist.on_resume import EXECUTION, on_resume
+from hornn_dist.run.on_resume import EXECUTION, on_resume
+from hornn_dist.util.checks import check_at_most, check_choice, check_count
+from hornn_dist.util.errors import ConfigError
 
 ARCHS = ("hornn", "rnn", "lstm", "gru")
 POOLINGS = ("sum", "max", "fofe", "gated")

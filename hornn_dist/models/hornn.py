@@ -38,11 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hornn_dist.checks import check_count
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.plan import LayerPlan, checked_plan
 from hornn_dist.models.precision import recurrence_dtype
 from hornn_dist.models.recurrence import fused_scan, input_projection_autocast, loop_scan
+from hornn_dist.util.checks import check_count
 
 
 def drop_connect(weight: Tensor, p: float, training: bool) -> Tensor:

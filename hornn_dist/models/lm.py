@@ -29,12 +29,12 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import path_norms
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer, drop_connect
 from hornn_dist.models.init import recurrent_std
 from hornn_dist.models.plan import LayerPlan, checked_plan
+from hornn_dist.util.errors import ConfigError
 
 State = tuple[Tensor, ...]
 

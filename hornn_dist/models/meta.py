@@ -1,6 +1,6 @@
 """The model built on PyTorch's meta device: shapes and parameter counts, nothing allocated.
 
-The memory check (training/memory.py) and the sweep's parameter counts (experiments/params.py)
+The memory check (training/memory.py) and the sweep's parameter counts (sweeps/params.py)
 both count a model this way, before any weight exists.
 """
 

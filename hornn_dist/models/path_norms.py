@@ -1,27 +1,25 @@
 """Per feedback path gradient norms of a RecurrentLM: ‖∂L/∂W_hn‖ per layer and path (and gate).
 
+It reads the model's `arch`, `layers` and `rnn` (models/lm.py), which imports this module: so
+it takes any nn.Module with them rather than importing the class, and the two stay a line.
+
 `feedback_path_slices` says where each path's matrices sit in the parameters; the norms are
 computed with one reduction per weight matrix, in float32 (`path_grad_norm_vector`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor, nn
 
 from hornn_dist.models.hornn import HornnLayer
-
-if TYPE_CHECKING:
-    from hornn_dist.models.lm import RecurrentLM
 
 PathSlices = dict[str, list[tuple[nn.Parameter, tuple[slice, ...]]]]
 
 ALL = (slice(None),)
 
 
-def feedback_path_slices(model: RecurrentLM) -> PathSlices:
+def feedback_path_slices(model: nn.Module) -> PathSlices:
     """Return {"layer{l}/path{n}" | "layer{l}/gate{n}": [(param, index), ...]}.
 
     `param.grad[index]` is the gradient of that matrix (W_hn; for a gate, W1n and W2n).
@@ -48,7 +46,7 @@ def feedback_path_slices(model: RecurrentLM) -> PathSlices:
     return out
 
 
-def path_grad_norm_vector(model: RecurrentLM) -> Tensor:
+def path_grad_norm_vector(model: nn.Module) -> Tensor:
     """Return every feedback path's float32 gradient norm as one 1-d tensor, in key order."""
     pieces: list[Tensor] = []
     if model.arch == "hornn":

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from hornn_dist.checks import check_choice
-from hornn_dist.errors import ConfigError
 from hornn_dist.models.config import ENGINES, RECURRENCE_PRECISIONS, ModelConfig
 from hornn_dist.models.precision import AUTOCAST_DTYPES, DTYPE_NAMES, layer_dtype
+from hornn_dist.util.checks import check_choice
+from hornn_dist.util.errors import ConfigError
 
 # engine "auto" runs "triton" up to this many outputs per step (B·H): on one H100 under bf16 it
 # beat "fused" at the paper's B 20 x H 400 and lost at B 128 x H 1024; between them a guess.

@@ -29,11 +29,11 @@ from typing import Any
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError
 
-from hornn_dist.errors import CheckpointError
-from hornn_dist.files import CHECKSUMS, checksums_problem, write_checksums
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.lm import RecurrentLM
 from hornn_dist.models.plan import LayerPlan, plan_for
+from hornn_dist.util.errors import CheckpointError
+from hornn_dist.util.files import CHECKSUMS, checksums_problem, write_checksums
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"

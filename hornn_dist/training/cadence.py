@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from hornn_dist.config import RunConfig
-from hornn_dist.wording import counted
+from hornn_dist.util.wording import counted
 
 STOP_CHECK_S = 5.0  # the longest a signalled multi-process run trains on (plus one step)
 STOP_WARMUP_STEPS = 5  # first steps not timed (CUDA graph capture, allocator warm-up)

@@ -7,7 +7,7 @@ object with its `event` and the unix `time`:
     start  step (0, or the step resumed from), started, processes, device, mixed_precision,
            parameters, steps_per_epoch, vocabulary, init (the init rule in words, with the
            stds it resolved to), clip_mode, clip (what optim.clip_mode "auto" resolved to),
-           code (commit and dirty, hornn_dist.provenance), versions (hornn_dist, torch),
+           code (commit and dirty, hornn_dist.util.provenance), versions (hornn_dist, torch),
            hardware (e.g. "Intel Xeon ... (1 thread)"), config (the resolved config, as TOML
            reads it)
     train  step, epoch, loss, ppl, lr, tokens_per_sec, grad_norm, path_grad_norms (name: value),
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from hornn_dist.files import open_for_writing
-from hornn_dist.run_layout import EVENTS_FILE
+from hornn_dist.run.run_layout import EVENTS_FILE
+from hornn_dist.util.files import open_for_writing
 
 STOP_CODES = ("converged", "max_steps", "epochs", "signal")
 

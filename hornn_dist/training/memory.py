@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
 from hornn_dist.models.meta import build_on_meta
+from hornn_dist.util.errors import ConfigError
 
 # a float32 weight, its gradient and SGD's momentum buffer (12), SGD's foreach temporaries at
 # each step (the gradients plus weight decay: 4) and the weights the test split is scored on at

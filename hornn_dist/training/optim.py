@@ -9,8 +9,8 @@ import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import ModelConfig
-from hornn_dist.on_resume import SCHEDULE, keys_of
-from hornn_dist.wording import counted
+from hornn_dist.run.on_resume import SCHEDULE, keys_of
+from hornn_dist.util.wording import counted
 
 # clip_mode "auto": the recipe's clip, the gradient's global norm, chosen by validation on the
 # bundled corpus and checked at H 400 (docs/training.md, "The default recipe"). 1 leaves the usual step

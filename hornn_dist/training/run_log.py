@@ -17,9 +17,9 @@ import time
 import traceback
 from pathlib import Path
 
-from hornn_dist.errors import HornnError, first_line
-from hornn_dist.files import open_for_writing
-from hornn_dist.run_layout import RUN_LOG
+from hornn_dist.run.run_layout import RUN_LOG
+from hornn_dist.util.errors import HornnError, first_line
+from hornn_dist.util.files import open_for_writing
 
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
 

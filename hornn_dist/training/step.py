@@ -1,6 +1,6 @@
 """One training step (a TBPTT window), called eagerly or replayed from CUDA graphs.
 
-What it computes is the plain step of `reference_step.py` (checked bit for bit in one process,
+What it computes is the plain step of `tests/reference_step.py` (checked bit for bit in one process,
 and against that step on a DDP model with two); what it adds is how it runs fast.
 
 `TrainStep.run(x, y)` copies the batch into static buffers and runs the whole step in three
@@ -65,11 +65,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hornn_dist.config import OptimConfig
-from hornn_dist.errors import CheckpointError
 from hornn_dist.models import RecurrentLM, column_normalize_
 from hornn_dist.training.exchange import GradientExchange, plan_exchange
 from hornn_dist.training.metrics import total_grad_norm
 from hornn_dist.training.optim import clip_gradients, resolve_clip
+from hornn_dist.util.errors import CheckpointError
 
 logger = logging.getLogger("hornn_dist")
 

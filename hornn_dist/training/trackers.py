@@ -30,9 +30,9 @@ from typing import Any
 from accelerate.tracking import LOGGER_TYPE_TO_CLASS, GeneralTracker
 
 from hornn_dist.config import TRACKER_MODULES
-from hornn_dist.errors import ConfigError, described
-from hornn_dist.run_layout import MLFLOW_STORE
+from hornn_dist.run.run_layout import MLFLOW_STORE
 from hornn_dist.runtime import skip_exit_handlers
+from hornn_dist.util.errors import ConfigError, described
 
 logger = logging.getLogger(__name__)
 

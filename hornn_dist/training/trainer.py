@@ -21,18 +21,18 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import __version__
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig, tomllib
 from hornn_dist.data.streams import TBPTTStream, check_layout
-from hornn_dist.errors import HornnError
-from hornn_dist.files import write_text
-from hornn_dist.loading import evaluation_model, load_model, open_prepared_corpus
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
 from hornn_dist.models.precision import resolve_mixed_precision
-from hornn_dist.provenance import UNKNOWN, code_commit, describe_commit
-from hornn_dist.run_layout import CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.checkpointer import Checkpointer
+from hornn_dist.run.loading import evaluation_model, load_model, open_prepared_corpus
+from hornn_dist.run.lock import RunLock
+from hornn_dist.run.resume import start_run, take_run_folder
+from hornn_dist.run.run_layout import CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.runtime import (
     StopFlag,
     build_accelerator,
@@ -44,17 +44,17 @@ from hornn_dist.runtime import (
 )
 from hornn_dist.training import dashboard, trackers
 from hornn_dist.training.cadence import STOP_TIMED_STEPS, STOP_WARMUP_STEPS, Cadence
-from hornn_dist.training.checkpointer import Checkpointer
 from hornn_dist.training.events import EventLog
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import build_optimization
-from hornn_dist.training.resume import start_run, take_run_folder
-from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.run_log import RunLog
 from hornn_dist.training.scoring import EvalResult, score_split, split_stream
 from hornn_dist.training.step_setup import needs_fused_sgd, step_for_accelerator
-from hornn_dist.wording import counted, fmt_duration
+from hornn_dist.util.errors import HornnError
+from hornn_dist.util.files import write_text
+from hornn_dist.util.provenance import UNKNOWN, code_commit, describe_commit
+from hornn_dist.util.wording import counted, fmt_duration
 
 logger = logging.getLogger("hornn_dist.train")
 

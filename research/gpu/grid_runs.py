@@ -24,12 +24,12 @@ import sys
 from pathlib import Path
 
 from hornn_dist.config import add_set_option
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, read_sweep
-from hornn_dist.experiments.results import read_run
-from hornn_dist.experiments.runner import train_command
-from hornn_dist.files import write_json
 from hornn_dist.runtime import run_cli
+from hornn_dist.sweeps.results import read_run
+from hornn_dist.sweeps.runner import train_command
+from hornn_dist.sweeps.sweep_file import RUNS_FILE, PlannedRun, read_sweep
+from hornn_dist.util.errors import ConfigError
+from hornn_dist.util.files import write_json
 
 
 def list_runs(

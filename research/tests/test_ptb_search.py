@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config
-from hornn_dist.experiments.params import total_parameters
-from hornn_dist.experiments.plan import PlannedRun, read_sweep
-from hornn_dist.experiments.results import read_run
+from hornn_dist.sweeps.params import total_parameters
+from hornn_dist.sweeps.results import read_run
+from hornn_dist.sweeps.sweep_file import PlannedRun, read_sweep
 from research.tests.tools import RECORDS, SWEEPS, load_tool
 from tests.test_ptb_sweeps import (
     PTB_VOCAB,

@@ -9,10 +9,10 @@ import json
 import shutil
 from pathlib import Path
 
-from hornn_dist.experiments.results import read_runs
-from hornn_dist.experiments.speed import read_speed_record
-from hornn_dist.experiments.tables import pick_best
 from hornn_dist.models import ModelConfig
+from hornn_dist.sweeps.results import read_runs
+from hornn_dist.sweeps.speed import read_speed_record
+from hornn_dist.sweeps.tables import pick_best
 from research.tests.tools import RECORDS
 from tests.test_optim import check_patience_2_keeps_lr_5
 from tests.test_report import check_seed_curve
@@ -48,7 +48,7 @@ def test_valid_curves_are_each_models_seeds_mean_and_band_from_their_files(
     runs), its mean, least and greatest at each epoch those of the seeds' own
     trainer_state.json files; an unfinished seed (here one whose test score is taken away, as
     a run stopped at a deadline has none) is no seed."""
-    from hornn_dist.experiments.plots import valid_curves
+    from hornn_dist.sweeps.plots import valid_curves
 
     chosen = tmp_path / "ptb_chosen"
     shutil.copytree(H200_CHOSEN, chosen)
@@ -76,7 +76,7 @@ def test_valid_curves_plot_of_many_models_keeps_its_legend_beside_the_axes(tmp_p
 
     from PIL import Image
 
-    from hornn_dist.experiments.plots import plot_valid_curves
+    from hornn_dist.sweeps.plots import plot_valid_curves
 
     path = tmp_path / "valid_curves.png"
     with warnings.catch_warnings():

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hornn_dist.experiments.results import read_run
-from hornn_dist.experiments.welch import welch_p
+from hornn_dist.sweeps.results import read_run
+from hornn_dist.sweeps.welch import welch_p
 from hornn_dist.training.events import read_events
 from hornn_dist.training.optim import resolve_clip
 from research.tests.tools import RECORDS, load_tool, run_record_tables, run_tool
@@ -284,7 +284,7 @@ def test_a_bad_tables_file_is_one_line(tmp_path: Path, spec: str, words: str) ->
 def test_a_fair_table_of_a_record_is_the_reports_one_screen_table(tmp_path: Path) -> None:
     """`fair = "SWEEP_DIR"` in tables.toml prints what `report SWEEP_DIR` prints under "In one
     table", from the same files; a folder that is not there is one line naming the key."""
-    from hornn_dist.checkpoint import list_checkpoints
+    from hornn_dist.run.checkpoint import list_checkpoints
     from tests.test_fair_comparison import fabricate_fair
 
     (tmp_path / "sweep").mkdir()

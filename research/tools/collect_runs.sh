@@ -20,7 +20,7 @@ for run in "${runs[@]}"; do
   name=$(basename "$run")
   state=$(ls -d "$run"checkpoints/step_* 2>/dev/null | tail -1 || true)/trainer_state.json
   [ -f "$state" ] || continue
-  python3 -c 'import sys; from pathlib import Path; from hornn_dist.experiments.results import read_run; r = read_run(Path(sys.argv[1])); sys.exit(0 if r and r.finished else 1)' "$run" || continue
+  python3 -c 'import sys; from pathlib import Path; from hornn_dist.sweeps.results import read_run; r = read_run(Path(sys.argv[1])); sys.exit(0 if r and r.finished else 1)' "$run" || continue
   out="$dst/$name"
   [ "$single" = 1 ] && out="$dst"
   mkdir -p "$out"

@@ -25,13 +25,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hornn_dist import checkpoint as ckpt
-from hornn_dist import provenance, run_layout
 from hornn_dist.config import ModelConfig, OptimConfig, read_toml
-from hornn_dist.errors import ConfigError
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run import run_layout
+from hornn_dist.run.run_state import TrainerState
 from hornn_dist.training.events import read_events
 from hornn_dist.training.metrics import perplexity
+from hornn_dist.util import provenance
+from hornn_dist.util.errors import ConfigError
 
 # the training ppl of an epoch in a curve: the median of its last this many train events
 CURVE_TRAIN_LINES = 10

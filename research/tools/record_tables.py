@@ -58,12 +58,12 @@ from pathlib import Path
 from typing import Any
 
 from hornn_dist.config import read_toml
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.fair import NOISE_FACTOR, Stat, noise_verdict, results_table
-from hornn_dist.experiments.results import read_runs, read_sweep_record
-from hornn_dist.experiments.speed import read_speed_record
-from hornn_dist.experiments.tables import NONE, fmt_ppl, markdown_table
 from hornn_dist.runtime import run_cli
+from hornn_dist.sweeps.fair import NOISE_FACTOR, Stat, noise_verdict, results_table
+from hornn_dist.sweeps.results import read_runs, read_sweep_record
+from hornn_dist.sweeps.speed import read_speed_record
+from hornn_dist.sweeps.tables import NONE, fmt_ppl, markdown_table
+from hornn_dist.util.errors import ConfigError
 
 from record_runs import RecordRun, read_record_run
 

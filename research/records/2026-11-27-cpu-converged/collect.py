@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from hornn_dist.checkpoint import list_checkpoints
+from hornn_dist.run.checkpoint import list_checkpoints
 
 
 def collect(sweep_dir: Path, dest: Path) -> None:

@@ -12,7 +12,7 @@ for run in "$src"/*/; do
   state=$(ls -d "$run"checkpoints/step_* 2>/dev/null | tail -1 || true)/trainer_state.json
   [ -f "$state" ] || continue
   # finished as the sweep judges it (a run stopped by a signal has a stop_reason too)
-  python3 -c 'import sys; from pathlib import Path; from hornn_dist.experiments.results import read_run; r = read_run(Path(sys.argv[1])); sys.exit(0 if r and r.finished else 1)' "$run" || continue
+  python3 -c 'import sys; from pathlib import Path; from hornn_dist.sweeps.results import read_run; r = read_run(Path(sys.argv[1])); sys.exit(0 if r and r.finished else 1)' "$run" || continue
   mkdir -p "$dst/$name"
   cp "$run/config.toml" "$run/train.log" "$state" "$dst/$name/"
   echo "copied $name"

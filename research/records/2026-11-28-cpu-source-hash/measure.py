@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hornn_dist.files import sha256_file
+from hornn_dist.util.files import sha256_file
 
 
 def timed(fn, repeat: int) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from hornn_dist.experiments.plan import read_sweep
+from hornn_dist.sweeps.sweep_file import read_sweep
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hornn_dist.config import RunConfig, load_config
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 
 
 def model_of(cfg: RunConfig) -> tuple[str, int]:

@@ -1,7 +1,7 @@
 """Resume: where a run starts, and what a resumed run restores, checks and changes.
 
 The trainer builds its parts for this run's config and registers them in its `Checkpointer`
-(training/checkpointer.py), then calls `start_run` once: it starts afresh, or resumes from a
+(run/checkpointer.py), then calls `start_run` once: it starts afresh, or resumes from a
 checkpoint (the one given by --resume, else the newest of train.output_dir whose files
 verify), or finds the run complete. Each decision is made on the main process (it reads and
 verifies the files) and handed to every rank, so all ranks resume from the same checkpoint or
@@ -28,7 +28,7 @@ Restores, so that a resume with the same config is bit-identical to an uninterru
     global data order).
 
 Changes, each named in the log; each key's way is metadata on its config field
-(`hornn_dist/on_resume.py`), so a new key needs no list here:
+(`hornn_dist/run/on_resume.py`), so a new key needs no list here:
   - model.engine / model.recurrence_precision (their way: `on_resume.EXECUTION`): the same
     parameters computed another way, so not bit-identical;
   - an [optim] key the config changed since the checkpoint wins: `lr` becomes the current lr
@@ -49,17 +49,26 @@ from typing import Any
 
 import torch
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import OptimConfig, RunConfig
-from hornn_dist.errors import CheckpointError, ConfigError
-from hornn_dist.on_resume import EXECUTION, LR, MATCH, OPTIMIZER, SCHEDULE, START, keys_of, ways_of
-from hornn_dist.run_state import STATE_FILE, VERSION, WRITTEN_BY, TrainerState
-from hornn_dist.training.checkpointer import Checkpointer
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.checkpointer import Checkpointer
+from hornn_dist.run.lock import RunLock
+from hornn_dist.run.on_resume import (
+    EXECUTION,
+    LR,
+    MATCH,
+    OPTIMIZER,
+    SCHEDULE,
+    START,
+    keys_of,
+    ways_of,
+)
+from hornn_dist.run.run_state import STATE_FILE, VERSION, WRITTEN_BY, TrainerState
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.optim import LrSchedule
-from hornn_dist.training.run_lock import RunLock
 from hornn_dist.training.scoring import EvalResult
-from hornn_dist.wording import counted
+from hornn_dist.util.errors import CheckpointError, ConfigError
+from hornn_dist.util.wording import counted
 
 logger = logging.getLogger("hornn_dist.train")
 

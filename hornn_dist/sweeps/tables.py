@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Sequence
 
-from hornn_dist.experiments.paper import (
+from hornn_dist.sweeps.paper import (
     ALPHA_NOTE,
     POOLING_LABELS,
     PaperModel,
@@ -21,9 +21,9 @@ from hornn_dist.experiments.paper import (
     paper_model,
     paper_ppl,
 )
-from hornn_dist.experiments.params import recurrent_parameters
-from hornn_dist.experiments.results import RunRecord
-from hornn_dist.wording import counted, fmt_duration
+from hornn_dist.sweeps.params import recurrent_parameters
+from hornn_dist.sweeps.results import RunRecord
+from hornn_dist.util.wording import counted, fmt_duration
 
 NONE = "—"
 TEXT_COLUMNS = frozenset({"run", "model", "recipe", "finished", "kept", "stopped by"})

@@ -8,7 +8,7 @@
       tensorboard/   TensorBoard's event files (Accelerate's tracker of that name)
       mlruns/        mlflow's file store, when log.trackers names mlflow without
                      MLFLOW_TRACKING_URI (training/trackers.py); wandb/ is wandb's own
-      .lock          held by the run's main process while it runs (training/run_lock.py)
+      .lock          held by the run's main process while it runs (run/lock.py)
 
 Every module that reads or writes one of these takes its name from here. A run set aside by
 --no-resume moves its checkpoints, config, log and TensorBoard files into

@@ -12,8 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from hornn_dist.errors import PathError, naming_path, os_error_line
-from hornn_dist.run_layout import CHECKPOINTS, LOCK_FILE, TENSORBOARD
+from hornn_dist.run.run_layout import CHECKPOINTS, LOCK_FILE, TENSORBOARD
+from hornn_dist.util.errors import PathError, naming_path, os_error_line
 
 
 def check_writable_folder(folder: str | os.PathLike[str], key: str) -> None:

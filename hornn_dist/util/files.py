@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 
 CHECKSUMS = "checksums.json"
 _BLOCK = 1 << 22  # bytes per read when hashing

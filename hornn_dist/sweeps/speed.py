@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
-from hornn_dist.on_resume import EXECUTION, keys_of
+from hornn_dist.run.on_resume import EXECUTION, keys_of
+from hornn_dist.util.errors import ConfigError
 
 THROUGHPUT_GLOB = "throughput*.json"  # a record folder's throughput.py JSONs, all read
 MULTI_PROCESS_MODES = ("-ar", "-ddp")  # suffixes of throughput.py's modes of several processes
@@ -158,7 +158,7 @@ def _read_throughput(path: Path) -> SpeedRecord:
 
 
 def _read_runs(path: Path) -> SpeedRecord:
-    from hornn_dist.experiments.results import read_runs
+    from hornn_dist.sweeps.results import read_runs
 
     records = [r for r in read_runs(path) if r.tokens_per_sec > 0]
     if not records:

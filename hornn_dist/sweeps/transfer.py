@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hornn_dist.experiments.results import RunRecord
-from hornn_dist.experiments.tables import fmt_ppl, markdown_table
-from hornn_dist.run_layout import EVENTS_FILE
+from hornn_dist.run.run_layout import EVENTS_FILE
+from hornn_dist.sweeps.results import RunRecord
+from hornn_dist.sweeps.tables import fmt_ppl, markdown_table
 from hornn_dist.training.events import read_events
 
 HEADERS = ("config", "first window", "valid ppl by epoch", "best valid", "test", "rank")

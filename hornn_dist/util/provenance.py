@@ -13,7 +13,7 @@ import torch
 
 from hornn_dist.runtime import cpu_name
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the checkout's root in an editable install
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout's root in an editable install
 COMMIT_ENV = "HORNN_COMMIT"  # names the commit where the copy has no .git (a GPU machine's)
 UNKNOWN = {"commit": "unknown", "dirty": None}
 

@@ -32,12 +32,12 @@ from typing import Any, Protocol
 
 import torch
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.shards import Corpus
-from hornn_dist.errors import CheckpointError
-from hornn_dist.run_state import STATE_FILE, TrainerState, check_part_names
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.run_state import STATE_FILE, TrainerState, check_part_names
 from hornn_dist.training.optim import keep_fused
+from hornn_dist.util.errors import CheckpointError
 
 
 class Stateful(Protocol):

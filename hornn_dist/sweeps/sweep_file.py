@@ -33,7 +33,7 @@ itself, named as its group names it (without the recipe: each recipe's run is ma
 NAME under the same recipe). `match_multiple = N` (default 1) sizes it among multiples of N
 only: bf16 kernels (oneDNN's LSTM on a CPU, tensor cores) run far slower at other widths
 (benchmarks/README.md, "Hidden sizes"). NAME may use the grid's keys as the group's name does, e.g.
-"hornn3-fofe-seed{train.seed}". The counts are the model's own (experiments/params.py), on the
+"hornn3-fofe-seed{train.seed}". The counts are the model's own (sweeps/params.py), on the
 prepared corpus's vocabulary: a sweep with match_params prepares its corpus when read (also
 with --dry-run), as its first run would. `model.embedding_size` follows the hidden size only
 where the config ties them (0, the same number as hidden_size, or tie_weights;
@@ -62,7 +62,7 @@ from hornn_dist.config import (
     read_with_base,
     toml_value,
 )
-from hornn_dist.errors import ConfigError, HornnError
+from hornn_dist.util.errors import ConfigError, HornnError
 
 LAYOUTS = ("orders", "alpha", "summary", "fair", "transfer")
 PAPERS = ("ptb", "text8", "none")
@@ -306,7 +306,7 @@ def _matched(
     configs: dict[str, RunConfig],
 ) -> PlannedRun:
     """Return the run of `entry` with the hidden size that matches its target's parameters."""
-    from hornn_dist.experiments.params import (
+    from hornn_dist.sweeps.params import (
         hidden_size_overrides,
         matched_hidden_size,
         total_parameters,

@@ -8,16 +8,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hornn_dist import checkpoint as ckpt
 from hornn_dist.config import RunConfig
 from hornn_dist.data.pipeline import corpus_folder
-from hornn_dist.errors import ConfigError, HornnError
-from hornn_dist.experiments.plan import RUNS_FILE, run_name_problem
-from hornn_dist.run_layout import CONFIG_FILE, EVENTS_FILE
-from hornn_dist.run_state import STATE_FILE, TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.resume import completion
+from hornn_dist.run.run_layout import CONFIG_FILE, EVENTS_FILE
+from hornn_dist.run.run_state import STATE_FILE, TrainerState
+from hornn_dist.sweeps.sweep_file import RUNS_FILE, run_name_problem
 from hornn_dist.training.events import read_events
 from hornn_dist.training.metrics import perplexity
-from hornn_dist.training.resume import completion
+from hornn_dist.util.errors import ConfigError, HornnError
 
 
 @dataclass

@@ -15,9 +15,9 @@ import socket
 import time
 from pathlib import Path
 
-from hornn_dist.errors import ConfigError
-from hornn_dist.files import link_refused
-from hornn_dist.run_layout import LOCK_FILE
+from hornn_dist.run.run_layout import LOCK_FILE
+from hornn_dist.util.errors import ConfigError
+from hornn_dist.util.files import link_refused
 
 
 class RunLock:

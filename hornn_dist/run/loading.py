@@ -18,18 +18,18 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from hornn_dist import checkpoint as ckpt
-from hornn_dist.checkpoint import WEIGHTS
 from hornn_dist.config import RunConfig, config_from_dict
 from hornn_dist.data.config import DataConfig
 from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.data.prepare_wait import prepare_or_wait
 from hornn_dist.data.shards import MANIFEST, TOKENIZER, Corpus, open_corpus
 from hornn_dist.data.vocab import Vocabulary
-from hornn_dist.errors import CheckpointError, DataError, described, naming_path
 from hornn_dist.models import LayerPlan, build_model, plan_for
-from hornn_dist.run_layout import CONFIG_FILE
-from hornn_dist.run_state import TrainerState
+from hornn_dist.run import checkpoint as ckpt
+from hornn_dist.run.checkpoint import WEIGHTS
+from hornn_dist.run.run_layout import CONFIG_FILE
+from hornn_dist.run.run_state import TrainerState
+from hornn_dist.util.errors import CheckpointError, DataError, described, naming_path
 
 log = logging.getLogger(__name__)
 

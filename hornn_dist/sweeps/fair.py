@@ -28,18 +28,18 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hornn_dist.experiments.paper import paper_cell, paper_column, paper_model
-from hornn_dist.experiments.params import recurrent_parameters
-from hornn_dist.experiments.results import RunRecord
-from hornn_dist.experiments.speed import SpeedRecord
-from hornn_dist.experiments.tables import (
+from hornn_dist.sweeps.paper import paper_cell, paper_column, paper_model
+from hornn_dist.sweeps.params import recurrent_parameters
+from hornn_dist.sweeps.results import RunRecord
+from hornn_dist.sweeps.speed import SpeedRecord
+from hornn_dist.sweeps.tables import (
     NONE,
     cost_note,
     markdown_table,
     runs_table,
     unfinished_note,
 )
-from hornn_dist.experiments.welch import welch_p
+from hornn_dist.sweeps.welch import welch_p
 
 NOISE_FACTOR = 2.0
 P_LEVEL = 0.05  # Welch's two-sided p a verdict needs besides the gap

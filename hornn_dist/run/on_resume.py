@@ -1,7 +1,7 @@
 """How a resume treats a config key changed since the checkpoint: metadata on the key's field.
 
 A config dataclass says it where it declares the key (`lr: float = on_resume(LR, 0.5)`) and
-training/resume.py reads it (`keys_of`, `ways_of`), so a new key is its field alone, its way included:
+run/resume.py reads it (`keys_of`, `ways_of`), so a new key is its field alone, its way included:
 
     match      must equal the checkpoint's, or the resume is refused (train.batch_size); every
                [model] key not declared otherwise is one: it shapes the weights

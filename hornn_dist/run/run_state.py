@@ -6,13 +6,13 @@ ranges, the step against the folder's `step_N`) and fills a field the file lacks
 dataclass's default, so a report can read the files of runs an older commit wrote.
 
 Besides its own fields the file holds one top-level field per shared checkpoint part
-(training/checkpointer.py), that part's state as a JSON object: the lr schedule's in the field
+(run/checkpointer.py), that part's state as a JSON object: the lr schedule's in the field
 `schedule`, which TrainerState declares for reports to read (`PART` metadata); any other in
 `shared`, by name, so a new part is its registration alone. Every field of the file that
 TrainerState does not declare is read as a part's (a field it drops moves the `VERSION`).
 
 `version` says which format a file holds; files without the field are version 1. Only a file
-of this `VERSION` can be resumed (training/resume.py refuses others in one line): the format
+of this `VERSION` can be resumed (run/resume.py refuses others in one line): the format
 has no release to keep, so an older run is finished with the commit that wrote it.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hornn_dist import files
-from hornn_dist.errors import CheckpointError
+from hornn_dist.util import files
+from hornn_dist.util.errors import CheckpointError
 
 STATE_FILE = "trainer_state.json"
 VERSION = 3  # 1: the files before the version field; 3: rank_<r>.pt keyed by part

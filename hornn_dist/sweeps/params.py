@@ -6,7 +6,7 @@ recurrent part (the layers between the embedding and the output layer: input wei
 feedback paths, gates, biases). The recurrent count does not depend on the vocabulary; the
 total does (embedding V x E, output layer V x H + V), so it needs the prepared corpus.
 
-`match_params` in a sweep (experiments/plan.py) sizes a run's `model.hidden_size` with
+`match_params` in a sweep (sweeps/sweep_file.py) sizes a run's `model.hidden_size` with
 `matched_hidden_size`: the H whose total is nearest the named run's, within `MATCH_TOLERANCE`
 (with `match_multiple`, among multiples of it).
 The embedding follows H only where the run's config ties the two (`embedding_follows_hidden`,
@@ -22,10 +22,10 @@ import logging
 from pathlib import Path
 
 from hornn_dist.data.config import DataConfig
-from hornn_dist.errors import ConfigError
 from hornn_dist.models import ModelConfig
 from hornn_dist.models.config import MAX_WIDTH
 from hornn_dist.models.meta import build_on_meta
+from hornn_dist.util.errors import ConfigError
 
 logger = logging.getLogger("hornn_dist.sweep")
 
@@ -120,7 +120,7 @@ def vocabulary_size(cfg: DataConfig, prepare: bool) -> int | None:
     else return None for a corpus not prepared yet."""
     from hornn_dist.data.pipeline import corpus_folder, default_workers, prepare_corpus
     from hornn_dist.data.shards import MANIFEST, read_manifest
-    from hornn_dist.errors import naming_path
+    from hornn_dist.util.errors import naming_path
 
     folder = corpus_folder(cfg)
     if not (folder / MANIFEST).is_file():

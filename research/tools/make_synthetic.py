@@ -1,6 +1,6 @@
 """Write a generated corpus with long-range structure, a second corpus to choose recipes on.
 
-    python -m hornn_dist.corpora.make_synthetic OUT_DIR [--train-words 300000] [--seed 1]
+    python -m research.tools.make_synthetic OUT_DIR [--train-words 300000] [--seed 1]
 
 Each paragraph draws a topic that stays for all its sentences; each word depends on the
 previous word (a sparse bigram table) and on the topic (a topic's own words are favoured), over
@@ -15,7 +15,7 @@ import argparse
 import random
 from pathlib import Path
 
-from hornn_dist.files import write_text
+from hornn_dist.util.files import write_text
 
 VOCAB = 3000
 TOPICS = 20
@@ -76,7 +76,7 @@ def write_corpus(out: Path, train_words: int, seed: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Write the generated corpus from the command line."""
-    parser = argparse.ArgumentParser(prog="hornn_dist.corpora.make_synthetic", description=__doc__)
+    parser = argparse.ArgumentParser(prog="research.tools.make_synthetic", description=__doc__)
     parser.add_argument("out", type=Path, help="folder for train.txt, valid.txt, test.txt")
     parser.add_argument("--train-words", type=int, default=300_000)
     parser.add_argument("--seed", type=int, default=1)

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hornn_dist.errors import ConfigError
-from hornn_dist.experiments.fair import seed_groups
-from hornn_dist.experiments.paper import (
+from hornn_dist.sweeps.fair import seed_groups
+from hornn_dist.sweeps.paper import (
     ALPHA_BEST,
     ALPHA_USED,
     POOLING_LABELS,
@@ -26,9 +25,10 @@ from hornn_dist.experiments.paper import (
     paper_column,
     paper_model,
 )
-from hornn_dist.experiments.results import RunRecord
-from hornn_dist.experiments.tables import order_cells
-from hornn_dist.files import atomic_writer
+from hornn_dist.sweeps.results import RunRecord
+from hornn_dist.sweeps.tables import order_cells
+from hornn_dist.util.errors import ConfigError
+from hornn_dist.util.files import atomic_writer
 
 COLORS = {"": "black", "sum": "C0", "max": "C1", "fofe": "C2", "gated": "C3"}
 

@@ -34,13 +34,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from hornn_dist import files
 from hornn_dist.config import RunConfig, load_config
-from hornn_dist.errors import CheckpointError, described
-from hornn_dist.files import CHECKSUMS
-from hornn_dist.on_resume import EXECUTION, keys_of
-from hornn_dist.run_layout import CHECKPOINTS, CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
-from hornn_dist.run_state import STATE_FILE, STEP_DIR, TrainerState
+from hornn_dist.run.on_resume import EXECUTION, keys_of
+from hornn_dist.run.run_layout import CHECKPOINTS, CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
+from hornn_dist.run.run_state import STATE_FILE, STEP_DIR, TrainerState
+from hornn_dist.util import files
+from hornn_dist.util.errors import CheckpointError, described
+from hornn_dist.util.files import CHECKSUMS
 
 logger = logging.getLogger(__name__)
 

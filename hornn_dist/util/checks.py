@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hornn_dist.errors import ConfigError
+from hornn_dist.util.errors import ConfigError
 
 
 def check_choice(key: str, value: str, allowed: tuple[str, ...], where: str = "") -> None:

@@ -24,18 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from hornn_dist.experiments.params import (
+from hornn_dist.run.lock import RunLock
+from hornn_dist.run.run_layout import RUN_LOG
+from hornn_dist.sweeps.params import (
     fmt_params,
     recurrent_parameters,
     total_parameters,
     vocabulary_size,
 )
-from hornn_dist.experiments.plan import RUNS_FILE, PlannedRun, SweepPlan
-from hornn_dist.experiments.results import read_run
-from hornn_dist.files import open_for_writing, write_json
-from hornn_dist.run_layout import RUN_LOG
-from hornn_dist.training.run_lock import RunLock
-from hornn_dist.wording import counted, fmt_duration
+from hornn_dist.sweeps.results import read_run
+from hornn_dist.sweeps.sweep_file import RUNS_FILE, PlannedRun, SweepPlan
+from hornn_dist.util.files import open_for_writing, write_json
+from hornn_dist.util.wording import counted, fmt_duration
 
 logger = logging.getLogger("hornn_dist.sweep")
 
