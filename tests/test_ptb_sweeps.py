@@ -1,7 +1,7 @@
-"""The PTB sweeps of the paper's benchmark (configs/sweeps/ptb_*.toml) plan the runs the issue
-asks for (Table 2, Figure 4, Table 3 over seeds and lrs with matched baselines, each PTB row's
-recipe over three seeds), and a run trains from a prepared PTB cache alone with `datasets`
-unimportable (a GPU machine may have neither)."""
+"""The PTB sweeps of the paper's benchmark (configs/sweeps/ptb_*.toml) plan the paper's tables
+(Table 2, Figure 4, Table 3 over seeds and lrs with matched baselines) and each PTB row's
+config (configs/ptb/) over three seeds, and a run trains from a prepared PTB cache alone with
+`datasets` unimportable (a GPU machine may have neither)."""
 
 from __future__ import annotations
 
@@ -204,3 +204,18 @@ def test_ptb_chosen_trains_each_of_its_recipes_over_three_seeds(plans: dict) -> 
         for run in runs[1:]:
             check_same_recipe(run.config, runs[0].config, run.name)
         assert runs[0].config.data.preset == "ptb", name
+
+
+def test_each_ptb_row_config_trains_its_ptb_chosen_group(plans: dict) -> None:
+    """configs/ptb/ROW.toml is one PTB table row a user runs as is: each group of ptb_chosen.toml
+    starts from one of them and trains its recipe, and each writes to runs/ptb/ROW."""
+    rows = sorted((REPO / "configs" / "ptb").glob("*.toml"))
+    groups: dict[Path, list[PlannedRun]] = {}
+    for run in plans["ptb_chosen"].values():
+        groups.setdefault(run.base, []).append(run)
+    assert set(groups) == {row.resolve() for row in rows} and len(rows) == 15
+    for row in rows:
+        config = load_config(row)
+        assert config.train.output_dir == f"runs/ptb/{row.stem}", row.name
+        for run in groups[row.resolve()]:
+            check_same_recipe(run.config, config, run.name)
