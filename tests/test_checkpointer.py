@@ -1,7 +1,7 @@
 """The Checkpointer, the one owner of a run's state: every registered part is saved and restored
 together, a new part (shared or per rank) is one registration, and a checkpoint lacking a part
-is one line; a new [model] key, declared here alone, goes through save and resume (issue 67:
-one change, one place)."""
+is one line; a new [model] key, declared here alone, goes through save and resume (one
+change, one place)."""
 
 from __future__ import annotations
 

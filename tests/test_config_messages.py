@@ -1,4 +1,4 @@
-"""Config input that used to give a traceback or point the wrong way: one line naming the key."""
+"""Bad config input is one line naming the key and the fix, never a traceback."""
 
 from __future__ import annotations
 

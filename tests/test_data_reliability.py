@@ -143,7 +143,7 @@ def _prepare_elsewhere(tmp_path: Path, text: str, pattern: str) -> subprocess.Co
     return subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
-def test_the_issues_backtracking_pattern_prepares(tmp_path: Path) -> None:
+def test_a_catastrophically_backtracking_pattern_prepares(tmp_path: Path) -> None:
     done = _prepare_elsewhere(tmp_path, "a" * 40 + "\nhello world\n" * 3, "(?:a+)+b|[a-z]+")
     assert done.returncode == 0, done.stderr  # within _prepare_elsewhere's timeout
     assert "a" * 40 in open_corpus(Path(done.stdout.strip())).itos()

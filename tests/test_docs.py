@@ -42,7 +42,7 @@ def test_the_config_doc_shows_each_fields_comment() -> None:
 
     row = re.search(r"^\| `cuda_graph` \| `true` \| (.*) \|$", render(), re.MULTILINE)
     assert row and row.group(1) == field_comments(TrainConfig)["cuda_graph"]
-    assert "under every `mixed_precision`" in row.group(1)  # not "no or bf16" as it once said
+    assert "under every `mixed_precision`" in row.group(1)  # every precision
 
 
 def test_every_docs_page_is_one_link_from_readme() -> None:

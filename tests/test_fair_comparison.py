@@ -1,4 +1,4 @@
-"""The fair comparison built in (issue 36, items 1-3): `match_params` sizes a run to another's
+"""The fair comparison built in: `match_params` sizes a run to another's
 total parameter count within 2% for every architecture; an lr grid as recipes, each model's lr
 picked by validation only, even where the test split would pick the other; and `report
 --layout fair`: seeds grouped, equal-token and converged columns, parameters, the lr each run
@@ -95,7 +95,7 @@ def test_the_counts_are_the_built_models() -> None:
         assert total_parameters(cfg, 97) == real.num_parameters()
         outer = real.embedding.weight.numel() + sum(p.numel() for p in real.decoder.parameters())
         assert recurrent_parameters(cfg) == real.num_parameters() - outer
-    # the issue's ratios at E = H: HORNN-3 2x the RNN's recurrent weights, gated 5x, LSTM 4x
+    # the recurrent weights' ratios at E = H: HORNN-3 2x the RNN's recurrent weights, gated 5x, LSTM 4x
     rnn = recurrent_parameters(ModelConfig(order=1, pooling="sum", hidden_size=400))
     for overrides, ratio in (
         ({"pooling": "fofe"}, 2),
@@ -641,7 +641,7 @@ def test_a_speed_record_of_runs_matches_each_model(tmp_path: Path) -> None:
     assert speed.lookup(dataclasses.replace(base.model, hidden_size=9)) is None
 
 
-def test_the_shipped_fair_sweep_is_the_issues_table() -> None:
+def test_the_shipped_fair_sweep_plans_every_model_lr_and_seed() -> None:
     """configs/sweeps/demo_fair.toml: the RNN, HORNN-3 with each pooling and the LSTM at H 128,
     the RNN and LSTM matched to HORNN-3 FOFE, two lrs (the shipped 0.5 and 1.0), three seeds,
     the shipped stopping rule; sized with the bundled corpus's vocabulary (prepared here if not

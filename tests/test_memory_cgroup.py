@@ -1,4 +1,4 @@
-"""The memory check against the kernel (issue 39, item 9): in a real memory cgroup, the largest
+"""The memory check against the kernel: in a real memory cgroup, the largest
 model the check accepts trains and is scored to the end, never OOM-killed; one size more is
 refused in one line. Skipped only where the machine forbids creating a memory cgroup."""
 
@@ -110,7 +110,7 @@ def test_a_small_gz_holding_one_huge_word_is_refused_before_memory_runs_out(tmp_
     import gzip
 
     train = tmp_path / "train.txt.gz"
-    with gzip.open(train, "wb", compresslevel=9) as f:  # the issue's file: 300 MB, one word
+    with gzip.open(train, "wb", compresslevel=9) as f:  # 300 MB, one word
         f.write(b"hello world\n")
         for _ in range(300):
             f.write(b"a" * (1 << 20))

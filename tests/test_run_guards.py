@@ -150,8 +150,8 @@ def test_a_cgroup_limit_is_honoured(tmp_path: Path) -> None:
 
 
 def test_the_refusals_numbers_add_up_to_more_than_is_available(tmp_path: Path) -> None:
-    """The issue's case: a need that looked smaller than what was available (the runtime's
-    share was left out of the sentence); now every part is said and the sum exceeds it."""
+    """A refusal names every part of the need (the runtime's share too), so that the parts it
+    says add up to more than is available."""
     cfg = ModelConfig(hidden_size=1400, embedding_size=128)
     limit = tmp_path / "v2"
     limit.mkdir()

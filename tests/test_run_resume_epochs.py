@@ -1,5 +1,5 @@
-"""A run resumed past its config's train.epochs says so in one line and what to pass (issue 39,
-item 13), instead of validating mid-epoch and ending."""
+"""A run resumed past its config's train.epochs says so in one line and what to pass, instead of
+validating mid-epoch and ending."""
 
 from __future__ import annotations
 

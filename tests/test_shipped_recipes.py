@@ -46,7 +46,7 @@ def test_a_corpus_config_is_its_ptb_rows_recipe(corpus: str, ptb: str) -> None:
         )
 
 
-def test_the_headline_config_is_no_longer_the_papers_setting() -> None:
+def test_the_headline_config_trains_its_own_recipe_not_the_papers_setting() -> None:
     headline, paper = load_config(CONFIGS / "text8.toml"), load_config(CONFIGS / "text8_paper.toml")
     assert (paper.optim.lr, paper.optim.momentum, paper.optim.max_col_norm) == (0.5, 0.5, 4.0)
     assert (headline.optim.lr, headline.optim.momentum, headline.optim.max_col_norm) == (5, 0, 0)

@@ -1,4 +1,4 @@
-"""A checkpoint's trainer state and random states are checked before use (issue 39, item 4):
+"""A checkpoint's trainer state and random states are checked before use:
 tampered files, even with checksums.json recomputed, are one CheckpointError naming the file
 and the field, and nothing is trained or written."""
 

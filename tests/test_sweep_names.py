@@ -1,7 +1,7 @@
-"""Issue 39's sweep and report items: one rule for every name that becomes a path (item 2),
-`sweep --dry-run` says plainly when it has no time estimate yet (item 14), `report` names a
-damaged checkpoint instead of "train them" (item 15), and a second sweep on one output_dir is
-refused in one line, the first unharmed (item 16).
+"""Sweep and report names and refusals: one rule for every name that becomes a path, `sweep
+--dry-run` says plainly when it has no time estimate yet, `report` names a damaged checkpoint
+instead of "train them", and a second sweep on one output_dir is refused in one line, the first
+unharmed.
 
 The damaged runs are written by `tests/fabricated_runs.py` (the trainer's checkpoint files
 through the product's own writers; its docstring says which); the two-sweeps test that trains
