@@ -1,12 +1,14 @@
-"""Welch's t-test against tabulated critical values and a float64 integral of the t density."""
+"""Welch's t-test against tabulated critical values and a float64 integral of the t density;
+Holm's correction against a hand-computed case and the step-down procedure it summarises."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from hornn_dist.sweeps.welch import regularized_beta, t_two_sided_p, welch_p
+from hornn_dist.sweeps.welch import holm, regularized_beta, t_two_sided_p, welch_p
 
 
 @pytest.mark.parametrize(
@@ -51,3 +53,42 @@ def test_welch_p_of_two_seed_groups() -> None:
     # unequal variances: Welch-Satterthwaite df = (1/3 + 4/3)^2 / ((1/3)^2/2 + (4/3)^2/2)
     df = (5 / 3) ** 2 / ((1 / 9) / 2 + (16 / 9) / 2)
     assert welch_p(50, 1, 3, 53, 2, 3) == pytest.approx(t_two_sided_p(3 / math.sqrt(5 / 3), df))
+
+
+def test_holm_by_hand() -> None:
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): 4 x 0.005 = 0.02, 3 x 0.01 = 0.03, 2 x 0.03 = 0.06,
+    # 1 x 0.04 = 0.04 raised to the 0.06 before it; a product over 1 stays 1
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.3, 0.6]) == pytest.approx([0.6, 0.6])
+    assert holm([0.7, 0.2]) == pytest.approx([0.7, 0.4]) and holm([0.7, 0.6]) == [1.0, 1.0]
+    assert holm([0.02]) == [0.02] and holm([]) == []
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        holm([0.01, math.nan])
+
+
+def _holm_by_steps(pvalues: list[float]) -> list[float]:
+    """Return each p's adjusted p as the smallest level alpha at which Holm's step-down procedure
+    rejects it: with the p ascending, reject while p_(k) <= alpha / (m - k + 1), stop at the
+    first that is not (the level is searched among the products the procedure compares; one
+    rejected at no level below 1 is 1)."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    levels = sorted({min(1.0, (m - k) * pvalues[i]) for k, i in enumerate(order)} | {1.0})
+
+    def rejected(alpha: float) -> set[int]:
+        out = set()
+        for k, i in enumerate(order):
+            if pvalues[i] * (m - k) > alpha * (1 + 1e-12):
+                break
+            out.add(i)
+        return out
+
+    return [next((a for a in levels if i in rejected(a)), 1.0) for i in range(m)]
+
+
+def test_holm_is_the_step_down_procedure() -> None:
+    rng = random.Random(1234)
+    for m in (1, 2, 3, 5, 22):
+        for _ in range(50):
+            p = [rng.choice([rng.random(), rng.random() ** 6, 0.5]) for _ in range(m)]
+            assert holm(p) == pytest.approx(_holm_by_steps(p), rel=1e-12), p

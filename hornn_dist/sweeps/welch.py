@@ -1,4 +1,5 @@
-"""Welch's t-test: the two-sided p that two seed groups' means differ (unequal variances).
+"""Welch's t-test: the two-sided p that two seed groups' means differ (unequal variances),
+and Holm's correction of many such p for being read together.
 
 Written out (Student's t tail through the regularized incomplete beta function, by its
 continued fraction, Numerical Recipes §6.4) so that the report needs no scipy; checked against
@@ -8,6 +9,7 @@ a float64 integral of the t density and tabulated critical values (tests/test_we
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 TINY = 1e-300  # keeps the continued fraction's denominators off zero
 EPS = 3e-16
@@ -23,6 +25,24 @@ def welch_p(mean_a: float, sd_a: float, n_a: int, mean_b: float, sd_b: float, n_
     t = abs(mean_a - mean_b) / math.sqrt(se2)
     df = se2 * se2 / (va * va / (n_a - 1) + vb * vb / (n_b - 1))
     return t_two_sided_p(t, df)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Return Holm's adjusted p of each of `pvalues`, in their order (Holm 1979, the step-down
+    Bonferroni correction): with the m p sorted ascending, p_(1) <= ... <= p_(m), the adjusted
+    p_(i) is the largest of min(1, (m - j + 1) p_(j)) over j <= i. Where every verdict that
+    needs an adjusted p < alpha is kept, the chance of any false one among the m stays under
+    alpha, whatever the tests' dependence; raise ValueError for a p outside [0, 1]."""
+    for p in pvalues:
+        if not 0.0 <= p <= 1.0:  # NaN too
+            raise ValueError(f"a p-value is in [0, 1], got {p!r}")
+    m = len(pvalues)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def t_two_sided_p(t: float, df: float) -> float:
