@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.sweeps.results import read_run
-from hornn_dist.sweeps.welch import welch_p
+from hornn_dist.sweeps.welch import holm, welch_p
 from hornn_dist.training.events import read_events
 from hornn_dist.training.optim import resolve_clip
 from research.tests.tools import RECORDS, load_tool, run_record_tables, run_tool
@@ -105,10 +105,11 @@ def test_every_table_quoting_a_record_is_the_printed_one() -> None:
 
 def test_the_results_page_shows_the_seed_table_with_its_record_and_command() -> None:
     """docs/results.md: the PTB seeds record's table, exactly as its command prints it, with the
-    record and the command named; the bundled corpus's fair comparison stands in
-    research/reproduction.md, exactly as its record prints it."""
+    record and the command named; the first search's PTB table stands in
+    research/results_history.md and the bundled corpus's fair comparison in
+    research/reproduction.md, each exactly as its record prints it."""
     for page, record in (
-        ("docs/results.md", RECORDS / "2026-11-29-h200-ptb"),
+        ("research/results_history.md", RECORDS / "2026-11-29-h200-ptb"),
         ("docs/results.md", SEEDS),
         ("research/reproduction.md", RECORDS / "2026-11-28-cpu-fair"),
     ):
@@ -122,7 +123,8 @@ def test_readme_results_summarise_the_seed_tables_cell_for_cell() -> None:
     """README "Results" is one short table: each row a model of the seeds record's tables
     (without dropout, with it, at gated-3's parameter count), each cell one of that model's
     printed cells, each number a mean ± sd over three seeds (a summary drops columns, rows and
-    unseeded cells, never edits one), and the verdict line's words are the printed verdicts'."""
+    unseeded cells, never edits one), and the verdict line's words are the printed verdicts'
+    (the verdict, the gap, Welch's p and Holm's p)."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Results\n", 1)[1].split("\n## ", 1)[0]
     (table,) = markdown_tables(section)
@@ -144,12 +146,13 @@ def test_readme_results_summarise_the_seed_tables_cell_for_cell() -> None:
     for row in (row for t in verdicts for row in t[2:]):
         lines.setdefault(cells(row)[0], []).append(cells(row))
     said = re.findall(
-        r"([\w-]+(?: [\w-]+)*? against [\w-]+(?: [\w-]+)*?): ([a-z ]+) \(gap ([\d.]+), Welch p ([\d.e-]+)\)",
+        r"([\w-]+(?: [\w-]+)*? against [\w-]+(?: [\w-]+)*?): ([a-z ]+) "
+        r"\(gap ([\d.]+), Welch p ([\d.e-]+), Holm p ([\d.e-]+)\)",
         " ".join(section.split()),  # a sentence wraps anywhere
     )
     assert said
-    for pair, kind, gap, p in said:
-        assert (kind, gap, p) in {(line[6], line[3], line[5]) for line in lines[pair]}, pair
+    for pair, kind, gap, p, q in said:
+        assert (kind, gap, p, q) in {(ln[7], ln[3], ln[5], ln[6]) for ln in lines[pair]}, pair
     assert "docs/results.md" in section and "research/records/2026-12-01-cpu-ptb-seeds/" in section
 
 
@@ -387,8 +390,9 @@ compare = [["LSTM", "gated-3"], ["gated-3 wdrop", "gated-3"]]
 
 def test_a_verdict_line_is_the_noise_rule_over_each_rows_seeds(tmp_path: Path) -> None:
     """`compare` prints, per pair of rows, each row's test ppl over its seeds, the gap of the
-    means, 2 × the larger sd, Welch's p and the verdict: "better" only where the gap exceeds
-    the bar and p < 0.05, as computed here from the runs' own numbers."""
+    means, 2 × the larger sd, Welch's p, Holm's p over the record's pairs and the verdict:
+    "better" only where the gap exceeds the bar and both p < 0.05, as computed here from the
+    runs' own numbers."""
     read_record_run = load_tool("record_runs").read_record_run
     kept = RECORDS / "2026-11-29-h200-ptb" / "ptb_chosen"
     names = {
@@ -411,14 +415,20 @@ def test_a_verdict_line_is_the_noise_rule_over_each_rows_seeds(tmp_path: Path) -
         ]
         return statistics.fmean(tests), statistics.stdev(tests), tests
 
-    expected = {}
-    for a, b, label in [
-        ("lstm", "gated", "LSTM against gated-3"),
-        ("wdrop", "gated", "gated-3 wdrop against gated-3"),
-    ]:
+    pairs = {
+        "LSTM against gated-3": ("lstm", "gated"),
+        "gated-3 wdrop against gated-3": ("wdrop", "gated"),
+    }
+    numbers = {}
+    for label, (a, b) in pairs.items():
         (ma, sa, _), (mb, sb, _) = stat(a), stat(b)
-        gap, bar, p = abs(ma - mb), 2 * max(sa, sb), welch_p(ma, sa, 3, mb, sb, 3)
+        numbers[label] = (ma, sa, mb, sb, welch_p(ma, sa, 3, mb, sb, 3))
+    adjusted = dict(zip(numbers, holm([n[4] for n in numbers.values()]), strict=True))
+    expected = {}
+    for label, (ma, sa, mb, sb, p) in numbers.items():
+        gap, bar, q = abs(ma - mb), 2 * max(sa, sb), adjusted[label]
         kind = ("better" if ma < mb else "worse") if gap > bar and p < 0.05 else "within noise"
+        kind = "not shown after correction" if kind != "within noise" and q >= 0.05 else kind
         cells = [c.strip() for c in lines[label].strip().strip("|").split("|")]
         assert cells[1:] == [
             f"{ma:.2f} ± {sa:.2f}",
@@ -426,6 +436,7 @@ def test_a_verdict_line_is_the_noise_rule_over_each_rows_seeds(tmp_path: Path) -
             f"{gap:.2f}",
             f"{bar:.2f}",
             f"{p:.2g}",
+            f"{q:.2g}",
             kind,
         ]
         expected[label] = kind

@@ -24,8 +24,8 @@ package):
     rows = [{model = "RNN", runs = [...]}, {model = "LSTM", runs = [...]}]
     compare = [["LSTM", "RNN"]]                   # rows by their first column's text: test
                                                   # ppl means, gap, 2 × the larger sd, Welch's
-                                                  # p and the noise rule's verdict (fair.py),
-                                                  # under a heading of their own
+                                                  # p, Holm's p and the verdict, under a
+                                                  # heading of their own
 
     [[table]]
     title = "Training loss, two runs"
@@ -45,6 +45,12 @@ a column's alignment (text left, numbers right); `choose = "valid"` makes a colu
 one run of those it picks with the lowest validation ppl (a model's recipes side by side in a
 row, each column showing the chosen one's). A quantity over one run shows its value; over
 several, perplexities are "mean ± sd" (sample sd) and epochs "min–max".
+
+A record's `compare` pairs are read together: Holm's correction (welch.holm) adjusts each
+pair's Welch p over every pair of every table of the record. A verdict line says "better" or
+"worse" only where the noise rule holds (fair.py: the gap exceeds 2 × the larger sd and
+Welch's p < 0.05) and Holm's p < 0.05 too; where the noise rule holds on Welch's p alone, "not
+shown after correction"; otherwise the noise rule's "within noise" or "no verdict".
 """
 
 from __future__ import annotations
@@ -59,16 +65,25 @@ from typing import Any
 
 from hornn_dist.config import read_toml
 from hornn_dist.runtime import run_cli
-from hornn_dist.sweeps.fair import NOISE_FACTOR, Stat, noise_verdict, results_table
+from hornn_dist.sweeps.fair import (
+    NOISE_FACTOR,
+    P_LEVEL,
+    Stat,
+    Verdict,
+    noise_verdict,
+    results_table,
+)
 from hornn_dist.sweeps.results import read_runs, read_sweep_record
 from hornn_dist.sweeps.speed import read_speed_record
 from hornn_dist.sweeps.tables import NONE, fmt_ppl, markdown_table
+from hornn_dist.sweeps.welch import holm
 from hornn_dist.util.errors import ConfigError
 
 from record_runs import RecordRun, read_record_run
 
 TABLES_FILE = "tables.toml"  # in a record's folder: the tables this script prints
 VERDICTS = "the noise rule's verdicts"  # the heading's tail over a table's `compare` lines
+NOT_SHOWN = "not shown after correction"  # the noise rule holds on Welch's p, not on Holm's
 
 
 @dataclass(frozen=True)
@@ -307,12 +322,19 @@ QUANTITIES: dict[str, Quantity] = {
 
 def render_record_tables(record: Path) -> str:
     """Return every table the record's tables.toml declares, each under a "## title" line (a
-    table's verdicts under "## title: the noise rule's verdicts")."""
+    table's verdicts under "## title: the noise rule's verdicts", Holm's p over every pair of
+    the record)."""
+    tables = read_record_tables(record)
+    pairs = [_compared(table, a, b) for table in tables for a, b in table.compare]
+    tested = [i for i, (_, _, verdict) in enumerate(pairs) if math.isfinite(verdict.p)]
+    adjusted = dict(zip(tested, holm([pairs[i][2].p for i in tested]), strict=True))
+    lines = iter([*pair, adjusted.get(i, math.nan)] for i, pair in enumerate(pairs))
     sections = []
-    for table in read_record_tables(record):
+    for table in tables:
         sections.append(f"## {table.title}\n\n{render_table(table)}\n")
         if table.compare:
-            sections.append(f"## {table.title}: {VERDICTS}\n\n{_verdicts_table(table)}\n")
+            mine = [next(lines) for _ in table.compare]
+            sections.append(f"## {table.title}: {VERDICTS}\n\n{_verdicts_table(table, mine)}\n")
     return "\n".join(sections)
 
 
@@ -329,24 +351,32 @@ def render_table(table: Table) -> str:
     return markdown_table([c.head for c in table.columns], rows, left)
 
 
-def _verdicts_table(table: Table) -> str:
-    """Return one line per compared pair of rows: each row's test ppl over its seeds, the gap
-    of the means, NOISE_FACTOR × the larger sd, Welch's p and the noise rule's verdict."""
+def _compared(table: Table, a: int, b: int) -> tuple[str, tuple[Stat, Stat], Verdict]:
+    """Return a compared pair's words ("A against B"), each row's test ppl over its seeds and
+    the noise rule's verdict."""
     head = table.columns[0].head
+    row_a, row_b = table.rows[a], table.rows[b]
+    stat_a, stat_b = (
+        Stat.of([r.test_ppl() for r in row.runs if r is not None]) for row in (row_a, row_b)
+    )
+    pair = f"{row_a.text.get(head, '')} against {row_b.text.get(head, '')}"
+    return pair, (stat_a, stat_b), noise_verdict(stat_a, stat_b)
+
+
+def _verdicts_table(table: Table, pairs: list[list[Any]]) -> str:
+    """Return one line per compared pair of rows (`pairs`: each `_compared`'s and its Holm p):
+    each row's test ppl over its seeds, the gap of the means, NOISE_FACTOR × the larger sd,
+    Welch's p, Holm's p and the verdict (better or worse only where Holm's p < P_LEVEL too)."""
     lines = []
-    for a, b in table.compare:
-        row_a, row_b = table.rows[a], table.rows[b]
-        stats = [
-            Stat.of([r.test_ppl() for r in row.runs if r is not None]) for row in (row_a, row_b)
-        ]
-        verdict = noise_verdict(*stats)
+    for pair, stats, verdict, adjusted in pairs:
         numbers = (
-            [f"{verdict.gap:.2f}", f"{verdict.bar:.2f}", f"{verdict.p:.2g}"]
+            [f"{verdict.gap:.2f}", f"{verdict.bar:.2f}", f"{verdict.p:.2g}", f"{adjusted:.2g}"]
             if math.isfinite(verdict.gap)
-            else [NONE] * 3
+            else [NONE] * 4
         )
         kind = verdict.kind if math.isfinite(verdict.gap) else verdict.text()
-        pair = f"{row_a.text.get(head, '')} against {row_b.text.get(head, '')}"
+        if kind in ("better", "worse") and not adjusted < P_LEVEL:
+            kind = NOT_SHOWN
         lines.append([pair, stats[0].text(), stats[1].text(), *numbers, kind])
     heads = [
         "test ppl: A against B",
@@ -355,6 +385,7 @@ def _verdicts_table(table: Table) -> str:
         "gap",
         f"{NOISE_FACTOR:g} × larger sd",
         "Welch p",
+        "Holm p",
         "verdict",
     ]
     return markdown_table(heads, lines, {heads[0], "verdict"})
