@@ -27,7 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from hornn_dist.models import HornnLayer
-from hornn_dist.models.config import POOLINGS, RECURRENCE_PRECISIONS
+from hornn_dist.models.config import RECURRENCE_PRECISIONS
+from hornn_dist.models.poolings import PAPER_POOLINGS
 from hornn_dist.models.precision import AUTOCAST_DTYPES
 
 from common import comma_list, error_line, run_meta, write_json
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Measure every pooling × dtype × engine × recurrence precision; print and write JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--poolings", default=",".join(POOLINGS), help="comma list")
+    p.add_argument("--poolings", default=",".join(PAPER_POOLINGS), help="comma list")
     p.add_argument("--dtypes", default=None, help="comma list of bf16, fp16 (CPU: bf16)")
     p.add_argument("--engines", default=None, help="comma list (CPU: fused; CUDA: fused,triton)")
     p.add_argument("--hidden", type=int, default=400)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ):
         p.error(f"--device {args.device!r}: choose cpu, or cuda on a machine with a CUDA GPU")
     on_cuda = args.device == "cuda"
-    poolings = comma_list(p, "--poolings", args.poolings, POOLINGS)
+    poolings = comma_list(p, "--poolings", args.poolings, PAPER_POOLINGS)
     dtypes = comma_list(p, "--dtypes", args.dtypes or ("bf16,fp16" if on_cuda else "bf16"), DTYPES)
     engines = comma_list(
         p,

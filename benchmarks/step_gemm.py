@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.poolings import PAPER_POOLINGS
 from hornn_dist.models.recurrence import fused_scan
 from hornn_dist.models.step_gemm import onednn_linear_works, onednn_mm, onednn_pays
 
@@ -98,7 +98,7 @@ def measure(cases: dict[str, Callable], rounds: int, repeats: int) -> dict[str, 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Run the two tables; print them and write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--poolings", default=",".join(POOLINGS), help="comma list")
+    p.add_argument("--poolings", default=",".join(PAPER_POOLINGS), help="comma list")
     p.add_argument("--batch", type=int, default=20)
     p.add_argument("--hidden", type=int, default=400)
     p.add_argument("--order", type=int, default=3)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not onednn_linear_works():
         p.error("this torch build has no working oneDNN linear: nothing to compare")
     torch.manual_seed(0)
-    poolings = comma_list(p, "--poolings", args.poolings, POOLINGS)
+    poolings = comma_list(p, "--poolings", args.poolings, PAPER_POOLINGS)
     rows = []
     for table, make in (
         ("product", lambda pool: product_cases(args.batch, args.hidden, args.order, pool)),

@@ -73,7 +73,7 @@ import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models import ModelConfig, RecurrentLM, build_model
-from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.poolings import PAPER_POOLINGS
 from hornn_dist.models.precision import AUTOCAST_DTYPES
 from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
@@ -129,7 +129,7 @@ VARIANTS: dict[str, ModelConfig] = {
     "gru": ModelConfig(arch="gru"),
     "hornn-fofe-loop": _hornn("fofe", engine="loop"),
     # the triton engine (one Triton kernel per time step; CUDA, or Triton's interpreter)
-    **{f"hornn-{pooling}-triton": _hornn(pooling, engine="triton") for pooling in POOLINGS},
+    **{f"hornn-{pooling}-triton": _hornn(pooling, engine="triton") for pooling in PAPER_POOLINGS},
     # under mixed precision the rows above run each layer in fp16, as cuDNN runs its RNNs
     # (model.recurrence_precision = "fp16", the default); these in autocast's dtype
     # (-autocastrec) or in fp32 with TF32 GEMMs (-fp32rec), on both engines; under fp32 they
@@ -140,7 +140,7 @@ VARIANTS: dict[str, ModelConfig] = {
         )
         for precision in ("autocast", "fp32")
         for engine, engine_suffix in (("fused", ""), ("triton", "-triton"))
-        for pooling in POOLINGS
+        for pooling in PAPER_POOLINGS
     },
 }
 DEFAULT_VARIANTS = "hornn-sum,hornn-max,hornn-fofe,hornn-gated,rnn,lstm"  # CPU; CUDA adds:

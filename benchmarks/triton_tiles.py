@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from hornn_dist.models import HornnLayer
-from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.poolings import PAPER_POOLINGS
 
 from common import comma_list, error_line, forced_tiles, meta_line, run_meta, write_json
 
@@ -275,7 +275,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma list of {', '.join(PRECISIONS)} (default bf16,fp32)",
     )
     p.add_argument(
-        "--poolings", default="fofe,max", help=f"comma list of {', '.join(POOLINGS)} (fofe,max)"
+        "--poolings",
+        default="fofe,max",
+        help=f"comma list of {', '.join(PAPER_POOLINGS)} (fofe,max)",
     )
     p.add_argument(
         "--tiles",
@@ -290,7 +292,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.configs = comma_list(p, "--configs", args.configs, CONFIGS)
     args.precisions = comma_list(p, "--precisions", args.precisions, PRECISIONS)
-    args.poolings = comma_list(p, "--poolings", args.poolings, POOLINGS)
+    args.poolings = comma_list(p, "--poolings", args.poolings, PAPER_POOLINGS)
     args.tiles = parse_tiles(p, args.tiles)
     for flag in ("rounds", "iters", "batch", "hidden", "bptt"):
         value = getattr(args, flag)

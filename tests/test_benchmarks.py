@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hornn_dist.config import OptimConfig
-from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.poolings import PAPER_POOLINGS
 from hornn_dist.models.step_gemm import onednn_linear_works
 from hornn_dist.models.triton_tiles import TILES_ENV
 from hornn_dist.training.optim import resolve_clip
@@ -386,7 +386,7 @@ def test_precision_benchmark_measures_each_precision_against_float64(tmp_path):
     assert data["results"] == json.loads(json.dumps(rows))
     check_meta(data["meta"], "precision.py")
     keyed = {(r["pooling"], r["recurrence_precision"]): r for r in rows}
-    assert set(keyed) == {(p, q) for p in POOLINGS for q in ("fp32", "autocast", "fp16")} | {
+    assert set(keyed) == {(p, q) for p in PAPER_POOLINGS for q in ("fp32", "autocast", "fp16")} | {
         ("lstm", "-")
     }
     for row in rows:
@@ -396,7 +396,7 @@ def test_precision_benchmark_measures_each_precision_against_float64(tmp_path):
         assert row["dtype"] == "bf16" and "error" not in row
         grad_limit = 1.0 if row["pooling"] == "max" else 5e-2  # max: a flipped winner moves it
         assert 1e-4 < row["output_err"] < 3e-2 and 1e-4 < row["grad_err"] < grad_limit
-    for pooling in POOLINGS:  # on a CPU precision "fp16" runs autocast's dtype: the same bits
+    for pooling in PAPER_POOLINGS:  # on a CPU precision "fp16" runs autocast's dtype: the same bits
         fp16, autocast = keyed[(pooling, "fp16")], keyed[(pooling, "autocast")]
         assert fp16["output_err"] == autocast["output_err"]
         assert keyed[(pooling, "fp32")]["output_err"] != autocast["output_err"]

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from hornn_dist.models import HornnLayer, ModelConfig
-from hornn_dist.models.config import ACTIVATIONS, POOLINGS
+from hornn_dist.models.config import ACTIVATIONS
 from hornn_dist.models.hornn import hornn_forward
 from hornn_dist.models.plan import resolve_plan
+from hornn_dist.models.poolings import PAPER_POOLINGS
 from hornn_dist.models.precision import DTYPE_NAMES
 from hornn_dist.models.recurrence import _tf32_matmuls
 
@@ -86,7 +87,7 @@ def outputs_and_grads(fn, layers, x, histories, seed=1):
 @pytest.mark.parametrize("engine", ["fused", "loop"])
 @pytest.mark.parametrize("num_layers", [1, 2])
 @pytest.mark.parametrize(
-    "pooling,order,activation", list(itertools.product(POOLINGS, [1, 2, 3, 4], ACTIVATIONS))
+    "pooling,order,activation", list(itertools.product(PAPER_POOLINGS, [1, 2, 3, 4], ACTIVATIONS))
 )
 def test_engine_matches_reference(engine, num_layers, pooling, order, activation):
     check_engine_against_reference(engine, num_layers, pooling, order, activation)
@@ -110,7 +111,7 @@ def check_engine_against_reference(
 
 
 @pytest.mark.parametrize("engine", ["fused", "loop"])
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 @pytest.mark.parametrize("T", [1, 2])
 def test_sequence_shorter_than_order(engine, pooling, T):
     torch.manual_seed(3)
@@ -123,7 +124,7 @@ def test_sequence_shorter_than_order(engine, pooling, T):
         assert rel_err(a, b) <= 1e-10
 
 
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_gradcheck(pooling):
     torch.manual_seed(0)
     (layer,) = make_stack(1, pooling, 3, "tanh", hidden=3)
@@ -162,7 +163,7 @@ def test_order_one_sum_equals_torch_rnn(engine, activation):
 
 
 @pytest.mark.parametrize("engine", ["fused", "loop"])
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 @pytest.mark.parametrize("cut", [1, 3, 5])
 def test_two_halves_equal_whole(engine, pooling, cut):
     torch.manual_seed(7)
@@ -277,7 +278,7 @@ def test_bad_history_and_input_shapes():
     _one_line(excinfo, "x", "(T, B, 3)")
 
 
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_cpu_autocast_bf16_runs_recurrence_in_fp32(pooling):
     torch.manual_seed(4)
     layer = HornnLayer(8, 16, order=3, pooling=pooling, precision="fp32")
@@ -293,7 +294,7 @@ def test_cpu_autocast_bf16_runs_recurrence_in_fp32(pooling):
 
 
 @cuda
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_cuda_matches_cpu_reference(pooling):
     torch.manual_seed(6)
     cpu_layers = make_stack(2, pooling, 3, "tanh")
@@ -367,7 +368,7 @@ def _autocast_agrees_with_fp32(
 
 
 @pytest.mark.parametrize("precision", ["fp32", "autocast", "fp16"])
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_cpu_autocast_agrees_with_fp32(pooling, precision):
     _autocast_agrees_with_fp32("cpu", pooling, torch.bfloat16, precision)
 
@@ -375,12 +376,12 @@ def test_cpu_autocast_agrees_with_fp32(pooling, precision):
 @cuda
 @pytest.mark.parametrize("precision", ["fp32", "autocast", "fp16"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_cuda_autocast_agrees_with_fp32(pooling, dtype, precision):
     _autocast_agrees_with_fp32("cuda", pooling, dtype, precision)
 
 
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_autocast_precision_runs_the_recurrence_in_bf16(pooling):
     """precision="autocast" changes the result under autocast only; without it, it is exact."""
     torch.manual_seed(3)
@@ -416,7 +417,7 @@ def test_default_precision_is_fp16_which_follows_autocast_on_cpu():
 
 @cuda
 @pytest.mark.parametrize("engine", ["fused", "triton"])
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_cuda_fp16_precision_runs_the_layer_in_fp16_under_bf16(pooling, engine):
     """Under bf16 autocast, precision "fp16" runs the input GEMM and the recurrence in float16:
     the same bits as precision "autocast" under fp16 autocast, other bits than under bf16."""
@@ -438,7 +439,7 @@ def test_cuda_fp16_precision_runs_the_layer_in_fp16_under_bf16(pooling, engine):
         assert not torch.equal(layer(x)[0], outs["fp16"][0])
 
 
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_cpu_fp16_autocast_recurrence_agrees_with_fp32(pooling):
     """The engine's float16 path (what "fp16" runs on CUDA), exercised on a CPU under fp16
     autocast with precision "autocast"."""

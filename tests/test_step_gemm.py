@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hornn_dist.models import HornnLayer, step_gemm
-from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.poolings import PAPER_POOLINGS
 from hornn_dist.models.step_gemm import (
     ONEDNN_MIN_HIDDEN,
     ONEDNN_MIN_MACS,
@@ -150,7 +150,7 @@ def test_step_gemm_respects_onednn_turned_off():
         assert torch.equal(gemm(x), x @ w)
 
 
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_float32_fused_engine_matches_the_float64_reference(pooling, monkeypatch):
     """The float32 path with oneDNN steps (at any size here) gives the eq. 3-7 outputs and
     gradients to 1e-5."""

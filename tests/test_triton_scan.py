@@ -24,9 +24,10 @@ from hornn_dist.config import config_from_dict  # noqa: E402
 from hornn_dist.models import HornnLayer, build_model, plan_for  # noqa: E402
 from hornn_dist.models import triton_scan as ts  # noqa: E402
 from hornn_dist.models import triton_tiles as tt  # noqa: E402
-from hornn_dist.models.config import ACTIVATIONS, POOLINGS  # noqa: E402
+from hornn_dist.models.config import ACTIVATIONS  # noqa: E402
 from hornn_dist.models.hornn import hornn_forward  # noqa: E402
 from hornn_dist.models.plan import resolve_plan  # noqa: E402
+from hornn_dist.models.poolings import PAPER_POOLINGS
 from hornn_dist.util.errors import ConfigError  # noqa: E402
 
 try:  # tests/ as a package (tests/__init__.py present) or as a plain rootdir
@@ -73,9 +74,9 @@ def tiered(cases: list[tuple], default: list[tuple]) -> list:
     tiered(
         # every pooling, order and depth under tanh; every activation with every pooling (the
         # activation is one elementwise step after the pooling, whatever the order or depth)
-        list(itertools.product([1, 2], POOLINGS, [1, 3], ["tanh"]))
-        + [(1, pooling, 3, f) for pooling in POOLINGS for f in ACTIVATIONS if f != "tanh"],
-        default=[(2, pooling, 3, "tanh") for pooling in POOLINGS] + [(1, "gated", 3, "relu")],
+        list(itertools.product([1, 2], PAPER_POOLINGS, [1, 3], ["tanh"]))
+        + [(1, pooling, 3, f) for pooling in PAPER_POOLINGS for f in ACTIVATIONS if f != "tanh"],
+        default=[(2, pooling, 3, "tanh") for pooling in PAPER_POOLINGS] + [(1, "gated", 3, "relu")],
     ),
 )
 def test_triton_matches_reference(num_layers, pooling, order, activation):
@@ -88,10 +89,10 @@ def test_triton_matches_reference(num_layers, pooling, order, activation):
     tiered(
         [
             (pooling, *size)
-            for pooling in POOLINGS
+            for pooling in PAPER_POOLINGS
             for size in [(1, 1, 5), (4, 17, 33), (3, 70, 20)]
         ],
-        default=[(pooling, 4, 17, 33) for pooling in POOLINGS],
+        default=[(pooling, 4, 17, 33) for pooling in PAPER_POOLINGS],
     ),
 )
 def test_tiles_cover_odd_sizes(pooling, T, batch, hidden):
@@ -140,7 +141,7 @@ def test_split_k_matches_reference(monkeypatch, pooling, tiles):
 
 
 @on_cpu
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_triton_gradcheck(pooling):
     torch.manual_seed(0)
     (layer,) = make_stack(1, pooling, 2, "sigmoid", "triton", hidden=3)
@@ -160,7 +161,7 @@ def test_triton_gradcheck(pooling):
 
 
 @on_cpu
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 def test_triton_equals_fused_in_fp32(pooling):
     """float32, strict IEEE GEMMs: the two engines differ only by summation order."""
     torch.manual_seed(4)
@@ -351,7 +352,7 @@ def test_kernels_compile_for_hopper_and_ampere(tmp_path, capability, poolings, s
 
 
 @cuda
-@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("pooling", PAPER_POOLINGS)
 @pytest.mark.parametrize(
     "autocast,precision", [(False, "fp32"), (True, "fp32"), (True, "autocast"), (True, "fp16")]
 )

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hornn_dist.models.poolings import DEFAULT, get_pooling, pooling_names
 from hornn_dist.run.on_resume import EXECUTION, on_resume
 from hornn_dist.util.checks import check_at_most, check_choice, check_count
 from hornn_dist.util.errors import ConfigError
 
 ARCHS = ("hornn", "rnn", "lstm", "gru")
-POOLINGS = ("sum", "max", "fofe", "gated")
 ACTIVATIONS = ("tanh", "sigmoid", "relu")
 RNN_ACTIVATIONS = ("tanh", "relu")  # what torch.nn.RNN offers
 ENGINES = ("auto", "fused", "loop", "triton")
@@ -37,7 +37,9 @@ class ModelConfig:
     """Hyper-parameters of the language model (paper §3, §4)."""
 
     arch: str = "hornn"  # hornn | rnn | lstm | gru
-    pooling: str = "fofe"  # sum (eq. 3) | max (eq. 4) | fofe (eq. 5) | gated (eq. 6-7)
+    # sum (eq. 3) | max (eq. 4) | fofe (eq. 5) | gated (eq. 6-7), or one registered in
+    # models/poolings.py
+    pooling: str = DEFAULT
     order: int = 3  # N, number of feedback paths
     alpha: float = 0.6  # FOFE forgetting factor, in (0, 1)
     # c in h_t = f(W_in x_t + b + c·pool(W_hn h_{t-n})): every feedback path W_hn (not gated's
@@ -90,11 +92,17 @@ class ModelConfig:
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         check_choice("model.arch", self.arch, ARCHS)
-        check_choice("model.pooling", self.pooling, POOLINGS)
+        check_choice("model.pooling", self.pooling, pooling_names())
         check_choice("model.activation", self.activation, ACTIVATIONS)
         if self.arch == "rnn":
             check_choice("model.activation", self.activation, RNN_ACTIVATIONS, " for arch rnn")
         check_choice("model.engine", self.engine, ENGINES)
+        kernels = get_pooling(self.pooling).engines
+        if self.arch == "hornn" and self.engine != "auto" and self.engine not in kernels:
+            raise ConfigError(
+                f"model.engine = {self.engine!r} has no kernel for model.pooling = "
+                f"{self.pooling!r}; set model.engine to one of auto, {', '.join(kernels)}"
+            )
         check_choice("model.recurrent_init", self.recurrent_init, RECURRENT_INITS)
         check_choice("model.dropout_mask", self.dropout_mask, DROPOUT_MASKS)
         check_choice("model.recurrence_precision", self.recurrence_precision, RECURRENCE_PRECISIONS)

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.plan import LayerPlan, checked_plan
+from hornn_dist.models.poolings import get_pooling
 from hornn_dist.models.precision import recurrence_dtype
 from hornn_dist.models.recurrence import fused_scan, input_projection_autocast, loop_scan
 from hornn_dist.util.checks import check_count
@@ -130,10 +131,10 @@ class HornnLayer(nn.Module):
         self.plan = checked_plan(cfg, plan)  # how the forward runs: engine and precision
         # the layer's shape, read by the model, its path norms and max-norm
         self.input_size, self.hidden_size, self.order = input_size, cfg.hidden_size, cfg.order
-        self.gated = cfg.pooling == "gated"
+        pooling = get_pooling(cfg.pooling)
+        self.gated = pooling.gated
         N, H = cfg.order, cfg.hidden_size
-        n_in = 1 + N if self.gated else 1
-        n_hh = 2 * N if self.gated else N
+        n_in, n_hh = pooling.weight_blocks(N)
         self.weight_ih = nn.Parameter(torch.empty(input_size, n_in * H))  # (I, (1[+N])·H)
         self.weight_hh = nn.Parameter(torch.empty(H, n_hh * H))  # (H, K·H)
         self.bias = nn.Parameter(torch.empty(H))  # (H,)

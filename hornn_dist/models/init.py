@@ -4,8 +4,8 @@
     scaled  each feedback matrix of a HORNN path (W_hn) or of the RNN (weight_hh) ~
             N(0, min(init_std, 1 / sqrt(H · Σ_n w_n²))), every other weight ~ N(0, init_std)
 
-w_n is path n's weight in the pool at initialisation: 1 for sum and max (and the order-1 RNN),
-α^n for fofe, σ(0) = ½ for gated, each times `model.feedback_scale`. The pooled feedback
+w_n is path n's weight in the pool at initialisation (`Pooling.init_weights`): 1 for sum and max
+(and the order-1 RNN), α^n for fofe, σ(0) = ½ for gated, each times `model.feedback_scale`. The pooled feedback
 Σ_n w_n W_hn h_{t-n} drawn at std s has a spectral radius of about s·sqrt(H · Σ_n w_n²): at
 N(0, 0.1) one path has 0.1·√H (1.1 at H 128, 2 at H 400) and N unweighted paths √N times
 that, the chaotic start under tanh that made `sum` and `max` diverge. `scaled` caps that gain
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.models.poolings import get_pooling
 
 
 def path_weights(cfg: ModelConfig) -> list[float]:
@@ -27,11 +28,7 @@ def path_weights(cfg: ModelConfig) -> list[float]:
     c = cfg.feedback_scale
     if cfg.arch == "rnn":
         return [c]
-    if cfg.pooling == "fofe":
-        return [c * cfg.alpha**n for n in range(1, cfg.order + 1)]
-    if cfg.pooling == "gated":
-        return [c * 0.5] * cfg.order  # r_n = σ(0) with zero gate biases
-    return [c] * cfg.order
+    return [c * w for w in get_pooling(cfg.pooling).init_weights(cfg.order, cfg.alpha)]
 
 
 def recurrent_std(cfg: ModelConfig) -> float:

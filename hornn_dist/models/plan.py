@@ -12,11 +12,12 @@ engines call at run time with the live autocast state.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from hornn_dist.models.config import ENGINES, RECURRENCE_PRECISIONS, ModelConfig
+from hornn_dist.models.poolings import get_pooling
 from hornn_dist.models.precision import AUTOCAST_DTYPES, DTYPE_NAMES, layer_dtype
 from hornn_dist.util.checks import check_choice
 from hornn_dist.util.errors import ConfigError
@@ -130,8 +131,9 @@ def plan_for(
     strict: bool = True,
 ) -> LayerPlan:
     """Return the plan of cfg's HORNN layers (see `resolve_plan`); for the torch.nn baselines,
-    which have no such layer, the plan without a device check."""
-    return resolve_plan(
+    which have no such layer, the plan without a device check. Engine "auto" runs only an engine
+    with a kernel for cfg's pooling (the fused one, else the first it lists)."""
+    plan = resolve_plan(
         cfg.engine,
         cfg.recurrence_precision,
         cfg.hidden_size,
@@ -141,6 +143,10 @@ def plan_for(
         strict=strict,
         keys=("model.engine", "model.recurrence_precision"),
     )
+    kernels = get_pooling(cfg.pooling).engines
+    if cfg.arch == "hornn" and plan.engine not in kernels:
+        plan = replace(plan, engine="fused" if "fused" in kernels else kernels[0])
+    return plan
 
 
 def checked_plan(cfg: ModelConfig, plan: LayerPlan | None = None) -> LayerPlan:

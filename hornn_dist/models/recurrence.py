@@ -81,6 +81,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from hornn_dist.models.poolings import Pooling, get_pooling
 from hornn_dist.models.precision import low_precision_dtype, recurrence_dtype
 from hornn_dist.models.step_gemm import StepGemm
 
@@ -143,12 +144,13 @@ def _tf32_matmuls(enabled: bool) -> Iterator[None]:
         torch.set_float32_matmul_precision(prev)
 
 
-def _path_coefs(pooling: str, order: int, alpha: float, ref: Tensor) -> Tensor | None:
-    """Return the FOFE factors α^n in internal (reversed) block order, shape (N,), or None."""
-    if pooling != "fofe":
+def _path_coefs(pooling: Pooling, order: int, alpha: float, ref: Tensor) -> Tensor | None:
+    """Return the pooling's path coefficients k_n (FOFE's α^n) in internal (reversed) block
+    order, shape (N,), or None where every k_n is 1."""
+    if pooling.coefficient is None:
         return None
     n = torch.arange(order, 0, -1, dtype=ref.dtype, device=ref.device)  # i = 0..N-1 -> n = N..1
-    return alpha**n
+    return pooling.coefficient_tensor(n, order, alpha)
 
 
 def _reverse_blocks(w: Tensor, size: int) -> Tensor:
@@ -231,10 +233,11 @@ class HornnScan(torch.autograd.Function):
         with torch.autocast(device_type=device, enabled=False), _tf32_matmuls(tf32):
             T, B, _ = xp.shape
             N, _, H = history.shape
-            gated = pooling == "gated"
+            spec = get_pooling(pooling)
+            gated, is_max = spec.gated, spec.reduce == "max"
             KH = weight_hh.shape[1]
             p0 = KH // H - N  # first path block: gate blocks come first for gated
-            coefs = _path_coefs(pooling, N, alpha, weight_hh)
+            coefs = _path_coefs(spec, N, alpha, weight_hh)
             W = _to_internal(weight_hh, N, coefs)  # (H, K·H)
             result_dtype = xp.dtype
             if low is not None:
@@ -242,11 +245,11 @@ class HornnScan(torch.autograd.Function):
             # U_all (N+T, B, (K+1)·H): row N+s = [U of h_s | xin_s], s = -N..T-1.
             # Gated accumulates its GEMMs onto the pre-added gate inputs, so zeros first; max
             # onto xin_t in each path term of step t (locations no step reads are never used).
-            prefilled = gated or pooling == "max"
+            prefilled = gated or is_max
             U = (xp.new_zeros if gated else xp.new_empty)(N + T, B, KH + H)
             paths = _Paths(U, H)
             xin = xp[..., :H]  # (T, B, H) W_in x_t + b
-            if pooling == "max":  # max_n (P_n + xin) is max_n P_n + xin: rounding is monotone
+            if is_max:  # max_n (P_n + xin) is max_n P_n + xin: rounding is monotone
                 paths.every(T, p0, N).copy_(xin.unsqueeze(1).expand(T, N, B, H))
             else:
                 U[N:, :, KH:].copy_(xin)  # entry N of each step's path view
@@ -265,7 +268,7 @@ class HornnScan(torch.autograd.Function):
             out = xp.new_empty(T, B, H)  # (T, B, H)
             for t in range(T):
                 h = out[t]
-                if pooling == "max":  # eq. 4, the path terms already hold + xin_t
+                if is_max:  # eq. 4, the path terms already hold + xin_t
                     torch.amax(paths.at(t, p0, N), 0, out=h)
                 else:  # eq. 3 (sum), 5 (fofe: α^n folded into W), 6-7 (gated)
                     if gated:  # P <- r ⊙ P in place: U's path terms are not read again
@@ -279,7 +282,7 @@ class HornnScan(torch.autograd.Function):
                         step_gemm.add_to(row, h)
                     else:
                         step_gemm.write_to(row, h)
-            if pooling == "max":  # winner i of every step; ties to the highest i = lowest n
+            if is_max:  # winner i of every step; ties to the highest i = lowest n
                 P_all = paths.every(T, p0, N)  # (T, N, B, H) P_n + xin_t
                 idx_dtype = torch.uint8 if N <= 256 else torch.int64
                 i = torch.arange(N, dtype=idx_dtype, device=xp.device).view(1, N, 1, 1)
@@ -307,8 +310,9 @@ class HornnScan(torch.autograd.Function):
             N = history.shape[0]
             KH = weight_hh.shape[1]
             p0 = KH // H - N
-            gated = pooling == "gated"
-            coefs = _path_coefs(pooling, N, ctx.alpha, weight_hh)
+            spec = get_pooling(pooling)
+            gated = spec.gated
+            coefs = _path_coefs(spec, N, ctx.alpha, weight_hh)
             W = ctx.W  # (H, K·H), in out's dtype
             Wt = W.t()  # (K·H, H)
             H_all = torch.cat([history, out], 0)  # (N+T, B, H)
@@ -319,7 +323,7 @@ class HornnScan(torch.autograd.Function):
                 activation, out.to(torch.promote_types(out.dtype, torch.float32))
             )
             # S[t] (N+1, B, H): d(path terms, xin of step t) = dL/dh_t * S[t]
-            if pooling in ("sum", "fofe"):
+            if not spec.per_path_factors:  # one factor for every path: f'
                 S = fprime.unsqueeze(1).expand(T, N + 1, B, H)
             else:
                 S = fprime.new_empty(T, N + 1, B, H)
@@ -389,26 +393,27 @@ def loop_scan(
     with torch.autocast(device_type=xp.device.type, enabled=False):
         T = xp.shape[0]
         N, _, H = history.shape
+        spec = get_pooling(pooling)
+        ks = spec.coefficients(N, alpha)
         U = [h @ weight_hh for h in history.unbind(0)]  # U of h_{-N} .. h_{-1}, each (B, K·H)
         outs = []
         for t in range(T):
             # term n: block n-1 of U_{t-n}; U[-n] is U of h_{t-n}
             P = [U[-n][:, (n - 1) * H : n * H] for n in range(1, N + 1)]
-            if pooling == "sum":  # eq. 3
-                pooled = sum(P)
-            elif pooling == "fofe":  # eq. 5
-                pooled = sum(alpha**n * p for n, p in zip(range(1, N + 1), P, strict=True))
-            elif pooling == "max":  # eq. 4, ties to the lowest n
+            if ks is not None:  # eq. 5: k_n = α^n
+                P = [k * p for k, p in zip(ks, P, strict=True)]
+            if spec.gated:  # eq. 6-7: r_n = σ(W1n x_t + c_n + W2n h_{t-n})
+                gate_in = [
+                    xp[t, :, n * H : (n + 1) * H] + U[-n][:, (N + n - 1) * H : (N + n) * H]
+                    for n in range(1, N + 1)
+                ]
+                P = [torch.sigmoid(g) * p for g, p in zip(gate_in, P, strict=True)]
+            if spec.reduce == "max":  # eq. 4, ties to the lowest n
                 pooled = P[0]
                 for p in P[1:]:
                     pooled = torch.where(p > pooled, p, pooled)
-            else:  # eq. 6-7
-                pooled = 0
-                for n in range(1, N + 1):
-                    gate_in = (
-                        xp[t, :, n * H : (n + 1) * H] + U[-n][:, (N + n - 1) * H : (N + n) * H]
-                    )
-                    pooled = pooled + torch.sigmoid(gate_in) * P[n - 1]
+            else:  # eq. 3
+                pooled = sum(P)
             h = act(xp[t, :, :H] + pooled)  # (B, H)
             outs.append(h)
             U.append(h @ weight_hh)

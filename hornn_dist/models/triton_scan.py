@@ -66,7 +66,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from hornn_dist.models.config import POOLINGS
+from hornn_dist.models.poolings import get_pooling
 from hornn_dist.models.precision import low_precision_dtype, recurrence_dtype
 from hornn_dist.models.triton_tiles import choose_tiles, multiprocessors, tiles_error
 
@@ -80,7 +80,6 @@ else:
     _IMPORT_ERROR = None
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton.jit at import
-_POOL_CODE = {"sum": 0, "fofe": 1, "max": 2, "gated": 3}
 _ACT_CODE = {"tanh": 0, "sigmoid": 1, "relu": 2}
 
 
@@ -452,14 +451,15 @@ class TritonScan(torch.autograd.Function):
         tf32: let float32 GEMMs round their inputs to TF32."""
         T, B, _ = xp.shape
         N, _, H = history.shape
-        gated = pooling == "gated"
+        spec = get_pooling(pooling)
+        gated = spec.gated
         state = xp.new_empty(N + T, B, H)  # [history | h_0 .. h_{T-1}]
         state[:N].copy_(history)
         weight = weight_hh.detach()
         weight = (weight if low is None else weight.to(low)).contiguous()
-        coefs = _powers(alpha, N, xp.device, xp.dtype)  # fofe α^n
+        coefs = _coefficients(pooling, alpha, N, xp.device, xp.dtype)  # k_n: fofe's α^n
         # what backward needs of every step: the winners of max, r_n and W_hn h_{t-n} of gated
-        winners = xp.new_empty(T, B, H, dtype=torch.uint8) if pooling == "max" else None
+        winners = xp.new_empty(T, B, H, dtype=torch.uint8) if spec.reduce == "max" else None
         gates = xp.new_empty(T, N, B, H) if gated else None
         paths = xp.new_empty(T, N, B, H) if gated else None
         meta = _meta(pooling, activation, N, xp.dtype, weight.dtype, tf32, B, H, xp.device)
@@ -500,15 +500,16 @@ class TritonScan(torch.autograd.Function):
         _, B, H = state.shape
         grad = grad_out.to(state.dtype).contiguous()
         pooling = ctx.pooling
+        spec = get_pooling(pooling)
         winners, gates, paths = ctx.winners, ctx.gates, ctx.paths
         # The operands step t's kernel stores for steps t-1..t-N (m_n ⊙ dz_t, see the kernel),
         # at row N+t of buffers with N zero rows either side: the steps after T-1, and before
         # 0 (the history has no z), so every step reads N rows of the same shape.
         rows = N + T + N
-        per_path = pooling in ("max", "gated")
+        per_path = spec.per_path_factors
         ops = state.new_zeros(N if per_path else 1, rows, B, H)
         gops = state.new_zeros(rows, B, (N + 1) * H) if gates is not None else None
-        if pooling == "max":
+        if spec.reduce == "max":
             dz = state.new_empty(T, B, H)
         elif gops is not None:  # gated: dz and the gate-input gradients, xp's layout
             dz = gops[N : N + T, :, :H]
@@ -554,7 +555,7 @@ class TritonScan(torch.autograd.Function):
                 if gops is not None:  # dW2n = Σ_t h_{t-n}^T (dz_t ⊙ p_n r_n (1 - r_n))
                     d_gate = gops[N : N + T, :, n * H : (n + 1) * H].reshape(T * B, H)
                     torch.mm(h_n, d_gate, out=g_w[:, (N + n - 1) * H : (N + n) * H])
-            if pooling == "fofe":  # α^n of every path in one op
+            if spec.coefficient is not None:  # k_n (fofe: α^n) of every path in one op
                 g_w.view(H, N, H).mul_(coefs.view(1, N, 1))
         return g_xp, g_hist, g_w, None, None, None, None, None
 
@@ -562,14 +563,19 @@ class TritonScan(torch.autograd.Function):
 def _partials(pooling: str, order: int) -> int:
     """Return the partial sums per output element of a split forward: one pooled sum (sum,
     fofe), one per path (max), two per path (gated: path and gate)."""
-    return {"max": order, "gated": 2 * order}.get(pooling, 1)
+    spec = get_pooling(pooling)
+    return 2 * order if spec.gated else order if spec.per_path_factors else 1
 
 
 @functools.cache
-def _powers(alpha: float, order: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """Return (α, α², .., α^N) on `device`, made once: a captured step replays no kernel for it."""
+def _coefficients(
+    pooling: str, alpha: float, order: int, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    """Return (k_1, .., k_N) on `device` (fofe: α, α², .., α^N; 1 each where a pooling has
+    none), made once: a captured step replays no kernel for it."""
     with torch.inference_mode(False):  # a normal tensor even if first made under inference mode
-        return alpha ** torch.arange(1, order + 1, device=device, dtype=dtype)
+        n = torch.arange(1, order + 1, device=device, dtype=dtype)
+        return get_pooling(pooling).coefficient_tensor(n, order, alpha)
 
 
 def _meta(
@@ -586,7 +592,7 @@ def _meta(
     """Return the compile-time arguments shared by the forward and backward kernels."""
     return {
         "N": order,
-        "POOL": _POOL_CODE[pooling],
+        "POOL": get_pooling(pooling).triton_code,
         "ACT": _ACT_CODE[activation],
         "PRECISION": "tf32" if tf32 else "ieee",
         "ACC": tl.float64 if dtype == torch.float64 else tl.float32,
@@ -609,13 +615,14 @@ def triton_scan(
     xp: (T, B, ≥H), columns 0..H-1 = W_in x_t + b; precision "autocast" ("fp16"): under
     autocast, the GEMM inputs use autocast's dtype (float16), the state stays float32.
     """
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
+    if get_pooling(pooling).triton_code is None:  # raises for an unknown one
+        raise ValueError(f"pooling {pooling!r} has no triton kernel: use engine 'fused'")
     T, B, _ = xp.shape
     N, _, H = history.shape
     split = choose_tiles(B, H, multiprocessors(xp.device))["SPLIT"]
     # (T + 2N) rows of B x H per path: the backward's operands (gated: + its gate gradients)
-    paths = {"max": N, "gated": N + 1}.get(pooling, 1)
+    spec = get_pooling(pooling)
+    paths = N + 1 if spec.gated else N if spec.per_path_factors else 1
     largest = max((T + 2 * N) * paths, split * _partials(pooling, N)) * B * H
     if largest >= 2**31:
         raise ValueError(

@@ -12,14 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hornn_dist.config import RunConfig
+from hornn_dist.models.poolings import get_pooling
 
 HIDDEN_SIZE = {"ptb": 400, "text8": 500}  # §4: "400 nodes ... PTB ... 500 ... text8"
 CORPUS = {"ptb": "PTB", "text8": "text8"}
 
-# the paper's name of a HORNN by its pooling (§3.1, §3.2)
-POOLING_LABELS = {"sum": "HORNN", "max": "Max HORNN", "fofe": "FOFE HORNN", "gated": "Gated HORNN"}
-
-# Table 2: PTB test perplexity by pooling and order
+# Table 2: PTB test perplexity by pooling and order (a pooling the paper has not: no number)
 PTB_BY_ORDER: dict[str, dict[int, float]] = {
     "sum": {2: 111, 3: 108, 4: 109},
     "max": {2: 110, 3: 109, 4: 108},
@@ -93,7 +91,7 @@ def paper_model(config: RunConfig) -> PaperModel:
     if model.arch == "hornn":
         if model.order == 1:
             return PaperModel("RNN", order=1)
-        label = f"{POOLING_LABELS[model.pooling]} ({ordinal(model.order)} order)"
+        label = f"{get_pooling(model.pooling).label} ({ordinal(model.order)} order)"
         return PaperModel(label, model.pooling, model.order)
     return PaperModel({"lstm": "LSTM", "rnn": "RNN (nn.RNN)", "gru": "GRU"}[model.arch])
 
@@ -101,7 +99,7 @@ def paper_model(config: RunConfig) -> PaperModel:
 def paper_ppl(model: PaperModel, paper: str) -> float | None:
     """Return the paper's test perplexity of `model` on `paper` (ptb | text8), else None."""
     if paper == "ptb" and model.is_hornn:
-        return PTB_BY_ORDER[model.pooling].get(model.order)
+        return PTB_BY_ORDER.get(model.pooling, {}).get(model.order)
     return SUMMARY.get(paper, {}).get(model.label)
 
 

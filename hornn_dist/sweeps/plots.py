@@ -15,22 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hornn_dist.models.poolings import get_pooling
 from hornn_dist.sweeps.fair import seed_groups
 from hornn_dist.sweeps.paper import (
     ALPHA_BEST,
     ALPHA_USED,
-    POOLING_LABELS,
     PTB_BY_ORDER,
     SUMMARY,
     paper_column,
-    paper_model,
 )
 from hornn_dist.sweeps.results import RunRecord
-from hornn_dist.sweeps.tables import order_cells
+from hornn_dist.sweeps.tables import order_cells, reads_alpha
 from hornn_dist.util.errors import ConfigError
 from hornn_dist.util.files import atomic_writer
-
-COLORS = {"": "black", "sum": "C0", "max": "C1", "fofe": "C2", "gated": "C3"}
 
 
 def require_matplotlib() -> None:
@@ -85,7 +82,7 @@ def plot_orders(picked: Sequence[RunRecord], path: Path, paper: str) -> bool:
     for (pooling, order), runs in order_cells(picked).items():  # the runs Table 2 shows
         if math.isfinite(runs[0].test_ppl):
             points.setdefault(pooling, []).append((order, runs[0].test_ppl))
-    if not any(points.get(pooling) for pooling in POOLING_LABELS):
+    if not any(xy for pooling, xy in points.items() if pooling):
         return False
     with_paper = paper == "ptb"
     fig, axes = _figure(2 if with_paper else 1)
@@ -103,10 +100,11 @@ def _order_lines(ax: Any, points: dict[str, list[tuple[int, float]]], title: str
         xy = sorted(xy)
         xs, ys = [x for x, _ in xy], [y for _, y in xy]
         if pooling:
-            ax.plot(xs, ys, "o-", color=COLORS[pooling], label=POOLING_LABELS[pooling])
+            spec = get_pooling(pooling)
+            ax.plot(xs, ys, "o-", color=spec.color, label=spec.label)
         else:
-            ax.plot(xs, ys, "s", color=COLORS[""], label="RNN (order 1)")
-            ax.axhline(min(ys), color=COLORS[""], linestyle=":", linewidth=1)
+            ax.plot(xs, ys, "s", color="black", label="RNN (order 1)")
+            ax.axhline(min(ys), color="black", linestyle=":", linewidth=1)
     ax.set_xticks(sorted({x for xy in points.values() for x, _ in xy}))
     ax.set_xlabel("order N")
     ax.set_ylabel("test perplexity")
@@ -120,7 +118,7 @@ def plot_alpha(picked: Sequence[RunRecord], path: Path) -> bool:
     return False, drawing nothing, with fewer than two α values."""
     by_order: dict[int, list[RunRecord]] = {}
     for record in picked:
-        if paper_model(record.config).pooling == "fofe":
+        if reads_alpha(record):
             by_order.setdefault(record.config.model.order, []).append(record)
     alphas = {r.config.model.alpha for runs in by_order.values() for r in runs}
     if len(alphas) < 2:

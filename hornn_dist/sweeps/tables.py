@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Sequence
 
+from hornn_dist.models.poolings import get_pooling, pooling_names
 from hornn_dist.sweeps.paper import (
     ALPHA_NOTE,
-    POOLING_LABELS,
     PaperModel,
     ordinal,
     other_baselines,
@@ -167,7 +167,7 @@ def orders_table(picked: Sequence[RunRecord], paper: str) -> str:
         headers += [f"{ordinal(order)} order: ours"]
         headers += [f"{ordinal(order)} order: {paper_column(paper)}"] if paper != "none" else []
     rows, shared = [], []
-    for pooling, label in [("", "RNN"), *POOLING_LABELS.items()]:
+    for pooling, label in [("", "RNN"), *((p, get_pooling(p).label) for p in pooling_names())]:
         if not any(p == pooling for p, _ in cells):
             continue
         row = [label]
@@ -195,8 +195,9 @@ def orders_table(picked: Sequence[RunRecord], paper: str) -> str:
 
 
 def alpha_table(picked: Sequence[RunRecord]) -> str:
-    """Return Figure 4's numbers: one row per FOFE HORNN run, by forgetting factor α."""
-    fofe = [r for r in picked if paper_model(r.config).pooling == "fofe"]
+    """Return Figure 4's numbers: one row per FOFE HORNN run (a pooling that reads α), by
+    forgetting factor α."""
+    fofe = [r for r in picked if reads_alpha(r)]
     if not fofe:
         return "_No finished FOFE HORNN run._"
     fofe.sort(key=lambda r: (r.config.model.alpha, r.config.model.order))
@@ -214,6 +215,12 @@ def alpha_table(picked: Sequence[RunRecord]) -> str:
         for r in fofe
     ]
     return markdown_table(headers, rows)
+
+
+def reads_alpha(record: RunRecord) -> bool:
+    """Whether the run's model is a HORNN whose pooling reads model.alpha (FOFE)."""
+    pooling = paper_model(record.config).pooling
+    return bool(pooling) and get_pooling(pooling).uses_alpha
 
 
 def runs_table(records: Sequence[RunRecord], picked: Sequence[RunRecord]) -> str:

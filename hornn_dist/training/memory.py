@@ -19,6 +19,7 @@ import torch
 
 from hornn_dist.models import ModelConfig
 from hornn_dist.models.meta import build_on_meta
+from hornn_dist.models.poolings import get_pooling
 from hornn_dist.util.errors import ConfigError
 
 # a float32 weight, its gradient and SGD's momentum buffer (12), SGD's foreach temporaries at
@@ -58,10 +59,11 @@ def activation_elements(cfg: ModelConfig, vocab_size: int, batch: int, bptt: int
         # same shape (gated keeps U for its backward, with the gates R and two (T, N, B, H)
         # factors); max and gated fill the per-step factors S (T, N+1, B, H); the outputs,
         # input projections and their gradients (T, B, H) each
-        gated = cfg.pooling == "gated"
-        K = 2 * N if gated else N
+        pooling = get_pooling(cfg.pooling)
+        gated = pooling.gated
+        K = pooling.weight_blocks(N)[1]
         per_layer = (N + T) * B * (K + 1) * H * (2 if gated else 1) + 3 * T * B * H
-        if cfg.pooling in ("max", "gated"):
+        if pooling.per_path_factors:
             per_layer += T * (N + 1) * B * H
         if gated:
             per_layer += 2 * T * N * B * H

@@ -9,6 +9,7 @@ import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models.config import ModelConfig
+from hornn_dist.models.poolings import get_pooling
 from hornn_dist.run.on_resume import SCHEDULE, keys_of
 from hornn_dist.util.wording import counted
 
@@ -25,7 +26,7 @@ def resolve_clip(model: ModelConfig, cfg: OptimConfig) -> OptimConfig:
     """Return cfg with clip_mode "auto" resolved to the recipe's clip for `model`; else cfg."""
     if cfg.clip_mode != "auto":
         return cfg
-    summed = model.arch == "hornn" and model.pooling == "sum" and model.order > 1
+    summed = model.arch == "hornn" and get_pooling(model.pooling).summed and model.order > 1
     return replace(
         cfg, clip_mode="norm", clip=AUTO_CLIP_NORM["summed paths" if summed else "other"]
     )
