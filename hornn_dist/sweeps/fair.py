@@ -290,17 +290,10 @@ def render_fair(
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def results_table(
-    records: Sequence[RunRecord], speed: SpeedRecord | None, paper: str = "none"
-) -> str:
+def results_table(fams: Sequence[Family], speed: SpeedRecord | None, paper: str) -> str:
     """Return the one-screen table of the fair comparison: per model its parameters, the lr
     validation picked, test ppl ± sd over seeds, the paper's number where the model is in the
-    paper's setting, its ratios to the RNN's and the LSTM's mean, and tokens/s from the speed
-    record (README "Results" quotes it)."""
-    return _results_table(families(records), speed, paper)
-
-
-def _results_table(fams: Sequence[Family], speed: SpeedRecord | None, paper: str) -> str:
+    paper's setting, its ratios to the RNN's and the LSTM's mean, and tokens/s."""
     if not fams:
         return "_No finished run._"
     rnn, lstm = _reference(fams, "RNN"), _reference(fams, "LSTM")
@@ -367,7 +360,7 @@ def fair_sections(
         speed_note,
     ]
     sections = [
-        "## In one table\n\n" + _results_table(fams, speed, paper) + _paper_note(fams, paper),
+        "## In one table\n\n" + results_table(fams, speed, paper) + _paper_note(fams, paper),
         "## Each model over its seeds (fair comparison)\n\n"
         + markdown_table(headers, rows, FAIR_TEXT_COLUMNS)
         + "\n\n"

@@ -70,6 +70,7 @@ from hornn_dist.sweeps.fair import (
     P_LEVEL,
     Stat,
     Verdict,
+    families,
     noise_verdict,
     results_table,
 )
@@ -345,7 +346,7 @@ def render_table(table: Table) -> str:
     if table.fair is not None:
         speed = read_speed_record(table.speed_record) if table.speed_record else None
         paper = read_sweep_record(table.fair).get("paper", "none")  # as report does
-        return results_table(read_runs(table.fair), speed, paper)
+        return results_table(families(read_runs(table.fair)), speed, paper)
     rows = [[_cell(table, row, column) for column in table.columns] for row in table.rows]
     left = {c.head for c in table.columns if c.left}
     return markdown_table([c.head for c in table.columns], rows, left)
