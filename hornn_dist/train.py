@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hornn_dist.config import KEYS_HELP, RunConfig, add_set_option, load_config, toml_value
 from hornn_dist.data.pipeline import plan_corpus
+from hornn_dist.run.checkpoint import check_output_dir_outside_checkpoints
 from hornn_dist.run.run_layout import LOCK_FILE
 from hornn_dist.runtime import StopFlag, run_cli
 from hornn_dist.training.recipes import switched_line
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(cfg.train.output_dir)
     created = not os.path.lexists(out)
     lock_created = not os.path.lexists(out / LOCK_FILE)
+    check_output_dir_outside_checkpoints(out)  # another run's saved state
     check_run_folder(out)  # before any work: not at the first save
     stop = StopFlag()
     stop.install()

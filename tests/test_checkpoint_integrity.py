@@ -367,3 +367,39 @@ def test_resume_refuses_nan_weights_and_names_the_last_good_checkpoint(
     assert f"--resume {good}" in line and "Lower optim.lr" not in proc.stderr
     evaluate = run_here("hornn_dist.evaluate", str(newest), "--split", "valid")
     assert evaluate.returncode != 0 and "holds NaN or infinite weights" in evaluate.stderr
+
+
+def files_of(run: Path) -> dict[str, bytes]:
+    """Return every file of a run folder by relative path, with its bytes."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "inside", "link", "checkpoints"])
+def test_an_output_dir_in_another_runs_checkpoints_is_refused(
+    stopped: dict[int, Path], workdir: Path, tmp_path: Path, where: str
+) -> None:
+    """train.output_dir pointed at another run's checkpoint (or inside one, through a link, or
+    at its checkpoints/ folder) is one line and leaves that run as it was: a run there wrote
+    its config.toml over the checkpoint's, and the next run of the host started over."""
+    run = copy_run(stopped, f"host_{where}")
+    newest = step_dir(run, 10)
+    before = files_of(run)
+    out = {
+        "checkpoint": newest,
+        "inside": newest / "sub",
+        "link": tmp_path / "link",
+        "checkpoints": ckpt.checkpoint_root(run),
+    }[where]
+    if where == "link":
+        out.symlink_to(newest)
+    proc = train_into(workdir, out, "--set", "train.max_steps=2")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    holder = ckpt.checkpoint_root(run) if where == "checkpoints" else newest
+    assert f"train.output_dir {out} " in line and str(holder) in line
+    assert "Traceback" not in proc.stderr
+    assert files_of(run) == before and not (newest / "sub").exists()
+    # the host run still resumes from its newest checkpoint
+    resumed = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
+    check_ok(resumed)
+    assert f"resuming from {newest}" in resumed.stderr

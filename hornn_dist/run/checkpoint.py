@@ -36,10 +36,17 @@ from safetensors.torch import load_file, save
 
 from hornn_dist.config import RunConfig, load_config
 from hornn_dist.run.on_resume import EXECUTION, keys_of
-from hornn_dist.run.run_layout import CHECKPOINTS, CONFIG_FILE, EVENTS_FILE, RUN_LOG, TENSORBOARD
+from hornn_dist.run.run_layout import (
+    CHECKPOINTS,
+    CONFIG_FILE,
+    EVENTS_FILE,
+    LOCK_FILE,
+    RUN_LOG,
+    TENSORBOARD,
+)
 from hornn_dist.run.run_state import STATE_FILE, STEP_DIR, TrainerState
 from hornn_dist.util import files
-from hornn_dist.util.errors import CheckpointError, described
+from hornn_dist.util.errors import CheckpointError, ConfigError, described
 from hornn_dist.util.files import CHECKSUMS
 
 logger = logging.getLogger(__name__)
@@ -61,6 +68,58 @@ def checkpoint_root(output_dir: str | Path) -> Path:
 def step_dir_name(step: int) -> str:
     """Return the folder name of the checkpoint taken after `step` optimizer steps."""
     return f"step_{step:08d}"
+
+
+def checkpoint_holding(path: str | Path) -> Path | None:
+    """Return the checkpoint folder, or the run's `checkpoints/` folder, that `path` is or lies
+    inside (links followed), or None: a run's output folder must be neither, or it would write
+    over another run's saved state.
+
+    A checkpoint folder holds DONE or checksums.json (or is a save's `.tmp_step_N`); a run's
+    `checkpoints/` holds step folders, or sits beside a run's lock, log or events."""
+    resolved = Path(os.path.abspath(path)).resolve()  # strict=False: the tail may not exist yet
+    for folder in (resolved, *resolved.parents):
+        if not folder.is_dir():
+            continue
+        if (folder / DONE).is_file() or (folder / CHECKSUMS).is_file():
+            return folder
+        if folder.name.startswith(".tmp_step_") or (
+            folder.name == CHECKPOINTS and _holds_a_run(folder)
+        ):
+            return folder
+    return None
+
+
+def _holds_a_run(checkpoints: Path) -> bool:
+    """Return whether a folder named `checkpoints` is a run's: it holds step folders (or a
+    save's leftovers), or its parent holds a run's lock, log or events."""
+    try:
+        names = [item.name for item in checkpoints.iterdir()]
+    except OSError:
+        names = []
+    if any(STEP_DIR.match(n) or n.startswith(".tmp_step_") for n in names):
+        return True
+    return any((checkpoints.parent / name).exists() for name in (LOCK_FILE, RUN_LOG, EVENTS_FILE))
+
+
+def check_output_dir_outside_checkpoints(output_dir: str | Path) -> None:
+    """Raise ConfigError when train.output_dir is or lies inside a checkpoint folder or a run's
+    `checkpoints/` (through a link too): a run there would write over that run's state."""
+    holder = checkpoint_holding(output_dir)
+    if holder is None:
+        return
+    given = Path(os.path.abspath(output_dir))
+    where = "is" if given.resolve() == holder else "lies inside"
+    link = " (through a link)" if given.resolve() != given else ""
+    if holder.name == CHECKPOINTS:
+        what, run = "the checkpoints folder", holder.parent
+    else:
+        what, run = "the checkpoint", holder
+    raise ConfigError(
+        f"train.output_dir {output_dir} {where} {what} {holder}{link}: a run there would write "
+        "over that run's saved state; set train.output_dir to a folder of its own (to train "
+        f"on from that run, pass --resume {run})"
+    )
 
 
 def is_complete(folder: Path) -> bool:
