@@ -124,6 +124,25 @@ def test_no_checkpoint_verifies_is_one_line(stopped: dict[int, Path], workdir: P
     assert "no checkpoint" in line and "verifies" in line and "--no-resume" in line
 
 
+def test_every_checkpoint_cut_short_is_one_line_and_touches_nothing(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    """rank_0.pt cut by 10 bytes in every checkpoint: each is incomplete (its size is not the
+    listed one), so none can be resumed; the run stops in one line naming them, where it
+    once warned and started a fresh run over them."""
+    run = copy_run(stopped, "all_cut")
+    for step in (5, 10):
+        rank_file = step_dir(run, step) / "rank_0.pt"
+        rank_file.write_bytes(rank_file.read_bytes()[:-10])
+    before = {k: v for k, v in files_of(run).items() if k != ".lock"}
+    proc = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    assert "step_00000005" in line and "step_00000010" in line and "rank_0.pt" in line
+    assert "--no-resume" in line and "fresh run" not in proc.stderr
+    assert {k: v for k, v in files_of(run).items() if k != ".lock"} == before
+
+
 class _Evil:
     def __reduce__(self):
         return (print, ("this must never run",))

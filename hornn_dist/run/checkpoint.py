@@ -168,12 +168,16 @@ def verify(folder: Path, only: tuple[str, ...] = ()) -> None:
 def newest_verified(output_dir: str | Path) -> Path | None:
     """Return the newest checkpoint of a run whose files verify (sha256), or None if it has none.
 
-    A damaged checkpoint is skipped with a warning naming the file; if every one is damaged,
-    raise CheckpointError.
+    A damaged or incomplete checkpoint is skipped with a warning naming the file; if the run
+    has checkpoints and none verifies, raise CheckpointError naming them (a fresh run would
+    write over them).
     """
-    complete = list_checkpoints(output_dir)
+    complete = list_checkpoints(output_dir)  # warns about each incomplete one
     damaged = []
-    for folder in reversed(complete):
+    for folder in reversed(step_folders(output_dir)):
+        if folder not in complete:
+            damaged.append(f"{folder.name}: {problem_with(folder, deep=False)}")
+            continue
         problem = problem_with(folder, deep=True)
         if problem is None:
             if damaged:
@@ -188,7 +192,8 @@ def newest_verified(output_dir: str | Path) -> Path | None:
     if damaged:
         raise CheckpointError(
             f"no checkpoint under {checkpoint_root(output_dir)} verifies ({'; '.join(damaged)}); "
-            "start over with --no-resume or another train.output_dir"
+            "nothing was changed: start over with --no-resume (which sets them aside) or set "
+            "another train.output_dir"
         )
     return None
 
