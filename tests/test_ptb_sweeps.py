@@ -208,7 +208,7 @@ def test_ptb_chosen_trains_each_of_its_recipes_over_three_seeds(plans: dict) -> 
 
 def test_each_ptb_row_config_trains_its_ptb_chosen_group(plans: dict) -> None:
     """configs/ptb/ROW.toml is one PTB table row a user runs as is: each group of ptb_chosen.toml
-    starts from one of them and trains its recipe, and each writes to runs/ptb/ROW."""
+    starts from one of them and trains its recipe, and each writes to runs/ptb_rows/ROW."""
     rows = sorted((REPO / "configs" / "ptb").glob("*.toml"))
     groups: dict[Path, list[PlannedRun]] = {}
     for run in plans["ptb_chosen"].values():
@@ -216,6 +216,6 @@ def test_each_ptb_row_config_trains_its_ptb_chosen_group(plans: dict) -> None:
     assert set(groups) == {row.resolve() for row in rows} and len(rows) == 15
     for row in rows:
         config = load_config(row)
-        assert config.train.output_dir == f"runs/ptb/{row.stem}", row.name
+        assert config.train.output_dir == f"runs/ptb_rows/{row.stem}", row.name
         for run in groups[row.resolve()]:
             check_same_recipe(run.config, config, run.name)
