@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.train_helpers import (
     prepared_tiny,
     read_until,
     run_here,
+    run_patched,
     start,
     train_into,
 )
@@ -422,3 +424,54 @@ def test_an_output_dir_in_another_runs_checkpoints_is_refused(
     resumed = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
     check_ok(resumed)
     assert f"resuming from {newest}" in resumed.stderr
+
+
+# `python -c KILL_AT_RESAVE_RENAME WHEN CONFIG ...` trains, then SIGKILLs itself at the rename
+# that puts the second save of step 10 (its test score recorded) in place: WHEN "before" the
+# rename, or "after" it
+KILL_AT_RESAVE_RENAME = """
+import os, signal, sys
+from hornn_dist import train
+from hornn_dist.runtime import run_cli
+
+when, real_replace, renames = sys.argv.pop(1), os.replace, []
+def replace_and_die(src, dst):
+    if os.path.basename(src) == ".tmp_step_00000010":
+        renames.append(src)
+    if len(renames) == 2 and when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_replace(src, dst)
+    if len(renames) == 2 and when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+os.replace = replace_and_die
+run_cli(train.main, sys.argv[1:])
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_at_the_rename_of_a_step_saved_again_loses_nothing(
+    stopped: dict[int, Path], workdir: Path, when: str
+) -> None:
+    """Step 10 is saved twice (the second time with its test score): a kill at the rename
+    that puts the second save in place leaves a complete checkpoint of step 10, which the next
+    run puts back and finds complete, where the old save was deleted before the rename and the
+    next run went back to step 5."""
+    run = workdir / f"kill_at_rename_{when}"
+    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={run}"]
+    args += ["--set", "train.max_steps=10"]
+    killed = run_patched(KILL_AT_RESAVE_RENAME, when, *args)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    again = train_into(workdir, run, "--set", "train.max_steps=10")
+    check_ok(again)
+    assert "is complete at step 10" in again.stderr and "resuming from" not in again.stderr
+    if when == "before":
+        assert "recovered " + str(step_dir(run, 10)) in again.stderr
+    root = ckpt.checkpoint_root(run)
+    assert sorted(p.name for p in root.iterdir()) == ["step_00000005", "step_00000010"]
+    assert ckpt.problem_with(step_dir(run, 10), deep=True) is None
+    # the checkpoint an uninterrupted run ends with: the same weights and test score
+    got, want = final_weights(run), final_weights(stopped[10])
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    recorded = json.loads((step_dir(run, 10) / ckpt.STATE_FILE).read_text())["test"]
+    assert recorded == json.loads((step_dir(stopped[10], 10) / ckpt.STATE_FILE).read_text())["test"]

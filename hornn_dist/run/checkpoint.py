@@ -11,7 +11,10 @@ Layout of one checkpoint (`output_dir/checkpoints/step_00001200/`)::
     DONE                 written last, after a barrier; a folder without it is ignored
 
 A checkpoint is written into `.tmp_step_<N>` and renamed once DONE exists, so a kill at any
-moment leaves either the previous checkpoints untouched or a temp folder that resume ignores.
+moment leaves either the previous checkpoints untouched or a temp folder: one without DONE is
+deleted at the next start, a complete one (a kill at its rename) is put in place. The same step
+saved again (its test score recorded) sets the old folder aside as `.old_step_<N>` and deletes
+it only once the new one is in place; the next start puts back whichever is complete.
 A folder counts as complete when DONE exists, checksums.json lists every file the folder holds
 (the weights, state and config at least) and each is there with its size; resume also checks
 the sha256 of each and falls back to the newest checkpoint that verifies. A checkpoint whose
@@ -367,14 +370,61 @@ def save_checkpoint(
             failure = err
     _raise_if_any_rank_failed(accelerator, failure, root, tmp)
     if accelerator.is_main_process:
-        if final.is_symlink():  # replaced, never followed
-            final.unlink()
-        elif final.exists():  # the same step saved again (e.g. an epoch end right after a resume)
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        files.fsync_folder(root)
+        put_in_place(tmp, final)
     accelerator.wait_for_everyone()
     return final
+
+
+def set_aside_name(final: Path) -> Path:
+    """Return where a checkpoint saved again is kept until its new save is in place."""
+    return final.with_name(f".old_{final.name}")
+
+
+def put_in_place(tmp: Path, final: Path) -> None:
+    """Rename the complete save `tmp` to `final`. A checkpoint already there (the same step
+    saved again, e.g. to hold its test score) is renamed aside first and deleted only once the
+    new one is in place: a kill at any moment leaves a complete checkpoint of the step, which
+    `recover_saves` puts back at the next start."""
+    old = set_aside_name(final)
+    if final.is_symlink():  # replaced, never followed
+        final.unlink()
+    elif final.exists():
+        if old.is_symlink():
+            old.unlink()
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    files.fsync_folder(final.parent)
+    if old.exists() and not old.is_symlink():
+        shutil.rmtree(old)
+
+
+def recover_saves(output_dir: str | Path) -> list[str]:
+    """Put back the checkpoints a kill left out of place while renaming (call before
+    `remove_partial_saves`, on the main process); return what was done, in words.
+
+    A `.tmp_step_N` that verifies (its save was complete, killed at its rename) becomes
+    `step_N` where that is missing; a `.old_step_N` (a checkpoint set aside by a save of the
+    same step) becomes `step_N` again where that is missing, else it is deleted."""
+    root = checkpoint_root(output_dir)
+    if not root.is_dir():
+        return []
+    done = []
+    prefixes = (".tmp_", ".old_")  # the new save first: it is the one the run meant to keep
+    for prefix in prefixes:
+        for folder in sorted(root.glob(f"{prefix}step_*")):
+            final = root / folder.name.removeprefix(prefix)
+            if folder.is_symlink() or not STEP_DIR.match(final.name):
+                continue
+            if os.path.lexists(final):
+                if prefix == ".old_":
+                    shutil.rmtree(folder, ignore_errors=True)  # the new one is in place
+                continue  # a .tmp_ beside its step: remove_partial_saves deletes it
+            if problem_with(folder, deep=True) is None:
+                os.replace(folder, final)
+                files.fsync_folder(root)
+                done.append(f"{final} from {folder.name}, a complete save killed at its rename")
+    return done
 
 
 def remove_partial_saves(output_dir: str | Path) -> list[Path]:

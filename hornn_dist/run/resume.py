@@ -133,8 +133,9 @@ def from_main(accelerator: Any, value: Any) -> Any:
 
 
 def take_run_folder(accelerator: Any, lock: RunLock, out: Path) -> None:
-    """Lock output_dir for this run (main process) and clear a killed save's leftovers; raise
-    the same ConfigError on every rank when another run holds the folder."""
+    """Lock output_dir for this run (main process), put back a checkpoint a kill left out of
+    place and clear a killed save's leftovers; raise the same ConfigError on every rank when
+    another run holds the folder."""
     error = ""
     if accelerator.is_main_process:
         try:
@@ -142,6 +143,8 @@ def take_run_folder(accelerator: Any, lock: RunLock, out: Path) -> None:
         except ConfigError as err:
             error = str(err)
         else:
+            for recovered in ckpt.recover_saves(out):
+                logger.warning("recovered %s", recovered)
             for stale in ckpt.remove_partial_saves(out):
                 logger.info("removed %s, left by a save that did not finish", stale)
     error = from_main(accelerator, error)
