@@ -89,21 +89,22 @@ def test_every_reader_checks_the_state(trained, tmp_path):
         assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("version", [None, 2], ids=["no-field", "v2"])
+@pytest.mark.parametrize("version", [None, 2, 3], ids=["no-field", "v2", "v3"])
 def test_a_checkpoint_of_a_previous_version_is_refused_naming_both(trained, tmp_path, version):
     """A trainer state without the version field (as the commits before it wrote), or of
-    version 2 (rank files before they were keyed by part), is not resumed: one line names its
+    version 2 (rank files before they were keyed by part) or 3 (rank files without the train
+    loss window), is not resumed: one line names its
     version, the one this code reads and a commit that finishes it."""
     folder = ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP)
     state = json.loads((folder / ckpt.STATE_FILE).read_text())
-    assert state.pop("version") == VERSION == 3
+    assert state.pop("version") == VERSION == 4
     if version is not None:
         state["version"] = version
     run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, json.dumps(state).encode())
     before = sorted(p.name for p in ckpt.checkpoint_root(run).iterdir())
     line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
     old = version or 1
-    assert f"trainer state version {old}; this code resumes version 3" in line
+    assert f"trainer state version {old}; this code resumes version 4" in line
     assert f"commit {WRITTEN_BY[old]} writes version {old}" in line and "--no-resume" in line
     assert sorted(p.name for p in ckpt.checkpoint_root(run).iterdir()) == before
     assert TrainerState.read(ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)).step == STEP

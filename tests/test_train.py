@@ -77,6 +77,34 @@ def _assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
         assert torch.equal(a[key], b[key]), f"{key} differs"
 
 
+def _train_points(run: Path, after: int) -> dict[str, dict[int, object]]:
+    """Return what a run logged of training after step `after`: each metrics.jsonl train
+    event's numbers (the last one per step) and each train/ TensorBoard point, by step."""
+    kept = ("loss", "ppl", "lr", "grad_norm", "path_grad_norms")
+    events = {e["step"]: {k: e[k] for k in kept} for e in run_events(run, "train")}
+    points = {"events": {step: v for step, v in events.items() if step > after}}
+    for tag in ("train/loss", "train/ppl", "train/lr", "grad_norm/total"):
+        points[tag] = {step: v for step, v in scalars(run)[tag] if step > after}
+    return points
+
+
+def _assert_same_train_log(resumed: Path, straight: Path, after: int, rel: float = 0.0) -> None:
+    """Assert every train line's numbers after step `after` (metrics.jsonl and TensorBoard)
+    are the uninterrupted run's: all equal, or (another process count) losses within `rel`."""
+    got, want = _train_points(resumed, after), _train_points(straight, after)
+    assert got["events"] and got.keys() == want.keys()
+    for key in got:
+        assert got[key].keys() == want[key].keys(), key
+        if not rel:
+            assert got[key] == want[key], key
+            continue
+        for step, value in got[key].items():
+            if key == "events":
+                assert value["loss"] == pytest.approx(want[key][step]["loss"], rel=rel), step
+            elif key in ("train/loss", "train/ppl"):
+                assert value == pytest.approx(want[key][step], rel=rel), (key, step)
+
+
 def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) -> None:
     first = _train(workdir, "resumed1", "--set", f"train.max_steps={K_FIRST}")
     check_ok(first)
@@ -88,6 +116,8 @@ def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) ->
     state = TrainerState.read(list_checkpoints(_out(workdir, "resumed1"))[-1])
     assert state.step == K_STEPS and state.epoch == 2  # crossed two epoch boundaries
     _assert_bit_identical(final_weights(straight_1), final_weights(_out(workdir, "resumed1")))
+    # step 7 was saved mid-window (log.every 2): step 8's line averages steps 7 and 8 still
+    _assert_same_train_log(_out(workdir, "resumed1"), straight_1, after=K_FIRST)
 
 
 def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> None:
@@ -100,6 +130,7 @@ def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> N
     folder = list_checkpoints(_out(workdir, "resumed2"))[-1]
     assert {p.name for p in folder.glob("rank_*.pt")} == {"rank_0.pt", "rank_1.pt"}
     _assert_bit_identical(final_weights(straight_2), final_weights(_out(workdir, "resumed2")))
+    _assert_same_train_log(_out(workdir, "resumed2"), straight_2, after=K_FIRST)
 
 
 def test_two_ranks_train_like_one(straight_1: Path, straight_2: Path) -> None:
@@ -288,6 +319,40 @@ run_cli(train.main, sys.argv[1:])
 """
 
 
+# `python -c SIGTERM_AT_STEP CONFIG ...`: SIGTERM to itself once step $STOP_AT has run, before
+# the loop looks for a stop: the run stops there, whatever the log cadence
+SIGTERM_AT_STEP = """
+import os, signal, sys
+from hornn_dist import train
+from hornn_dist.runtime import run_cli
+from hornn_dist.training.trainer import Trainer
+
+real_stop_requested = Trainer._stop_requested
+def signal_then_look(self):
+    if self.progress.step == int(os.environ["STOP_AT"]):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real_stop_requested(self)
+Trainer._stop_requested = signal_then_look
+run_cli(train.main, sys.argv[1:])
+"""
+
+
+def test_lines_after_a_stop_between_log_lines_are_the_uninterrupted_runs(
+    workdir: Path, straight_1: Path
+) -> None:
+    """A run stopped by SIGTERM at step 13, between two log lines (log.every 2), and resumed
+    logs at steps 14, 16, ... what the run straight through logged: each line's loss averages
+    the steps since the line before, step 13 included, in metrics.jsonl and TensorBoard."""
+    out = _out(workdir, "stopped13")
+    args = [_config(workdir), "--set", f"train.output_dir={out}"]
+    proc = run_patched(SIGTERM_AT_STEP, *args, extra_env={"STOP_AT": "13"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list_checkpoints(out)[-1].name == "step_00000013"
+    check_ok(_train(workdir, "stopped13", "--set", f"train.max_steps={K_STEPS}"))
+    _assert_same_train_log(out, straight_1, after=13)
+    _assert_bit_identical(final_weights(straight_1), final_weights(out))
+
+
 @pytest.mark.parametrize(
     "sent", ["SIGINT,SIGINT", "SIGTERM,SIGTERM,SIGINT", "SIGINT,SIGTERM,SIGINT"]
 )
@@ -420,3 +485,5 @@ def test_resume_on_another_number_of_processes(
     resumed, straight = final_weights(_out(workdir, name)), final_weights(straight_1)
     for key in straight:  # same data order for any process count: equal up to reduction order
         torch.testing.assert_close(resumed[key], straight[key], rtol=1e-4, atol=1e-5)
+    # the loss window saved at step 7 by `first` processes is the window `then` go on with
+    _assert_same_train_log(_out(workdir, name), straight_1, after=K_FIRST, rel=1e-4)

@@ -14,6 +14,8 @@ them all from one. Where each part lives in a checkpoint folder:
     schedule    trainer_state.json, field "schedule"     the lr schedule (LrSchedule)
     stream      rank_<r>.pt                              each rank's data position
     step        rank_<r>.pt                              each rank's carried hidden history
+    loss_window rank_<r>.pt                              each rank's train loss since the
+                                                         last log line (RunningLoss)
 
 A new part is one entry in `shared` (the same on every rank: a field of trainer_state.json,
 `TrainerState.with_parts`) or in `per_rank` (its own on each rank: a key of rank_<r>.pt);

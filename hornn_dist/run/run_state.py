@@ -30,9 +30,11 @@ from hornn_dist.util import files
 from hornn_dist.util.errors import CheckpointError
 
 STATE_FILE = "trainer_state.json"
-VERSION = 3  # 1: the files before the version field; 3: rank_<r>.pt keyed by part
+# 1: the files before the version field; 3: rank_<r>.pt keyed by part; 4: the rank files
+# hold the train loss window (a log line after a resume averages the steps it would have)
+VERSION = 4
 # a commit that writes each older version, to finish that version's runs with
-WRITTEN_BY = {1: "75b372c", 2: "fc73f9f"}
+WRITTEN_BY = {1: "75b372c", 2: "fc73f9f", 3: "394d229"}
 STEP_DIR = re.compile(r"^step_(\d{8,})$")  # a checkpoint folder's name (checkpoint.step_dir_name)
 PART = "part"  # metadata of a field that holds a shared part's state (reports read it)
 

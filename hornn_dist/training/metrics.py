@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
+
+from hornn_dist.util.errors import CheckpointError
 
 
 def perplexity(loss_sum: float, count: int) -> float:
@@ -56,7 +59,13 @@ class Throughput:
 
 class RunningLoss:
     """Mean of per-step losses accumulated on the device (no host sync: `take()` returns a
-    device tensor)."""
+    device tensor), over the window since the last `take()`.
+
+    The window survives a restart (a per-rank checkpoint part): a log line after a resume
+    averages the same steps as the uninterrupted run's. Each rank sums its own losses and the
+    log averages the ranks' means, so a resume onto another number of processes starts every
+    rank from the mean of the saved sums (`reshard`): the average the log takes is the same.
+    """
 
     def __init__(self) -> None:
         self._sum: torch.Tensor | None = None
@@ -76,3 +85,31 @@ class RunningLoss:
         value = self._sum / self._count
         self._sum, self._count = None, 0
         return value
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the window so far: its sum (float32, on the CPU; None when empty) and steps."""
+        total = None if self._sum is None else self._sum.detach().cpu()
+        return {"sum": total, "count": self._count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a window from `state_dict()` (the sum moves to the device at the next add)."""
+        total, count = state.get("sum"), state.get("count")
+        empty = total is None and count == 0
+        whole = isinstance(count, int) and not isinstance(count, bool) and count > 0
+        if not empty and not (whole and isinstance(total, torch.Tensor) and total.numel() == 1):
+            raise CheckpointError(
+                f"the saved loss window holds sum {total!r} over {count!r} steps, not a loss "
+                "sum and a step count: resume from an older checkpoint"
+            )
+        self._sum = None if total is None else total.reshape(()).float().clone()
+        self._count = count
+
+    @staticmethod
+    def reshard(states: list[dict[str, Any]], rank: int, world_size: int) -> dict[str, Any]:
+        """Return rank `rank` of `world_size`'s window from every saving rank's `state_dict()`:
+        the mean of their sums on every rank (the ranks took the same steps)."""
+        sums = [s.get("sum") for s in states]
+        if any(total is None for total in sums):
+            return {"sum": None, "count": 0}
+        mean = torch.stack([t.reshape(()).double() for t in sums]).mean()
+        return {"sum": mean.float(), "count": states[0].get("count")}

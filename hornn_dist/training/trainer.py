@@ -105,6 +105,7 @@ class Trainer:
         self.progress = TrainerState()  # what the loop has done; saved in every checkpoint
         self._loop_started: float | None = None  # perf_counter at the training loop's start
         self.speed = Throughput()  # tokens/s of the log lines, in training time only
+        self.window = RunningLoss()  # the train loss since the last log line, kept by checkpoints
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.prepare_progress())
@@ -140,7 +141,7 @@ class Trainer:
             optimizer=self.optimizer,
             fused_sgd=self.fused_sgd,
             shared={"schedule": self.schedule},
-            per_rank={"stream": self.train_stream, "step": self.step},
+            per_rank={"stream": self.train_stream, "step": self.step, "loss_window": self.window},
         )
 
     # ------------------------------------------------------------------ set-up
@@ -397,7 +398,7 @@ class Trainer:
     def _run_epochs(self, bar: Any) -> bool:
         """Train step after step until the run is over; the cadence says what follows each."""
         cfg, stream = self.cfg.train, self.train_stream
-        running, speed = RunningLoss(), self.speed
+        running, speed = self.window, self.speed
         speed.rate()  # a new interval from the loop's start
         tokens_per_step = cfg.batch_size * cfg.bptt
         steps_run, timed_from = 0, 0.0
