@@ -475,3 +475,25 @@ def test_a_kill_at_the_rename_of_a_step_saved_again_loses_nothing(
     assert all(torch.equal(got[k], want[k]) for k in want)
     recorded = json.loads((step_dir(run, 10) / ckpt.STATE_FILE).read_text())["test"]
     assert recorded == json.loads((step_dir(stopped[10], 10) / ckpt.STATE_FILE).read_text())["test"]
+
+
+def test_a_resume_of_another_runs_checkpoint_keeps_its_best_to_its_own(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    """--resume of another run's checkpoint into a new folder: the new run's best by validation
+    names its own checkpoints, so its test score and `evaluate NEW/checkpoints/best` read a
+    folder it has, where they read NEW/checkpoints/step_00000010 (the old run's best) and failed
+    whenever the new run did not beat it (here an lr of 5 makes it worse)."""
+    source, new = step_dir(stopped[10], 10), workdir / "resumed_elsewhere"
+    before = files_of(stopped[10])
+    assert json.loads((source / ckpt.STATE_FILE).read_text())["best_checkpoint"] == source.name
+    proc = train_into(
+        workdir, new, "--resume", str(source), "--set", "train.max_steps=12", "--set", "optim.lr=5"
+    )
+    check_ok(proc)
+    newest = ckpt.list_checkpoints(new)[-1]
+    state = json.loads((newest / ckpt.STATE_FILE).read_text())
+    assert state["best_checkpoint"] == state["test_checkpoint"] == newest.name == "step_00000012"
+    scored = run_here("hornn_dist.evaluate", str(new / "checkpoints" / "best"), "--split", "test")
+    check_ok(scored)
+    assert files_of(stopped[10]) == before

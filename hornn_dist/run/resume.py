@@ -21,7 +21,9 @@ Checks, before anything is loaded (each refusal is one line naming the fix):
 Restores, so that a resume with the same config is bit-identical to an uninterrupted run:
   - the weights, the optimizer's state, each rank's random states and the GradScaler;
   - the trainer state (step, best validation, validation history, training time); the test
-    results and stop reason of a run's end are not kept: the resumed run ends again;
+    results and stop reason of a run's end are not kept: the resumed run ends again; from
+    another run's checkpoint (--resume into a new folder) the best is not kept either: a run's
+    best names one of its own checkpoints;
   - the lr schedule (its lr, epochs done, last validation loss, halvings, convergence streak);
   - each rank's stream position and carried hidden state; a checkpoint written by another
     number of processes is re-sliced (elastic resume: every process count reads the same
@@ -117,7 +119,25 @@ def start_run(run: Checkpointer, resume_from: str | None, fresh: bool) -> Start:
     _apply_changed_settings(run, saved, state)
     # the run's end is scored and told again when the resumed run ends
     progress = replace(state, test=None, test_checkpoint="", test_last=None, stop_reason="")
-    return Start(folder, progress)
+    return Start(folder, own_best(progress, folder, run.out))
+
+
+def own_best(progress: TrainerState, folder: Path, out: Path) -> TrainerState:
+    """Return `progress` resumed from checkpoint `folder` into the run folder `out`, its best
+    checkpoint by validation one of `out`'s own: a checkpoint of another run carries that
+    run's best, a folder `out` does not hold (its test score and `best` would read it), so the
+    best starts afresh from this run's own validations."""
+    if folder.resolve().parent == ckpt.checkpoint_root(out).resolve():
+        return progress
+    if progress.best_checkpoint:
+        logger.info(
+            "%s is another run's checkpoint: its best by validation (%s%s) stays there; "
+            "this run's best is chosen from its own checkpoints",
+            folder,
+            progress.best_checkpoint,
+            f", valid loss {progress.best_valid:.4f}" if math.isfinite(progress.best_valid) else "",
+        )
+    return replace(progress, best_valid=math.inf, best_checkpoint="")
 
 
 # ---------------------------------------------------------------- where a run starts
