@@ -1,6 +1,8 @@
 """Runs per model and knob across the PTB sweep files (research/sweeps/ptb*.toml and
 configs/sweeps/ptb*.toml): how much search each model of the PTB table had, seeds counted as
-runs. Prints a markdown table.
+runs. Only trained runs count: a planned run counts where a record under research/records holds
+its trainer_state.json (in a folder SWEEP/RUN, as research/tools/collect_runs.sh copies it).
+Prints a markdown table.
 
     python research/records/2026-12-01-cpu-ptb-equal-knobs/knob_table.py  (matched runs count
     parameters on the prepared corpus: PTB at /work/shared/data/ptb)
@@ -35,13 +37,27 @@ def scale(model) -> float:
     return round(model.feedback_scale * alpha, 4)
 
 
+def trained_runs() -> set[tuple[str, str]]:
+    """Return (sweep file stem, run name) of every run a record holds (its trainer_state.json
+    in SWEEP/RUN, or SWEEP/runs/RUN)."""
+    found = set()
+    for state in (REPO / "research" / "records").rglob("trainer_state.json"):
+        run = state.parent
+        found.add((run.parent.name, run.name))
+        if run.parent.name == "runs":
+            found.add((run.parent.parent.name, run.name))
+    return found
+
+
 def main() -> None:
+    trained = trained_runs()
     runs: dict[str, list] = defaultdict(list)
     files = [*(REPO / "research" / "sweeps").glob("ptb*.toml")]
     files += (REPO / "configs" / "sweeps").glob("ptb*.toml")
     for path in sorted(files, key=lambda p: p.name):
         for run in read_sweep(path, ("data.path=/work/shared/data/ptb",)).runs:
-            runs[kind(run.config.model)].append(run.config)
+            if (path.stem, run.name) in trained:
+                runs[kind(run.config.model)].append(run.config)
     knobs = {
         "feedback scale (c, or alpha at order 1)": lambda c: scale(c.model),
         "FOFE alpha": lambda c: (
