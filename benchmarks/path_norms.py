@@ -28,6 +28,7 @@ import torch
 from hornn_dist.config import load_config
 from hornn_dist.run.run_layout import CONFIG_FILE, TENSORBOARD
 from hornn_dist.run.run_state import STATE_FILE
+from hornn_dist.training.dashboard import event_folders
 
 from common import run_meta, write_json
 
@@ -39,10 +40,10 @@ def read_grad_norms(run: Path) -> dict[str, list[tuple[int, float]]]:
     (all of them: TensorBoard's loader samples scalars unless told not to)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    folder = run / TENSORBOARD
-    if not folder.is_dir():
+    folders = event_folders(run / TENSORBOARD)  # one per run start: the newest is the run's
+    if not folders:
         raise SystemExit(f"path_norms.py: {run} has no {TENSORBOARD}/ (log.tensorboard = true)")
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0}).Reload()
+    acc = EventAccumulator(str(folders[-1]), size_guidance={"scalars": 0}).Reload()
     tags = [t for t in acc.Tags()["scalars"] if t.startswith(GRAD_PREFIX)]
     out: dict[str, list[tuple[int, float]]] = {}
     for tag in tags:  # a resumed run writes a step again: the last write wins

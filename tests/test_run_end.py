@@ -26,6 +26,7 @@ from tests.train_helpers import (
     REPO,
     check_ok,
     env,
+    event_folder,
     prepared_tiny,
     run_events,
     run_here,
@@ -195,7 +196,7 @@ def _stop_reasons(run_dir: Path) -> list[tuple[int, str]]:
     """Return the run/stop_reason texts of a run's TensorBoard files as (step, text)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0}).Reload()
+    acc = EventAccumulator(str(event_folder(run_dir)), size_guidance={"tensors": 0}).Reload()
     tag = next(t for t in acc.Tags()["tensors"] if t.startswith("run/stop_reason"))
     return [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
 

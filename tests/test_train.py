@@ -167,10 +167,10 @@ def test_tensorboard_holds_every_tag(straight_1: Path) -> None:
 
 
 def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> None:
-    """One run in the tensorboard folder (no timestamped sibling), holding the hyper-parameters
-    and a custom-scalars layout of a chart per feedback path and gate, titled by it, and
-    train, valid and test ppl; the test result as a table in the Text tab; a resume adds no
-    second layout."""
+    """One run in the tensorboard folder, the run's start's event folder, resumes included
+    (no timestamped sibling), holding the hyper-parameters and a custom-scalars layout of a
+    chart per feedback path and gate, titled by it, and train, valid and test ppl; the test
+    result as a table in the Text tab; a resume adds no second layout."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
     from tensorboard.plugins.custom_scalar import layout_pb2
@@ -182,10 +182,13 @@ def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> N
     check_ok(_train(workdir, "tb_layout", *two_layers, "--set", "train.max_steps=4"))
     check_ok(_train(workdir, "tb_layout", *two_layers, "--set", "train.max_steps=8"))  # resumes
     board = _out(workdir, "tb_layout") / "tensorboard"
-    assert [p.name for p in board.iterdir() if p.is_dir()] == []
-    assert list(EventMultiplexer().AddRunsFromDirectory(str(board)).Reload().Runs()) == ["."]
+    (start,) = board.iterdir()
+    assert not list(start.glob("*/"))
+    assert list(EventMultiplexer().AddRunsFromDirectory(str(board)).Reload().Runs()) == [start.name]
+    state = TrainerState.read(list_checkpoints(_out(workdir, "tb_layout"))[-1])
+    assert state.tensorboard_run == start.name
 
-    events = EventAccumulator(str(board), size_guidance={"tensors": 0}).Reload()
+    events = EventAccumulator(str(start), size_guidance={"tensors": 0}).Reload()
     starts = events.PluginTagToContent(hparams_meta.PLUGIN_NAME)
     assert list(starts) == [hparams_meta.SESSION_START_INFO_TAG]
     hparams = hparams_meta.parse_session_start_info_plugin_data(
@@ -216,7 +219,6 @@ def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> N
     assert shown(ppl) == {"train/ppl", "valid/ppl", "test/ppl"}
     (text,) = [t for t in events.Tags()["tensors"] if t.startswith("run/test")]
     table = events.Tensors(text)[-1].tensor_proto.string_val[0].decode()
-    state = TrainerState.read(list_checkpoints(_out(workdir, "tb_layout"))[-1])
     assert f"| best by validation ({state.test_checkpoint}, valid ppl " in table
     assert f"**{state.test['ppl']:.2f}**" in table
 
@@ -471,6 +473,39 @@ def test_no_resume_sets_the_previous_run_aside(workdir: Path, straight_1: Path) 
     }
     assert (aside / "train.log").is_file() and (aside / "metrics.jsonl").is_file()
     assert [c.name for c in list_checkpoints(copy)] == ["step_00000004"]
+
+
+def test_each_run_start_writes_tensorboard_events_into_a_folder_of_its_own(
+    workdir: Path, straight_1: Path
+) -> None:
+    """A run started over writes its TensorBoard events where no earlier run's lie, so that a
+    TensorBoard watching the runs never draws the new run into the old one's lines: after
+    --no-resume, and after a start where the run had no checkpoint to resume (stopped before
+    its first)."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    def shown(folder: Path) -> list[str]:  # the runs `tensorboard --logdir folder` lists
+        return sorted(EventMultiplexer().AddRunsFromDirectory(str(folder)).Reload().Runs())
+
+    run = _out(workdir, "restarts")
+    shutil.copytree(straight_1, run)
+    (old,) = shown(run)
+    check_ok(_train(workdir, "restarts", "--no-resume", "--set", "train.max_steps=4"))
+    (aside,) = workdir.glob("restarts.replaced-*")
+    (new,) = shown(run)
+    assert new != old  # not the run (path) the old run's events had in TensorBoard
+    assert shown(aside) == [old]
+    new = run / new
+    assert [s for s, _ in scalars(aside)["train/loss"]] == list(range(2, K_STEPS + 1, 2))
+    assert [s for s, _ in scalars(run)["train/loss"]] == [2, 4]
+
+    shutil.rmtree(run / "checkpoints")  # as a run stopped before its first checkpoint leaves it
+    check_ok(_train(workdir, "restarts", "--set", "train.max_steps=2"))
+    first, second = sorted((run / "tensorboard").iterdir())
+    assert first == new and second.name > new.name  # start order
+    assert [s for s, _ in scalars(run)["train/loss"]] == [2]  # the second start's alone
+    state = TrainerState.read(list_checkpoints(run)[-1])
+    assert state.tensorboard_run == second.name
 
 
 @pytest.mark.parametrize(("first", "then"), [(1, 2), (2, 1)])

@@ -304,11 +304,19 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(newest / "model.safetensors"))
 
 
+def event_folder(run_dir: Path) -> Path:
+    """Return the TensorBoard event folder of a run's newest start (tensorboard/<start>/)."""
+    from hornn_dist.training.dashboard import event_folders
+
+    return event_folders(run_dir / "tensorboard")[-1]
+
+
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Return every TensorBoard scalar of a run as tag -> [(step, value)]."""
+    """Return every TensorBoard scalar of a run (its newest start's event folder, resumes
+    included) as tag -> [(step, value)]."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir / "tensorboard")).Reload()
+    acc = EventAccumulator(str(event_folder(run_dir))).Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 

@@ -5,7 +5,8 @@
       config.toml    the run's resolved config (each checkpoint holds its own copy too)
       train.log      the main process's log, appended by every run (training/run_log.py)
       metrics.jsonl  the same run as data: one JSON object per event (training/events.py)
-      tensorboard/   TensorBoard's event files (Accelerate's tracker of that name)
+      tensorboard/   TensorBoard's event files (Accelerate's tracker of that name), a folder
+                     per run start, named by its start time (training/dashboard.py)
       mlruns/        mlflow's file store, when log.trackers names mlflow without
                      MLFLOW_TRACKING_URI (training/trackers.py); wandb/ is wandb's own
       .lock          held by the run's main process while it runs (run/lock.py)

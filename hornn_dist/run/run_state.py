@@ -67,6 +67,9 @@ class TrainerState:
     vocab_hash: str = ""
     corpus_hash: str = ""  # which prepared corpus, checked on resume
     world_size: int = 1  # the processes that wrote the checkpoint (one rank_<r>.pt each)
+    # the run's TensorBoard event folder in output_dir/tensorboard/, named at its start: its
+    # resumes continue it ("" before a tracker wrote one: the next start names one)
+    tensorboard_run: str = ""
     # every other shared part's state by its name (a top-level field of the file each)
     shared: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -164,9 +167,12 @@ def _problem(state: Any, folder_name: str) -> str | None:
             return (
                 f'field "{key}" must be "" or a step_N folder name up to step {step}, got {name!r}'
             )
-    for key in ("vocab_hash", "corpus_hash", "stop_reason", "hardware"):
+    for key in ("vocab_hash", "corpus_hash", "stop_reason", "hardware", "tensorboard_run"):
         if key in state and not isinstance(state[key], str):
             return f'field "{key}" must be a string, got {state[key]!r}'
+    board = state.get("tensorboard_run", "")
+    if board in (".", "..") or not re.fullmatch(r"[\w.-]*", board):
+        return f'field "tensorboard_run" must be a folder name, got {board!r}'
     for key in sorted(state.keys() - (OWN_FIELDS - PART_FIELDS)):  # a shared part's state
         if not isinstance(state[key], dict):
             return f'field "{key}" must be a JSON object (a checkpoint part), got {state[key]!r}'

@@ -1,10 +1,13 @@
 """What TensorBoard shows of a run besides its scalars: the hyper-parameters and a custom-scalars layout.
 
-Both go into the run's own event files, once, at the start of a fresh run (written at step 0,
-they survive the purge of a resume), so `tensorboard --logdir runs/` lists one run per
-output_dir and its HPARAMS tab one session per run, with every scalar of the run as a metric.
-Accelerate's `init_trackers(config=...)` would write the hyper-parameters into a second,
-timestamp-named run instead.
+Each start of a run writes into an event folder of its own, `output_dir/tensorboard/<start>/`
+(its start time, `new_event_folder`), kept in the trainer state so that its resumes continue
+it: a run started over (`--no-resume`, or one stopped before its first checkpoint) is another
+run in `tensorboard --logdir runs/`, never new points drawn into the old run's lines. The
+hyper-parameters and the layout go into that folder once, at the run's start (written at step
+0, they survive the purge of a resume), so the HPARAMS tab shows one session per run start,
+with every scalar of the run as a metric. Accelerate's `init_trackers(config=...)` would write
+the hyper-parameters into a second, timestamp-named run instead.
 
 The Custom Scalars tab opens on one category per layer with a chart per feedback path (and
 per gate), its title naming the path: TensorBoard colours a chart's lines by run, not by tag,
@@ -17,11 +20,32 @@ charts from several runs merge into one chart with a line per run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 PPL_CATEGORY = "perplexity"
 PPL_CHART = "train, valid and test perplexity (test: the run's end, a marker)"
+
+
+def new_event_folder(board: Path) -> str:
+    """Return the name of a new run start's event folder in `board` (output_dir/tensorboard):
+    the start time, with a count after it where a start in the same second took the name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name, n = stamp, 1
+    while (board / name).exists():
+        name, n = f"{stamp}-{n}", n + 1
+    return name
+
+
+def event_folders(board: Path) -> list[Path]:
+    """Return the event folders in `board` (output_dir/tensorboard), one per run start, oldest
+    first (by name: the start time); [board] itself where it holds the event files (a record's
+    copy of a run written before the folders)."""
+    if any(board.glob("events.out.tfevents.*")):
+        return [board]
+    return sorted(p for p in board.iterdir() if p.is_dir()) if board.is_dir() else []
 
 
 def paths_category(layer: int) -> str:

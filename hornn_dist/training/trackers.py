@@ -1,6 +1,6 @@
 """Where a run's scalars and hyper-parameters go: Accelerate's trackers, named by log.trackers.
 
-TensorBoard is Accelerate's tracker by name (its folder `output_dir/tensorboard`, its
+TensorBoard is Accelerate's tracker by name (its folder `output_dir/tensorboard/<start>`, its
 hyper-parameters written by `dashboard.py`). Every other tracker is built here, so that it
 gets a project named `hornn_dist` and a run named after the output_dir (Accelerate would name
 both after the TensorBoard folder), and its hyper-parameters through its own

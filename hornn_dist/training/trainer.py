@@ -296,14 +296,22 @@ class Trainer:
     def _start_trackers(self, resumed: bool) -> None:
         if not self.trackers:
             return
-        kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if resumed else {}
+        # each run start writes TensorBoard's events into a folder of its own; a resume goes
+        # on in its run's (kept in the trainer state), from the step after its checkpoint
+        board = self.out / TENSORBOARD
+        started = "tensorboard" in self.trackers and not self.progress.tensorboard_run
+        if started:
+            self.progress.tensorboard_run = dashboard.new_event_folder(board)
+        go_on = resumed and not started
+        kwargs = {"tensorboard": {"purge_step": self.progress.step + 1}} if go_on else {}
         # no config= here: Accelerate would put the hyper-parameters in a second, timestamped run
-        self.accelerator.init_trackers(TENSORBOARD, init_kwargs=kwargs)
+        project = f"{TENSORBOARD}/{self.progress.tensorboard_run}"  # TensorBoard's folder alone
+        self.accelerator.init_trackers(project, init_kwargs=kwargs)
         if not self.accelerator.is_main_process:
             return
         # the other trackers start a run of their own each time: each gets the hyper-parameters
         trackers.describe_run(self.accelerator.trackers, self.cfg.flat())
-        if not resumed and "tensorboard" in self.trackers:  # once per run, in its own folder
+        if started:  # once per run start, in its own folder
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.describe_run(writer, self.cfg.flat(), self.core.feedback_path_slices())
 
