@@ -89,6 +89,47 @@ def test_every_reader_checks_the_state(trained, tmp_path):
         assert "\n" not in str(info.value)
 
 
+def _schedule_with(trained: Path, **changes) -> bytes:
+    """Return the trainer state with its `schedule` field changed (a value None deletes the
+    key; `schedule=None` deletes the whole field)."""
+    folder = ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP)
+    state = json.loads((folder / ckpt.STATE_FILE).read_text())
+    if "schedule" in changes:
+        del state["schedule"]
+    for key, value in changes.items():
+        if key != "schedule":
+            state["schedule"][key] = value
+    return json.dumps(state).encode()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"lr": float("nan")}, "schedule.lr"),  # was blamed on optim.lr as a loss gone NaN
+        ({"lr": -3}, "schedule.lr"),  # trained uphill and exited 0, "converged"
+        ({"lr": 1e308}, "schedule.lr"),  # a traceback
+        ({"schedule": None}, "schedule"),  # resumed at the config's lr, without a word
+        ({"halvings": -5}, "schedule.halvings"),
+        ({"epochs_done": 1e30}, "schedule.epochs_done"),
+        ({"epochs_done": 7}, "schedule.epochs_done"),  # more epochs than the run finished
+        ({"previous_valid": "low"}, "schedule.previous_valid"),
+        ({"stopped": None}, "schedule.stopped"),
+        ({"halve_after": -1}, "schedule"),  # a followed [optim] key out of its range
+        ({"halve_before_stop": 1}, "schedule.halve_before_stop"),
+    ],
+)
+def test_a_tampered_lr_schedule_is_refused_naming_the_field(trained, tmp_path, changes, field):
+    """The schedule's part of trainer_state.json is checked at load as the state's own fields
+    are: each value's type and range, one line naming the file and the field, nothing written."""
+    run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, _schedule_with(trained, **changes))
+    before = sorted(p.relative_to(run) for p in run.rglob("*") if p.name != ".lock")
+    line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
+    folder = ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)
+    assert str(folder / ckpt.STATE_FILE) in line and f'field "{field}"' in line
+    assert "Lower optim.lr" not in line
+    assert sorted(p.relative_to(run) for p in run.rglob("*") if p.name != ".lock") == before
+
+
 @pytest.mark.parametrize("version", [None, 2, 3], ids=["no-field", "v2", "v3"])
 def test_a_checkpoint_of_a_previous_version_is_refused_naming_both(trained, tmp_path, version):
     """A trainer state without the version field (as the commits before it wrote), or of

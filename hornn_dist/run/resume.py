@@ -11,6 +11,8 @@ Checks, before anything is loaded (each refusal is one line naming the fix):
   - every file of the checkpoint matches its sha256 (checksums.json);
   - its trainer_state.json is of this code's format (`run_state.VERSION`): a run of an older
     format is finished with the commit that wrote it, or started over (--no-resume);
+  - each shared part's saved state is one the part takes (the lr schedule's: every value
+    there, of its type and in its range; `LrSchedule.state_problem`);
   - the model (`model.*` but the execution keys), the vocabulary, the prepared corpus (unless
     train.allow_corpus_change) and the [train] keys of way `on_resume.MATCH` (batch_size,
     bptt) are the checkpoint's;
@@ -102,6 +104,7 @@ def start_run(run: Checkpointer, resume_from: str | None, fresh: bool) -> Start:
         return Start()
     state = TrainerState.read(folder)
     check_version(folder, state)
+    check_parts(folder, state, run.shared)
     saved = ckpt.read_config(folder)
     ckpt.check_model_record(folder, saved)
     changed = check_compatible(folder, state, saved, cfg, corpus.vocab_hash, corpus.content_hash)
@@ -206,6 +209,25 @@ def check_version(folder: Path, state: TrainerState) -> None:
         f"version {VERSION}: finish that run with the commit that wrote it ({which}), or "
         "start it over with --no-resume"
     )
+
+
+def check_parts(folder: Path, state: TrainerState, shared: dict[str, Any]) -> None:
+    """Raise one CheckpointError naming the file and the field where a shared part's saved
+    state (the lr schedule's) is missing, of another type or out of range, before any use: each
+    part with a `state_problem` says what it takes (a part missing altogether is refused by
+    its load, naming it)."""
+    for name, part in shared.items():
+        saved, judge = state.part(name), getattr(part, "state_problem", None)
+        if saved is None or judge is None:
+            continue
+        problem = judge(saved, state.epoch)
+        if problem is not None:
+            key, what = problem
+            raise CheckpointError(
+                f'{folder / STATE_FILE}: field "{name}{"." + key if key else ""}" {what}; the '
+                "file was changed after its save: use another checkpoint of the run (an older "
+                "step_N)"
+            )
 
 
 def check_compatible(

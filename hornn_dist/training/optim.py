@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from hornn_dist.config import OptimConfig
+from hornn_dist.config import MAX_LR, OptimConfig
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.poolings import get_pooling
 from hornn_dist.run.on_resume import SCHEDULE, keys_of
@@ -244,6 +244,61 @@ class LrSchedule:
             **{name: getattr(self, name) for name in record if name != "lr"},
         }
 
+    @classmethod
+    def state_problem(cls, state: dict, epochs: int) -> tuple[str, str] | None:
+        """Return what is wrong with a saved schedule state (`state_dict()`'s values) of a run
+        that finished `epochs` epochs, as (its key, what is wrong), or None when it can be
+        loaded: every value of the record there, of its type and in its range, and the [optim]
+        keys it follows as `optim` would take them."""
+        if not state:
+            return "", "is missing or empty: the checkpoint has no lr schedule"
+        whole = {
+            "epochs_done": epochs,  # one per epoch end
+            "plateau_epochs": epochs,
+            "small_epochs": epochs,
+            "halvings": 2 * epochs,  # an epoch's own, and one a resume's stop rule may add
+        }
+        for key, most in whole.items():
+            value = state.get(key)
+            if not _is_whole(value) or not 0 <= value <= most:
+                return (
+                    key,
+                    f"must be a whole number from 0 to {most} ({epochs} epochs done), got {value!r}",
+                )
+        lrs = {"lr": "a number > 0", "epoch_lr": "a number >= 0", "streak_lr": "a number >= 0"}
+        for key, what in lrs.items():
+            value = state.get(key)
+            low_ok = _is_real(value) and (value > 0 if key == "lr" else value >= 0)
+            if not low_ok or value > MAX_LR:
+                return (
+                    key,
+                    f"must be {what} and at most {MAX_LR:g} (optim.lr's range), got {value!r}",
+                )
+        previous = state.get("previous_valid")
+        if not _is_real(previous, infinite=True) or previous < 0:
+            return "previous_valid", f"must be a loss >= 0 (or Infinity), got {previous!r}"
+        if not isinstance(state.get("stopped"), str):
+            return "stopped", f"must be a string, got {state.get('stopped')!r}"
+        defaults = OptimConfig()
+        followed = {key: state[key] for key in keys_of(defaults, SCHEDULE) if key in state}
+        for key, value in followed.items():
+            default = getattr(defaults, key)
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, int):
+                ok = _is_whole(value)
+            elif isinstance(default, float):
+                ok = _is_real(value)
+            else:
+                ok = isinstance(value, type(default))
+            if not ok:
+                return key, f"must be a {type(default).__name__}, as optim.{key} is, got {value!r}"
+        try:
+            replace(defaults, **followed).validate()
+        except ValueError as err:  # ConfigError, naming the optim key
+            return "", f"holds an [optim] setting out of range: {err}"
+        return None
+
     def load_state_dict(self, state: dict) -> None:
         """Restore the schedule's state from `state_dict()`'s values (a key it lacks stays)."""
         followed = keys_of(self.cfg, SCHEDULE)
@@ -274,6 +329,18 @@ class LrSchedule:
             if self.lr >= self.epoch_lr:  # the stop epoch did not halve on its own
                 self._halve()
                 self._push()
+
+
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object, infinite: bool = False) -> bool:
+    """Return whether `value` is a JSON number (not a bool) that is finite, or infinite where
+    `infinite` allows; never NaN."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        return False
+    return infinite or math.isfinite(value)
 
 
 def relative_improvement(previous: float, current: float) -> float:
