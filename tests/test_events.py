@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,26 @@ def test_a_line_cut_short_by_a_kill_is_left_out_and_nan_is_null(tmp_path: Path) 
         log.open(tmp_path)
         log.write("stop", step=3, code="tired", reason="")
     log.close()
+
+
+def test_report_skips_lines_that_are_not_events_with_one_warning(run: Path, tmp_path: Path) -> None:
+    """A metrics.jsonl holding a line that is not UTF-8, or JSON that is not an event (`42`,
+    `{"x": 1}`), is reported with one warning naming the file and those lines, where report
+    exited 1 with a traceback."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    path = copy / "metrics.jsonl"
+    lines = path.read_bytes().count(b"\n")
+    with open(path, "ab") as f:
+        f.write(b'42\n{"x": 1}\nand\xff god\n')
+    proc = run_here("hornn_dist.report", str(copy), "--no-plots")
+    check_ok(proc)
+    assert "Traceback" not in proc.stderr
+    (warning,) = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert str(path) in warning
+    assert f"{lines + 1} (not an event object), {lines + 2} (not an event object)" in warning
+    assert f"{lines + 3} (not UTF-8)" in warning
+    assert "max_steps 20" in (copy / "report" / "report.md").read_text()  # its stop event read
 
 
 def test_other_ranks_write_nothing(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ says where it resumed, and a reader keeps, per step, the last object written.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -33,6 +34,9 @@ from hornn_dist.run.run_layout import EVENTS_FILE
 from hornn_dist.util.files import open_for_writing
 
 STOP_CODES = ("converged", "max_steps", "epochs", "signal")
+
+logger = logging.getLogger(__name__)
+_WARNED: set[tuple[str, int, int]] = set()  # the files read_events warned about
 
 
 def _plain(value: Any) -> Any:
@@ -80,12 +84,33 @@ class EventLog:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """Return the events of a metrics.jsonl in order (a last line cut short by a kill is left
-    out)."""
-    events = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            events.append(json.loads(line))
+    """Return the events of a metrics.jsonl in order: the JSON objects with an `event` name.
+
+    A line a killed write cut short (not JSON; a resumed run appends after it) is left out
+    quietly; any other line that is not an event (not UTF-8, or JSON such as `42` or
+    `{"x": 1}`: written by something else) is left out with one warning naming the file and
+    its lines."""
+    events, foreign = [], []
+    data = Path(path).read_bytes()
+    for number, raw in enumerate(data.splitlines(), 1):
+        try:  # json.dumps writes ASCII: a kill never cuts a line mid-character
+            event = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            foreign.append(f"{number} (not UTF-8)")
+            continue
         except json.JSONDecodeError:
-            continue  # only a killed write leaves a partial line, and only the last
+            continue  # a killed write's partial line
+        if isinstance(event, dict) and isinstance(event.get("event"), str):
+            events.append(event)
+        else:
+            foreign.append(f"{number} (not an event object)")
+    seen = (str(Path(path).resolve()), len(data), hash(data))
+    if foreign and seen not in _WARNED:  # once per file as it is, however many readers read it
+        _WARNED.add(seen)
+        logger.warning(
+            "%s: skipped %s: %s (not written by the trainer)",
+            path,
+            "line" if len(foreign) == 1 else "lines",
+            ", ".join(foreign),
+        )
     return events
