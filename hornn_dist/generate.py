@@ -116,6 +116,29 @@ def print_words(words: Iterator[str], start: str, out: TextIO) -> None:
     out.flush()
 
 
+def check_utf8_prompt(prompt: str) -> None:
+    """Raise ConfigError naming the first byte of `prompt` that is not UTF-8 (a command line
+    of another encoding reaches Python as such bytes, which no tokenizer reads)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raw = _as_typed(prompt[err.start : err.end])
+        raise ConfigError(
+            f"--prompt is not UTF-8 text: byte {' '.join(f'0x{b:02x}' for b in raw)} at "
+            f"character {err.start + 1} of {_as_typed(prompt)!r}; pass the prompt as UTF-8 "
+            "(e.g. through `iconv -t utf-8`)"
+        ) from None
+
+
+def _as_typed(text: str) -> bytes:
+    """Return the bytes a command line gave as `text` (Python keeps the bytes that are not
+    UTF-8 as surrogates)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no command line gives: shown escaped
+        return text.encode("utf-8", "backslashreplace")
+
+
 def encode_prompt(corpus: Any, prompt: str) -> tuple[list[int], list[str]]:
     """Return the prompt's ids, read as the corpus's text was (its tokenizer.json applies the
     corpus's lowercase and <eos> settings), and its distinct words outside the vocabulary, as typed."""
@@ -150,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--seed must be between 0 and 2**64 - 1, got {args.seed}")
     if args.top_k < 0:
         raise ConfigError(f"--top-k must be >= 0 (0 = all words), got {args.top_k}")
+    check_utf8_prompt(args.prompt)
     setup_logging(True)  # resolving `best` says on stderr which checkpoint it picked
     folder, cfg = resolve_trained(args.checkpoint)
     accelerator = build_accelerator("no")  # sampling runs in fp32, whatever the run trained in

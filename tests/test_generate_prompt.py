@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hornn_dist.generate import unknown_words_warning
-from tests.train_helpers import check_ok, run_here, write_tiny_config
+from tests.train_helpers import REPO, check_ok, env, run_here, write_tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +179,17 @@ def test_an_export_reads_prompts_the_same_through_transformers(
     )
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(out / TOKENIZER))
     assert fast(prompt)["input_ids"] == ids
+
+
+def test_a_prompt_that_is_not_utf8_is_one_line(lowercase_run: Path) -> None:
+    """A prompt typed in another encoding (the byte 0xff in `and\\xff god`) is one line naming
+    the byte, where generate exited 1 with an 18-line traceback from the tokenizer."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "hornn_dist.generate", str(lowercase_run), "--prompt",
+         b"and\xff god", "--tokens", "4", "--seed", "5"],
+        capture_output=True, text=True, cwd=REPO, env=env(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: --prompt is not UTF-8 text: byte 0xff at character 4")
