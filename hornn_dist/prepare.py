@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     run = load_config(args.config, args.overrides)
     cfg = run.data
+    cfg.check_heldout()  # the run needs a valid and a test split: refused before any work
     # the trainer's own decision (log.progress "auto": a bar on a terminal, else log lines)
     progress = False if args.quiet else run.log.prepare_progress()
     from hornn_dist.data.pipeline import default_workers, prepare_corpus

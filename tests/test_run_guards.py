@@ -57,8 +57,26 @@ def only_error_line(proc: subprocess.CompletedProcess) -> str:
 def test_a_missing_test_split_fails_before_the_first_step(workdir: Path) -> None:
     proc = train(workdir, "--set", "data.test=[]")
     line = only_error_line(proc)
-    assert "no split 'test'" in line and "data.test" in line
+    assert "no test split" in line and "data.test" in line
     assert "step 2: loss" not in proc.stderr  # failed at start, not after training
+
+
+def test_a_corpus_of_a_train_file_alone_is_refused_before_it_is_prepared(tmp_path: Path) -> None:
+    """Without valid and test files, prepare and train refuse at once, naming the keys that
+    give the splits, data.heldout_chars among them; what that hint says then trains."""
+    config = write_tiny_config(tmp_path, data={"valid": [], "test": []})
+    for command in ("hornn_dist.prepare", "hornn_dist.train"):
+        line = only_error_line(run_here(command, str(config)))
+        assert "no valid split and no test split" in line, line
+        assert "data.valid and data.test" in line and "data.heldout_chars = N" in line
+    assert not (tmp_path / "cache").exists()  # nothing was read or prepared
+    held_out = ("data.heldout_chars=600", "data.valid_chars=300", "train.max_steps=2")
+    check_ok(
+        run_here("hornn_dist.train", str(config), *(a for kv in held_out for a in ("--set", kv)))
+    )
+    half = ("--set", "data.heldout_chars=600", "--set", "data.valid_chars=600")
+    line = only_error_line(run_here("hornn_dist.prepare", str(config), *half))
+    assert "leaves no test split" in line and "data.valid_chars between 1 and" in line
 
 
 @pytest.mark.parametrize("hidden", ["200000", "99999999999999999999"])

@@ -104,6 +104,43 @@ class DataConfig:
         kept = self.keys_set() | {"preset"}
         return {key: value for key, value in values.items() if key in kept}
 
+    def missing_heldout(self) -> list[str]:
+        """Return the held-out splits ("valid", "test") the prepared corpus would lack (preset
+        applied): a run validates on one and scores the other."""
+        cfg = apply_preset(self)
+        if cfg.heldout_chars:  # one text, its end cut into valid and test
+            have = {"valid": cfg.valid_chars > 0, "test": cfg.valid_chars < cfg.heldout_chars}
+        elif cfg.source == "hub":
+            have = {"valid": bool(cfg.valid_split), "test": bool(cfg.test_split)}
+        else:
+            have = {"valid": bool(cfg.valid), "test": bool(cfg.test)}
+        return [split for split in ("valid", "test") if not have[split]]
+
+    def check_heldout(self) -> None:
+        """Raise ConfigError (one line naming the keys that give them) where the corpus would
+        lack a valid or test split, before anything is read or prepared."""
+        missing = self.missing_heldout()
+        if not missing:
+            return
+        cfg = apply_preset(self)
+        lacks = " and ".join(f"no {split} split" for split in missing)
+        if cfg.heldout_chars:
+            raise ConfigError(
+                f"data.heldout_chars = {cfg.heldout_chars} with data.valid_chars = "
+                f"{cfg.valid_chars} leaves {lacks}, which a run validates and tests on: set "
+                "data.valid_chars between 1 and data.heldout_chars - 1 (the held-out "
+                "characters that validate; the rest test)"
+            )
+        keys = [
+            f"data.{split}_split" if cfg.source == "hub" else f"data.{split}" for split in missing
+        ]
+        raise ConfigError(
+            f"the corpus would have {lacks} ({' and '.join(keys)} empty), which a run validates "
+            f"and tests on: name {'them' if len(keys) > 1 else 'it'} in {' and '.join(keys)}, "
+            "or hold out the end of the train text: data.heldout_chars = N (its last N "
+            "characters) with data.valid_chars = M (the first M of them validate, the rest test)"
+        )
+
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
         if self.preset not in PRESETS:

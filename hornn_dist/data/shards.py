@@ -242,8 +242,13 @@ class Corpus:
     def split(self, name: str) -> TokenReader:
         """Return the reader of one split ('train', 'valid', 'test')."""
         if name not in self.manifest["splits"]:
+            held_out = (
+                ""
+                if name == "train"
+                else " (or hold out the end of the train text: data.heldout_chars)"
+            )
             raise DataError(
-                f"{self.folder} has no split {name!r} (it has {', '.join(self.splits)}); HINT: configure data.{name} and prepare again"
+                f"{self.folder} has no split {name!r} (it has {', '.join(self.splits)}); HINT: configure data.{name}{held_out} and prepare again"
             )
         if name not in self._readers:
             self._readers[name] = TokenReader(

@@ -107,6 +107,7 @@ class Trainer:
         self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.window = RunningLoss()  # the train loss since the last log line, kept by checkpoints
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
+        cfg.data.check_heldout()  # a run validates and tests: refused before preparing
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.prepare_progress())
         batch = self.batch_per_process
