@@ -80,16 +80,19 @@ def checkpoint_holding(path: str | Path) -> Path | None:
 
     A checkpoint folder holds DONE or checksums.json (or is a save's `.tmp_step_N`); a run's
     `checkpoints/` holds step folders, or sits beside a run's lock, log or events."""
-    resolved = Path(os.path.abspath(path)).resolve()  # strict=False: the tail may not exist yet
-    for folder in (resolved, *resolved.parents):
-        if not folder.is_dir():
-            continue
-        if (folder / DONE).is_file() or (folder / CHECKSUMS).is_file():
-            return folder
-        if folder.name.startswith(".tmp_step_") or (
-            folder.name == CHECKPOINTS and _holds_a_run(folder)
-        ):
-            return folder
+    try:
+        resolved = Path(os.path.abspath(path)).resolve()  # the tail may not exist yet
+        for folder in (resolved, *resolved.parents):
+            if not folder.is_dir():
+                continue
+            if (folder / DONE).is_file() or (folder / CHECKSUMS).is_file():
+                return folder
+            if folder.name.startswith(".tmp_step_") or (
+                folder.name == CHECKPOINTS and _holds_a_run(folder)
+            ):
+                return folder
+    except (OSError, RuntimeError):  # a loop of links, a name too long: the write check names it
+        return None
     return None
 
 
