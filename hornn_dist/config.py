@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import math
 import os
+import stat
 import sys
 import types
 import typing
@@ -414,13 +415,31 @@ def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
             f"{what} {path} is a folder, not a file; pass a TOML file such as {example}{hint}"
         )
     if not path.is_file():
-        raise ConfigError(f"{what} {path} not found; pass a TOML file such as {example}")
+        kind = _special_file_kind(path)
+        found = f"is {kind}, not a file" if kind else "not found"
+        raise ConfigError(f"{what} {path} {found}; pass a TOML file such as {example}")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a leading BOM is no key
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} {path} is not UTF-8 text: {err}") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{what} {path} is not valid TOML: {err}") from None
+
+
+def _special_file_kind(path: Path) -> str:
+    """Return what `path` is when it exists but is neither a file nor a folder ("a character
+    device" for /dev/null), else ""."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # missing, or a link to nothing
+        return ""
+    kinds = {
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISFIFO: "a pipe",
+        stat.S_ISSOCK: "a socket",
+    }
+    return next((kind for test, kind in kinds.items() if test(mode)), "")
 
 
 def parse_override(item: str) -> tuple[str, str, Any]:

@@ -25,6 +25,7 @@ from tests.train_helpers import (
     run_patched,
     start,
     train_into,
+    write_tiny_config,
 )
 
 STEPS = 12  # checkpoints every 5 steps and at the end
@@ -497,3 +498,54 @@ def test_a_resume_of_another_runs_checkpoint_keeps_its_best_to_its_own(
     scored = run_here("hornn_dist.evaluate", str(new / "checkpoints" / "best"), "--split", "test")
     check_ok(scored)
     assert files_of(stopped[10]) == before
+
+
+@pytest.fixture(scope="module")
+def few_words(workdir: Path) -> Path:
+    """The tiny config over a training text of six words (a vocabulary of 8 with <unk> and
+    <eos>, where the tiny corpus has 41), prepared."""
+    folder = workdir / "few_words"
+    write_tiny_config(folder)
+    (folder / "train.txt").write_text("a b c d e f\n" * 60)
+    check_ok(run_here("hornn_dist.prepare", str(folder / "config.toml")))
+    return folder
+
+
+def test_another_vocabulary_is_told_by_its_size_and_the_fix_fits_the_command(
+    stopped: dict[int, Path], workdir: Path, few_words: Path
+) -> None:
+    """A resume onto another vocabulary names the two sizes (it named two hashes), and
+    advises --no-resume only where --resume was not given."""
+    run = copy_run(stopped, "other_vocabulary")
+    (line,) = error_lines(train_into(few_words, run))
+    assert "vocabulary: checkpoint 41 words != data 8 words" in line
+    assert "(use --no-resume or another train.output_dir)" in line
+    named = train_into(few_words, workdir / "named_other", "--resume", str(step_dir(run, 10)))
+    assert named.returncode == 2, named.stderr[-2000:]
+    (line,) = error_lines(named)
+    assert "vocabulary: checkpoint 41 words != data 8 words" in line
+    assert "--no-resume" not in line and "leave --resume out" in line
+
+
+@pytest.mark.parametrize("steps", [5, 10])
+def test_a_rank_file_lacking_a_part_names_what_to_resume_instead(
+    stopped: dict[int, Path], workdir: Path, steps: int
+) -> None:
+    """rank_0.pt without its stream: the line names the run's older checkpoint to resume, or
+    says it has none (it advised "an older one" to a run that had none)."""
+    run = copy_run(stopped, f"no_stream_{steps}", steps=steps)
+    newest = step_dir(run, steps)
+    parts = torch.load(newest / "rank_0.pt", weights_only=True)
+    del parts["stream"]
+    torch.save(parts, newest / "rank_0.pt")
+    ckpt.write_checksums(newest)
+    proc = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc)
+    assert "a rank file lacks the part 'stream'" in line
+    if steps == 5:
+        assert line.endswith("its run has no older checkpoint: start over with --no-resume")
+    else:
+        assert line.endswith(
+            f"resume from an older checkpoint of its run (--resume {step_dir(run, 5)})"
+        )

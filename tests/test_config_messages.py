@@ -54,6 +54,16 @@ def test_a_config_path_that_is_a_folder_says_so(
     )
 
 
+def test_a_config_path_that_is_a_device_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """/dev/null exists: it is named as what it is, where it was "not found"."""
+    code, lines = _cli_lines(capsys, ["/dev/null"])
+    assert code == 2
+    assert lines == [
+        "error: config file /dev/null is a character device, not a file; pass a TOML file "
+        "such as configs/demo.toml"
+    ]
+
+
 def test_halve_below_under_fixed_then_halve_is_refused() -> None:
     with pytest.raises(ConfigError) as raised:
         load_config(None, ["optim.schedule=fixed_then_halve", "optim.halve_below=0.003"])

@@ -256,6 +256,22 @@ def test_jobs_beyond_the_cpu_cores_is_one_line_even_in_a_dry_run(tmp_path: Path)
     )
 
 
+def test_a_sweep_of_a_million_runs_is_refused_at_once(tmp_path: Path) -> None:
+    """A grid of 1000 x 1000 runs is one line naming the count and the cap, in seconds, where
+    `--dry-run` built every run's config for minutes, holding a GB, and printed nothing."""
+    values = ", ".join(str(i) for i in range(1, 1001))
+    grid = f'grid = {{ "train.seed" = [{values}], "train.max_steps" = [{values}] }}\n'
+    sweep = write_sweep(tmp_path, '[[runs]]\nname = "r{train.seed}-{train.max_steps}"\n' + grid)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hornn_dist.sweep", str(sweep), "--dry-run"],
+        capture_output=True, text=True, cwd=REPO, env=env(), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"error: {sweep}: the sweep holds 1,000,000 runs")
+    assert "more than the 10,000 a sweep may hold" in line
+
+
 def test_check_jobs_fits_the_machine() -> None:
     from hornn_dist.sweep import check_jobs
     from hornn_dist.util.errors import ConfigError

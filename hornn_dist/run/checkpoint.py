@@ -536,6 +536,16 @@ def model_record(cfg: RunConfig) -> str:
     return json.dumps(keys, sort_keys=True)
 
 
+def vocab_size_of(folder: Path) -> int | None:
+    """Return the vocabulary size a checkpoint's weights were made for (the rows of the
+    language model's `embedding`), or None where the weights cannot say."""
+    try:
+        with safe_open(str(folder / WEIGHTS), framework="pt") as weights:
+            return int(weights.get_slice("embedding.weight").get_shape()[0])
+    except Exception:  # safetensors raises many types; no such tensor
+        return None
+
+
 def check_model_record(folder: Path, cfg: RunConfig) -> None:
     """Raise CheckpointError when `cfg` (the checkpoint's config.toml) names another model than
     the one its weights record (a config edited after the save, its checksums rewritten);
@@ -574,6 +584,21 @@ def last_finite_checkpoint(folder: Path) -> Path | None:
         except Exception:  # an unreadable one is no candidate
             continue
     return None
+
+
+def older_instead(folder: Path) -> str:
+    """Return what to resume instead of checkpoint `folder`: the newest complete checkpoint of
+    its run before it (`--resume PATH`), or, where the run has none, a start over."""
+    match = STEP_DIR.match(folder.name)
+    step = int(match.group(1)) if match else -1
+    older = [
+        c
+        for c in list_checkpoints(folder.parent.parent, warn=False)
+        if int(STEP_DIR.match(c.name).group(1)) < step
+    ]
+    if older:
+        return f"resume from an older checkpoint of its run (--resume {older[-1]})"
+    return "its run has no older checkpoint: start over with --no-resume"
 
 
 def check_finite_for_resume(folder: Path, weights: dict[str, torch.Tensor]) -> None:
@@ -628,8 +653,7 @@ def check_finite_optimizer(folder: Path, optimizer: torch.optim.Optimizer) -> No
         raise CheckpointError(
             f"checkpoint {folder} holds NaN or infinite optimizer state ({len(bad)} of "
             f"{len(tensors)} tensors, e.g. a {bad[0]} in optimizer.bin): its run diverged "
-            "before this save; resume from an older checkpoint (--resume PATH) or start over "
-            "with --no-resume"
+            f"before this save; {older_instead(folder)}"
         )
 
 
@@ -637,7 +661,7 @@ def _unreadable(folder: Path, err: Exception) -> CheckpointError:
     """Return the one error for a checkpoint holding a file its library cannot read."""
     return CheckpointError(
         f"{folder} holds a file that is not a valid checkpoint file ({type(err).__name__}); "
-        "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
+        f"{older_instead(folder)}"
     )
 
 
@@ -681,7 +705,7 @@ def _torch_load(path: Path) -> Any:
     except Exception as err:  # UnpicklingError, RuntimeError (bad zip), EOFError, ...
         raise CheckpointError(
             f"{path} is not a valid checkpoint file ({type(err).__name__}); "
-            "resume from an older checkpoint (--resume PATH) or start over with --no-resume"
+            f"{older_instead(path.parent)}"
         ) from None
 
 
@@ -691,12 +715,12 @@ def load_rank_file(folder: Path, rank: int) -> dict[str, Any]:
     path = folder / f"rank_{rank}.pt"
     if not path.is_file():
         raise CheckpointError(
-            f"{path} is missing: the checkpoint is incomplete; resume from an older one"
+            f"{path} is missing: the checkpoint is incomplete; {older_instead(folder)}"
         )
     saved = _torch_load(path)
     if not isinstance(saved, dict):
         raise CheckpointError(
-            f"{path} holds a {type(saved).__name__}, not the per-rank parts; resume from an "
-            "older checkpoint (--resume PATH)"
+            f"{path} holds a {type(saved).__name__}, not the per-rank parts; "
+            f"{older_instead(folder)}"
         )
     return saved

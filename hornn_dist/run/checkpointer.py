@@ -93,7 +93,7 @@ class Checkpointer:
             if saved_part is None:
                 raise CheckpointError(
                     f"{folder / STATE_FILE} lacks the part {name!r}: the checkpoint is "
-                    "incomplete; resume from an older one"
+                    f"incomplete; {ckpt.older_instead(folder)}"
                 )
             part.load_state_dict(saved_part)
         rank, world = acc.process_index, acc.num_processes
@@ -104,7 +104,7 @@ class Checkpointer:
             if any(name not in s for s in saved):
                 raise CheckpointError(
                     f"{folder}: a rank file lacks the part {name!r}: the checkpoint is "
-                    "incomplete; resume from an older one"
+                    f"incomplete; {ckpt.older_instead(folder)}"
                 )
             states = [s[name] for s in saved]
             part.load_state_dict(states[0] if same else _reshard(part, states, rank, world))

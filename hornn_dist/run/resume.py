@@ -107,7 +107,16 @@ def start_run(run: Checkpointer, resume_from: str | None, fresh: bool) -> Start:
     check_parts(folder, state, run.shared)
     saved = ckpt.read_config(folder)
     ckpt.check_model_record(folder, saved)
-    changed = check_compatible(folder, state, saved, cfg, corpus.vocab_hash, corpus.content_hash)
+    changed = check_compatible(
+        folder,
+        state,
+        saved,
+        cfg,
+        corpus.vocab_hash,
+        corpus.content_hash,
+        vocab_size=corpus.vocab_size,
+        named=resume_from is not None,
+    )
     done = completion(state, cfg)
     if done:
         return Start(folder, state, _report_complete(folder, state, done, cfg))
@@ -237,12 +246,17 @@ def check_compatible(
     cfg: RunConfig,
     vocab_hash: str,
     corpus_hash: str | None = None,
+    vocab_size: int | None = None,
+    named: bool = False,
 ) -> list[str]:
     """Raise CheckpointError listing every difference that makes `folder` (its trainer
     `state`, its config `saved`) unusable for this run.
 
     `corpus_hash` is the prepared corpus's identity (`Corpus.content_hash`): training on another
     corpus than the checkpoint's is a difference unless `train.allow_corpus_change` (logged).
+    Another vocabulary is told by its size where `vocab_size` (the data's) is given and the
+    weights say theirs; `named`: the checkpoint was given by --resume (the fix then is another
+    checkpoint, or none).
     Return the execution keys (`on_resume.EXECUTION`) that differ, as "model.key: old -> new".
     """
     execution = keys_of(cfg.model, EXECUTION)  # every other [model] key shapes the weights
@@ -257,7 +271,7 @@ def check_compatible(
         if key not in execution
     ]
     if state.vocab_hash != vocab_hash:
-        diffs.append(f"vocabulary hash: checkpoint {state.vocab_hash} != data {vocab_hash}")
+        diffs.append(_vocabulary_difference(folder, state.vocab_hash, vocab_hash, vocab_size))
     elif corpus_hash is not None and state.corpus_hash != corpus_hash:
         if not cfg.train.allow_corpus_change:
             diffs.append(
@@ -281,12 +295,29 @@ def check_compatible(
         if old != new:
             diffs.append(f"train.{key}: checkpoint {old!r} != config {new!r}")
     if diffs:
-        raise CheckpointError(
-            f"cannot resume from {folder}: "
-            + "; ".join(diffs)
-            + " (use --no-resume or another train.output_dir)"
+        fix = (
+            "pass --resume a checkpoint of a run with this model and data, or leave --resume out"
+            if named
+            else "use --no-resume or another train.output_dir"
         )
+        raise CheckpointError(f"cannot resume from {folder}: " + "; ".join(diffs) + f" ({fix})")
     return [f"model.{key}: {old!r} -> {new!r}" for key, old, new in changed if key in execution]
+
+
+def _vocabulary_difference(
+    folder: Path, saved_hash: str, data_hash: str, data_size: int | None
+) -> str:
+    """Return how the checkpoint's vocabulary differs from the data's: by size where the
+    weights say theirs, else by hash."""
+    saved_size = ckpt.vocab_size_of(folder) if data_size is not None else None
+    if saved_size is None:
+        return f"vocabulary hash: checkpoint {saved_hash} != data {data_hash}"
+    if saved_size != data_size:
+        return f"vocabulary: checkpoint {saved_size:,} words != data {data_size:,} words"
+    return (
+        f"vocabulary: {data_size:,} words in both but other words (hash: checkpoint "
+        f"{saved_hash[:16]} != data {data_hash[:16]})"
+    )
 
 
 def _check_within_epochs(folder: Path, step: int, run: Checkpointer) -> None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ from hornn_dist.config import (
     toml_value,
 )
 from hornn_dist.util.errors import ConfigError, HornnError
+from hornn_dist.util.wording import counted
 
 LAYOUTS = ("orders", "alpha", "summary", "fair", "transfer")
 PAPERS = ("ptb", "text8", "none")
@@ -78,6 +80,9 @@ SWEEP_KEYS = (
     "corpora",
 )
 GROUP_KEYS = ("name", "base", "set", "grid", "match_params", "match_multiple")
+# runs one sweep may hold: each run's config is built and checked before anything trains (some
+# 5 ms a run), so a larger grid is refused at once, never read for minutes
+MAX_RUNS = 10_000
 RUNS_FILE = "sweep.json"  # written into output_dir: the runs, their recipes and overrides
 
 
@@ -145,6 +150,7 @@ def read_sweep(path: str | Path, cli_overrides: tuple[str, ...] = ()) -> SweepPl
     groups = raw.get("runs", [])
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"{path}: the sweep has no runs; add at least one [[runs]] table")
+    _check_size(path, groups, len(recipes), len(corpora))
     planned: list[_Entry] = []
     points = [p for i, g in enumerate(groups, 1) for p in _expand_group(path, i, g, base)]
     for corpus, data in corpora:  # a corpus's runs together: a screen finishes corpus by corpus
@@ -185,6 +191,25 @@ def read_sweep(path: str | Path, cli_overrides: tuple[str, ...] = ()) -> SweepPl
         for e in planned
     ]
     return SweepPlan(path, base, output_dir, layout, paper, tuple(runs))
+
+
+def _check_size(path: Path, groups: list[Any], recipes: int, corpora: int) -> None:
+    """Raise ConfigError when the sweep holds more than MAX_RUNS runs, counted from the sizes
+    of its grids before any run is built (a group's own problems are found when it is read)."""
+    sizes = [
+        math.prod(len(v) if isinstance(v, list) else 1 for v in group["grid"].values())
+        if isinstance(group, dict) and isinstance(group.get("grid"), dict)
+        else 1
+        for group in groups
+    ]
+    count = sum(sizes) * recipes * corpora
+    if count > MAX_RUNS:
+        raise ConfigError(
+            f"{path}: the sweep holds {count:,} runs ({sum(sizes):,} grid points x "
+            f"{counted(recipes, 'recipe')} x {counted(corpora, 'corpus', 'corpora')}), more "
+            f"than the {MAX_RUNS:,} a sweep may hold: shrink its grids or split it into several "
+            "sweep files"
+        )
 
 
 def _base_file(path: Path, where: str, value: Any) -> Path:
