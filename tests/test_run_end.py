@@ -140,7 +140,7 @@ def test_changed_schedule_keeps_its_history() -> None:
 def test_a_finished_run_says_so_and_exits_without_work(workdir: Path) -> None:
     first = train(workdir, "finished", "--set", "train.epochs=2")
     check_ok(first)
-    epoch_lines = [line for line in first.stderr.splitlines() if " done: valid ppl " in line]
+    epoch_lines = [line for line in first.stderr.splitlines() if ", valid ppl " in line]
     assert len(epoch_lines) == 2
     assert "lr for next epoch" in epoch_lines[0]
     assert "lr for next epoch" not in epoch_lines[1]  # there is no next epoch

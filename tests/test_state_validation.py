@@ -130,22 +130,22 @@ def test_a_tampered_lr_schedule_is_refused_naming_the_field(trained, tmp_path, c
     assert sorted(p.relative_to(run) for p in run.rglob("*") if p.name != ".lock") == before
 
 
-@pytest.mark.parametrize("version", [None, 2, 3], ids=["no-field", "v2", "v3"])
+@pytest.mark.parametrize("version", [None, 2, 4], ids=["no-field", "v2", "v4"])
 def test_a_checkpoint_of_a_previous_version_is_refused_naming_both(trained, tmp_path, version):
     """A trainer state without the version field (as the commits before it wrote), or of
-    version 2 (rank files before they were keyed by part) or 3 (rank files without the train
-    loss window), is not resumed: one line names its
+    version 2 (rank files before they were keyed by part) or 4 (rank files without the
+    epoch's train loss), is not resumed: one line names its
     version, the one this code reads and a commit that finishes it."""
     folder = ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP)
     state = json.loads((folder / ckpt.STATE_FILE).read_text())
-    assert state.pop("version") == VERSION == 4
+    assert state.pop("version") == VERSION == 5
     if version is not None:
         state["version"] = version
     run = _tampered_copy(trained, tmp_path, ckpt.STATE_FILE, json.dumps(state).encode())
     before = sorted(p.name for p in ckpt.checkpoint_root(run).iterdir())
     line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
     old = version or 1
-    assert f"trainer state version {old}; this code resumes version 4" in line
+    assert f"trainer state version {old}; this code resumes version 5" in line
     assert f"commit {WRITTEN_BY[old]} writes version {old}" in line and "--no-resume" in line
     assert sorted(p.name for p in ckpt.checkpoint_root(run).iterdir()) == before
     assert TrainerState.read(ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)).step == STEP

@@ -105,6 +105,15 @@ def _assert_same_train_log(resumed: Path, straight: Path, after: int, rel: float
                 assert value == pytest.approx(want[key][step], rel=rel), (key, step)
 
 
+EPOCH_LINE = re.compile(r"epoch (\d+) of \d+ done in (\S+): train ppl ([0-9.]+), valid ppl ")
+
+
+def _epoch_lines(run: Path) -> dict[int, tuple[str, str]]:
+    """Return the end-of-epoch lines of a run's train.log as epoch: (its time, train ppl)."""
+    found = (EPOCH_LINE.search(line) for line in (run / "train.log").read_text().splitlines())
+    return {int(m[1]): (m[2], m[3]) for m in found if m}
+
+
 def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) -> None:
     first = _train(workdir, "resumed1", "--set", f"train.max_steps={K_FIRST}")
     check_ok(first)
@@ -118,6 +127,11 @@ def test_resume_is_bit_identical_one_process(workdir: Path, straight_1: Path) ->
     _assert_bit_identical(final_weights(straight_1), final_weights(_out(workdir, "resumed1")))
     # step 7 was saved mid-window (log.every 2): step 8's line averages steps 7 and 8 still
     _assert_same_train_log(_out(workdir, "resumed1"), straight_1, after=K_FIRST)
+    # and the end of epoch 1 (step 14) its steps 1 to 14
+    resumed_epochs = _epoch_lines(_out(workdir, "resumed1"))
+    assert {e: ppl for e, (_, ppl) in resumed_epochs.items()} == {
+        e: ppl for e, (_, ppl) in _epoch_lines(straight_1).items()
+    }
 
 
 def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> None:
@@ -131,6 +145,20 @@ def test_resume_is_bit_identical_two_ranks(workdir: Path, straight_2: Path) -> N
     assert {p.name for p in folder.glob("rank_*.pt")} == {"rank_0.pt", "rank_1.pt"}
     _assert_bit_identical(final_weights(straight_2), final_weights(_out(workdir, "resumed2")))
     _assert_same_train_log(_out(workdir, "resumed2"), straight_2, after=K_FIRST)
+
+
+def test_an_epoch_line_says_the_epochs_time_and_train_ppl(straight_1: Path) -> None:
+    """Each epoch's end line gives its time and the perplexity of its mean train loss (here,
+    log.every 2, the mean of its seven train events' losses)."""
+    lines = _epoch_lines(straight_1)
+    assert sorted(lines) == [1, 2]  # epochs end at steps 14 and 28
+    losses = {e["step"]: e["loss"] for e in run_events(straight_1, "train")}
+    state = TrainerState.read(list_checkpoints(straight_1)[-1])
+    for epoch, (took, ppl) in lines.items():
+        steps = range(2 + 14 * (epoch - 1), 14 * epoch + 1, 2)
+        mean = sum(losses[s] for s in steps) / len(steps)
+        assert float(ppl) == pytest.approx(math.exp(mean), abs=0.006), epoch
+        assert took.endswith("s") and 0 < float(took.removesuffix("s")) <= state.train_seconds
 
 
 def test_two_ranks_train_like_one(straight_1: Path, straight_2: Path) -> None:
@@ -353,6 +381,8 @@ def test_lines_after_a_stop_between_log_lines_are_the_uninterrupted_runs(
     check_ok(_train(workdir, "stopped13", "--set", f"train.max_steps={K_STEPS}"))
     _assert_same_train_log(out, straight_1, after=13)
     _assert_bit_identical(final_weights(straight_1), final_weights(out))
+    epoch_1 = _epoch_lines(out)[1][1]  # its train ppl: of steps 1 to 14, the stop between
+    assert epoch_1 == _epoch_lines(straight_1)[1][1]
 
 
 @pytest.mark.parametrize(

@@ -31,10 +31,11 @@ from hornn_dist.util.errors import CheckpointError
 
 STATE_FILE = "trainer_state.json"
 # 1: the files before the version field; 3: rank_<r>.pt keyed by part; 4: the rank files
-# hold the train loss window (a log line after a resume averages the steps it would have)
-VERSION = 4
+# hold the train loss window (a log line after a resume averages the steps it would have);
+# 5: and the epoch's train loss (its end line says the epoch's train ppl)
+VERSION = 5
 # a commit that writes each older version, to finish that version's runs with
-WRITTEN_BY = {1: "75b372c", 2: "fc73f9f", 3: "394d229"}
+WRITTEN_BY = {1: "75b372c", 2: "fc73f9f", 3: "394d229", 4: "170e70f"}
 STEP_DIR = re.compile(r"^step_(\d{8,})$")  # a checkpoint folder's name (checkpoint.step_dir_name)
 PART = "part"  # metadata of a field that holds a shared part's state (reports read it)
 
@@ -59,6 +60,7 @@ class TrainerState:
     test_last: dict[str, float] | None = None
     stop_reason: str = ""  # why training ended (epochs, max_steps, converged, a signal)
     train_seconds: float = 0.0  # wall-clock time in the training loop, over all resumes
+    epoch_started: float = 0.0  # train_seconds when the epoch in progress began
     paused_seconds: float = 0.0  # of which validating and checkpointing (not in tokens/s)
     tokens_per_sec: float = 0.0  # over train_seconds less paused_seconds
     hardware: str = ""
@@ -155,7 +157,7 @@ def _problem(state: Any, folder_name: str) -> str | None:
             return f'field "{key}" must be a whole number >= {low}, got {state[key]!r}'
     if state.get("last_valid_step", -1) > step:
         return f'field "last_valid_step" is {state["last_valid_step"]}, after the step {step}'
-    for key in ("train_seconds", "paused_seconds", "tokens_per_sec"):
+    for key in ("train_seconds", "paused_seconds", "tokens_per_sec", "epoch_started"):
         if key in state and (not _is_number(state[key]) or not 0 <= state[key] < math.inf):
             return f'field "{key}" must be a finite number >= 0, got {state[key]!r}'
     if "best_valid" in state and (not _is_number(state["best_valid"]) or state["best_valid"] < 0):

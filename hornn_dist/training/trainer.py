@@ -106,6 +106,7 @@ class Trainer:
         self._loop_started: float | None = None  # perf_counter at the training loop's start
         self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.window = RunningLoss()  # the train loss since the last log line, kept by checkpoints
+        self.epoch_loss = RunningLoss()  # the train loss of the epoch so far, kept likewise
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         cfg.data.check_heldout()  # a run validates and tests: refused before preparing
         with self._collectives():
@@ -142,7 +143,12 @@ class Trainer:
             optimizer=self.optimizer,
             fused_sgd=self.fused_sgd,
             shared={"schedule": self.schedule},
-            per_rank={"stream": self.train_stream, "step": self.step, "loss_window": self.window},
+            per_rank={
+                "stream": self.train_stream,
+                "step": self.step,
+                "loss_window": self.window,
+                "epoch_loss": self.epoch_loss,
+            },
         )
 
     # ------------------------------------------------------------------ set-up
@@ -421,6 +427,7 @@ class Trainer:
             self.progress.step += 1
             steps_run += 1
             running.add(loss)
+            self.epoch_loss.add(loss)
             speed.add(tokens_per_step)
             bar.update(1)
             if then.log:
@@ -455,12 +462,19 @@ class Trainer:
         return bool(self.cadence.end_reason(self.progress.step) or self.schedule.stopped)
 
     def _end_epoch(self) -> None:
-        """Validate, step the lr schedule and checkpoint after an epoch's last batch."""
-        result = self._validate_and_save(end_of_epoch=True)
+        """Validate, step the lr schedule and checkpoint after an epoch's last batch; say the
+        epoch's time (its steps and validations, up to its checkpoint) and train ppl."""
+        train_loss = float(self.accelerator.reduce(self.epoch_loss.take(), reduction="mean"))
+        result = self._validate(end_of_epoch=True)
+        now = self._train_seconds()  # the next epoch's time starts here, as saved next
+        seconds, self.progress.epoch_started = now - self.progress.epoch_started, now
+        self._write_checkpoint()  # finiteness checked by the validation
         logger.info(
-            "epoch %d of %d done: valid ppl %.2f%s",
+            "epoch %d of %d done in %s: train ppl %.2f, valid ppl %.2f%s",
             self.train_stream.epoch,  # epochs done, so the 1-based number of this one
             self.cfg.train.epochs,
+            fmt_duration(seconds),
+            perplexity(train_loss, 1) if math.isfinite(train_loss) else math.inf,
             result.ppl,
             "" if self._run_over() else f", lr for next epoch {self.schedule.lr:.4g}",
         )
@@ -557,8 +571,8 @@ class Trainer:
         yield
         self.phase = before
 
-    def _validate_and_save(self, end_of_epoch: bool = False) -> EvalResult:
-        result = self._validate(end_of_epoch)
+    def _validate_and_save(self) -> EvalResult:
+        result = self._validate()
         self._write_checkpoint()  # finiteness checked by the validation
         return result
 
