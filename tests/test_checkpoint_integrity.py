@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from hornn_dist.models.precision import cpu_bf16_flags
 from hornn_dist.run import checkpoint as ckpt
 from hornn_dist.run.run_layout import CONFIG_FILE
 from hornn_dist.util.errors import CheckpointError
 from tests.train_helpers import (
     check_ok,
     final_weights,
+    launch_two_ranks,
     prepared_tiny,
     read_until,
     run_here,
@@ -549,3 +551,46 @@ def test_a_rank_file_lacking_a_part_names_what_to_resume_instead(
         assert line.endswith(
             f"resume from an older checkpoint of its run (--resume {step_dir(run, 5)})"
         )
+
+
+NOT_IDENTICAL = "different rounding, so not bit-identical to an uninterrupted run"
+
+
+def test_a_resume_with_the_same_setup_says_nothing_of_rounding(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    proc = train_into(
+        workdir, copy_run(stopped, "same_setup", steps=5), "--set", "train.max_steps=7"
+    )
+    check_ok(proc)
+    assert "resuming from" in proc.stderr and NOT_IDENTICAL not in proc.stderr
+
+
+@pytest.mark.skipif(
+    not cpu_bf16_flags() or torch.cuda.is_available(), reason="needs a CPU with bf16 instructions"
+)
+def test_a_resume_into_another_precision_says_it_is_not_bit_identical(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    """fp32 -> bf16 at a resume is named, with what it means, where it said nothing."""
+    run = copy_run(stopped, "to_bf16", steps=5)
+    proc = train_into(
+        workdir, run, "--set", "train.max_steps=7", "--set", "train.mixed_precision=bf16"
+    )
+    check_ok(proc)
+    (line,) = [line for line in proc.stderr.splitlines() if NOT_IDENTICAL in line]
+    assert "mixed precision: no -> bf16 (train.mixed_precision 'no' -> 'bf16')" in line
+
+
+@pytest.mark.integration
+def test_a_resume_on_two_processes_says_it_is_not_bit_identical(
+    stopped: dict[int, Path], workdir: Path
+) -> None:
+    """A 1-process checkpoint resumed by 2 ranks: the same data order, other sums; the resume
+    names the change and what it means, where it said nothing."""
+    run = copy_run(stopped, "to_two_ranks", steps=5)
+    args = [str(workdir / "config.toml"), "--set", f"train.output_dir={run}"]
+    proc = launch_two_ranks("hornn_dist.train", *args, "--set", "train.max_steps=7")
+    check_ok(proc)
+    (line,) = [line for line in proc.stderr.splitlines() if NOT_IDENTICAL in line]
+    assert "processes: 1 -> 2 (the same data order; the gradients summed over the ranks" in line

@@ -33,8 +33,10 @@ Restores, so that a resume with the same config is bit-identical to an uninterru
 
 Changes, each named in the log; each key's way is metadata on its config field
 (`hornn_dist/run/on_resume.py`), so a new key needs no list here:
-  - model.engine / model.recurrence_precision (their way: `on_resume.EXECUTION`): the same
-    parameters computed another way, so not bit-identical;
+  - model.engine / model.recurrence_precision (their way: `on_resume.EXECUTION`), and the
+    number of processes, the mixed precision as it resolves, train.reduce_dtype and the
+    device (`computed_otherwise`): the same parameters computed another way, so not
+    bit-identical (one log line names them; a resume changing none of them is);
   - an [optim] key the config changed since the checkpoint wins: `lr` becomes the current lr
     (the schedule halves on from it), schedule keys go into the restored schedule (whose stop
     is judged again), momentum and weight decay into the optimizer, the clip keys apply at
@@ -54,6 +56,7 @@ from typing import Any
 import torch
 
 from hornn_dist.config import OptimConfig, RunConfig
+from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.run import checkpoint as ckpt
 from hornn_dist.run.checkpointer import Checkpointer
 from hornn_dist.run.lock import RunLock
@@ -68,6 +71,7 @@ from hornn_dist.run.on_resume import (
     ways_of,
 )
 from hornn_dist.run.run_state import STATE_FILE, VERSION, WRITTEN_BY, TrainerState
+from hornn_dist.runtime import describe_hardware
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.optim import LrSchedule
 from hornn_dist.training.scoring import EvalResult
@@ -120,6 +124,7 @@ def start_run(run: Checkpointer, resume_from: str | None, fresh: bool) -> Start:
     done = completion(state, cfg)
     if done:
         return Start(folder, state, _report_complete(folder, state, done, cfg))
+    changed += computed_otherwise(state, saved, cfg, acc)
     if changed:
         logger.info(
             "resuming with another way to compute the same model (%s): same parameters, "
@@ -302,6 +307,45 @@ def check_compatible(
         )
         raise CheckpointError(f"cannot resume from {folder}: " + "; ".join(diffs) + f" ({fix})")
     return [f"model.{key}: {old!r} -> {new!r}" for key, old, new in changed if key in execution]
+
+
+def computed_otherwise(
+    state: TrainerState, saved: RunConfig, cfg: RunConfig, accelerator: Any
+) -> list[str]:
+    """Return what this run computes otherwise than the checkpoint's run did, besides the
+    execution keys: the number of processes (the same data order, the gradients summed over
+    the ranks in another order), the mixed precision as it resolves here, the dtype of the
+    gradient all-reduce, the device. Each gives other rounding: a resume is bit-identical to
+    an uninterrupted run only where none changed."""
+    notes, world = [], accelerator.num_processes
+    if state.world_size != world:
+        notes.append(
+            f"processes: {state.world_size} -> {world} (the same data order; the gradients "
+            "summed over the ranks in another order)"
+        )
+    old, new = saved.train.mixed_precision, cfg.train.mixed_precision
+    before = resolve_mixed_precision(old, saved.model.arch).name
+    now = resolve_mixed_precision(new, cfg.model.arch).name
+    if before != now:
+        notes.append(
+            f"mixed precision: {before} -> {now} (train.mixed_precision {old!r} -> {new!r})"
+        )
+    old, new = saved.train.reduce_dtype, cfg.train.reduce_dtype
+    if old != new and max(state.world_size, world) > 1:
+        notes.append(f"train.reduce_dtype: {old!r} -> {new!r}")
+    device = _device_name(describe_hardware(accelerator.device, world))
+    if state.hardware and _device_name(state.hardware) != device:
+        notes.append(f"device: {_device_name(state.hardware)} -> {device}")
+    return notes
+
+
+def _device_name(hardware: str) -> str:
+    """Return the device of a run's hardware line ("1 x NVIDIA H100" -> "NVIDIA H100",
+    "AMD EPYC (2 threads)" -> "AMD EPYC"), without its count of processes or threads."""
+    count, sep, name = hardware.partition(" x ")
+    if sep and count.isdigit():
+        return name
+    return hardware.split(" (")[0]
 
 
 def _vocabulary_difference(
