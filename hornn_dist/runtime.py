@@ -357,9 +357,13 @@ class StopFlag:
         self.requested = True
         self.signal_name = name
         self.event.set()
+        processes = int(os.environ.get("WORLD_SIZE", "1") or 1)  # the launcher's count
+        agreed = (  # one process reads its flag every step (training/cadence.py)
+            f" ({processes} processes: within about 5 s plus one step)" if processes > 1 else ""
+        )
         _say_from_handler(
-            f"{name} received: the run checkpoints and exits after its current step (several "
-            "processes: within about 5 s plus one step); pressing again is safe"
+            f"{name} received: the run checkpoints and exits after its current step{agreed}; "
+            "pressing again is safe"
         )
 
 

@@ -256,6 +256,7 @@ def test_ctrl_c_under_the_quiet_launcher_checkpoints_without_a_traceback(tmp_pat
     log = "".join(lines)
     assert "SIGINT received: checkpointing" in log and "saved checkpoint" in log, log
     assert log.count("received: the run checkpoints") == 1, log  # the main process speaks
+    assert "(2 processes: within about 5 s plus one step)" in log, log
     assert log.count("received again") == 1, log  # for both ranks
     assert "Traceback" not in log and "SignalException" not in log, log
     assert lines[-1] == "launch: the launcher got SIGINT and passed it on to the ranks\n"

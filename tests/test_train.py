@@ -349,8 +349,8 @@ run_cli(train.main, sys.argv[1:])
 """
 
 
-# `python -c SIGTERM_AT_STEP CONFIG ...`: SIGTERM to itself once step $STOP_AT has run, before
-# the loop looks for a stop: the run stops there, whatever the log cadence
+# `python -c SIGTERM_AT_STEP CONFIG ...`: SIGTERM (or $SIGNAL) to itself once step $STOP_AT has
+# run, before the loop looks for a stop: the run stops there, whatever the log cadence
 SIGTERM_AT_STEP = """
 import os, signal, sys
 from hornn_dist import train
@@ -360,7 +360,7 @@ from hornn_dist.training.trainer import Trainer
 real_stop_requested = Trainer._stop_requested
 def signal_then_look(self):
     if self.progress.step == int(os.environ["STOP_AT"]):
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.Signals[os.environ.get("SIGNAL", "SIGTERM")])
     return real_stop_requested(self)
 Trainer._stop_requested = signal_then_look
 run_cli(train.main, sys.argv[1:])
@@ -383,6 +383,34 @@ def test_lines_after_a_stop_between_log_lines_are_the_uninterrupted_runs(
     _assert_bit_identical(final_weights(straight_1), final_weights(out))
     epoch_1 = _epoch_lines(out)[1][1]  # its train ppl: of steps 1 to 14, the stop between
     assert epoch_1 == _epoch_lines(straight_1)[1][1]
+
+
+@pytest.mark.parametrize("sent", ["SIGINT", "SIGTERM"])
+def test_a_stop_on_one_process_at_a_checkpoint_step_is_told_once_and_plainly(
+    workdir: Path, sent: str
+) -> None:
+    """A stop at step 5, which checkpoint_every 5 saves: the signal's line says nothing of
+    several processes, the stop's line names what a further signal of this kind does, and
+    step 5's checkpoint is saved once, then holds the stop's reason (not "saved" twice)."""
+    out = _out(workdir, f"stop5-{sent}")
+    args = [_config(workdir), "--set", f"train.output_dir={out}"]
+    proc = run_patched(SIGTERM_AT_STEP, *args, extra_env={"STOP_AT": "5", "SIGNAL": sent})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stderr.splitlines()
+    (heard,) = [line for line in log if line.startswith(f"{sent} received: the run")]
+    assert heard == (
+        f"{sent} received: the run checkpoints and exits after its current step; pressing "
+        "again is safe"
+    )
+    (stop,) = [line for line in log if f"{sent} received: checkpointing at step 5" in line]
+    further = "another Ctrl-C" if sent == "SIGINT" else "another stop signal"
+    assert stop.endswith(f"and exiting ({further} waits for this checkpoint)")
+    step_5 = [line for line in log if "step_00000005 (" in line]
+    assert [line.split(" INFO ")[1].split(" /")[0] for line in step_5] == [
+        "saved checkpoint",
+        "recorded the stop in checkpoint",
+    ]
+    assert TrainerState.read(list_checkpoints(out)[-1]).stop_reason.startswith(f"stopped by {sent}")
 
 
 @pytest.mark.parametrize(

@@ -441,14 +441,20 @@ class Trainer:
                 self._save()
             if then.check_stop and self._stop_requested():
                 with self.stop.saving_checkpoint():  # what a further signal is told
+                    name = self.stop.signal_name
                     logger.info(
-                        "%s received: checkpointing at step %d and exiting (another Ctrl-C "
-                        "waits for this checkpoint)",
-                        self.stop.signal_name,
+                        "%s received: checkpointing at step %d and exiting (%s waits for this "
+                        "checkpoint)",
+                        name,
                         self.progress.step,
+                        "another Ctrl-C" if name == "SIGINT" else "another stop signal",
                     )
                     self._record_stop(by_signal=True)
-                    self._save()
+                    # a step saved just now is saved again only to hold the stop's reason
+                    saved_now = then.end_epoch or then.validate or then.save
+                    self._save(
+                        "recorded the stop in checkpoint" if saved_now else "saved checkpoint"
+                    )
                 return True
             if self.cadence.processes > 1 and steps_run == STOP_WARMUP_STEPS:
                 timed_from = time.perf_counter()
@@ -701,10 +707,11 @@ class Trainer:
         if self.trackers:
             self.accelerator.log(values, step=self.progress.step)
 
-    def _save(self) -> Path:
-        """Check the loss stayed finite, then write a checkpoint of this step."""
+    def _save(self, saved: str = "saved checkpoint") -> Path:
+        """Check the loss stayed finite, then write a checkpoint of this step (its line says
+        `saved`)."""
         self._check_finite()
-        return self._write_checkpoint()
+        return self._write_checkpoint(saved)
 
     def _write_checkpoint(self, saved: str = "saved checkpoint") -> Path:
         acc, step = self.accelerator, self.progress.step
