@@ -16,6 +16,8 @@ them all from one. Where each part lives in a checkpoint folder:
     step        rank_<r>.pt                              each rank's carried hidden history
     loss_window rank_<r>.pt                              each rank's train loss since the
                                                          last log line (RunningLoss)
+    epoch_loss  rank_<r>.pt                              each rank's train loss of the
+                                                         epoch so far (RunningLoss)
 
 A new part is one entry in `shared` (the same on every rank: a field of trainer_state.json,
 `TrainerState.with_parts`) or in `per_rank` (its own on each rank: a key of rank_<r>.pt);
