@@ -323,6 +323,8 @@ class StopFlag:
         self.signal_name = ""
         self.saving = 0  # > 0: a checkpoint is being written (nested blocks count)
         self.event = threading.Event()  # set with `requested`: what a waiting thread watches
+        self.installed = False
+        self.ended = False  # training is over (`training_ended`): a signal ends waits only
 
     def install(self) -> None:
         """Route SIGTERM and SIGINT to this flag: the first asks for a stop at the end of the
@@ -330,6 +332,21 @@ class StopFlag:
         abort without that checkpoint, the one before stays loadable)."""
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._handle)
+        self.installed = True
+
+    def training_ended(self) -> None:
+        """Mark training as over, its last checkpoint written: a signal from now on only ends
+        a wait (a tracker's last flush) and says that the run is exiting."""
+        self.ended = True
+
+    def ignore(self) -> None:
+        """Ignore SIGTERM and SIGINT from now on, where `install` routed them here: call once
+        the command's work is done. The interpreter's shutdown (a second or two after a run)
+        puts Python handlers back to the default, which would end a finished run with 130 or
+        143; an ignored signal stays ignored, and the exit code stays the command's."""
+        if self.installed:
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
 
     @contextlib.contextmanager
     def saving_checkpoint(self) -> Iterator[None]:
@@ -342,6 +359,10 @@ class StopFlag:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if self.ended:  # nothing left to stop: a tracker's last flush waits no longer
+            self.event.set()
+            _say_from_handler(f"{name} received: training has ended; the run exits")
+            return
         if self.requested:  # never an exception here: it would lose the steps since the last save
             doing = (
                 "the checkpoint is being written"

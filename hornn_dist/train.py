@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("RANK", "0") == "0":  # a refusal before training leaves nothing
             remove_unused(out, created, lock_created)
         raise
+    finally:
+        stop.ignore()  # until the process ends: a signal now leaves its exit code as it is
     return 0
 
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -460,6 +461,25 @@ def test_signals_from_outside_mid_step_lose_no_step(
     assert (stop["code"], stop["signal"]) == ("signal", sent[0].name)
     assert step >= 10 and [c.name for c in list_checkpoints(out)] == [f"step_{step:08d}"]
     assert log.count("received again") == len(sent) - 1
+
+
+def test_signals_after_training_ended_leave_the_exit_0(workdir: Path) -> None:
+    """SIGTERM and Ctrl-C, again and again from the "training ended" line until the process is
+    gone (the interpreter's shutdown takes a second or two): the run still exits 0."""
+    out = _out(workdir, "ended-signals")
+    args = [_config(workdir), "--set", f"train.output_dir={out}", "--set", "train.max_steps=4"]
+    proc = start([sys.executable, "-m", "hornn_dist.train", *args])
+    lines = read_until(proc, "training ended at step 4")
+    assert "training ended at step 4" in lines[-1], "".join(lines)[-3000:]
+    sent = 0
+    while proc.poll() is None:
+        proc.send_signal((signal.SIGTERM, signal.SIGINT)[sent % 2])
+        sent += 1
+        time.sleep(0.02)
+    log = "".join(lines) + proc.stderr.read()
+    assert proc.returncode == 0, f"exit {proc.returncode} after {sent} signals\n{log[-3000:]}"
+    assert sent > 5 and "Traceback" not in log  # signals all through the shutdown
+    assert [c.name for c in list_checkpoints(out)][-1] == "step_00000004"
 
 
 def test_resume_refuses_a_different_model(workdir: Path, straight_1: Path) -> None:

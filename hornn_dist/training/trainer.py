@@ -214,6 +214,7 @@ class Trainer:
             self._record_stop(by_signal=False)
         result = None if stopped else self._finish()
         logger.info("training ended at step %d: %s", self.progress.step, self.progress.stop_reason)
+        self.stop.training_ended()  # a signal from here on ends no more than a wait
         acc.end_training()
         return result
 
