@@ -19,6 +19,7 @@ from hornn_dist.run.run_state import TrainerState
 from tests.train_helpers import (
     KILL_IN_SECOND_CHECKPOINT,
     check_ok,
+    event_folder,
     final_weights,
     launch_two_ranks,
     read_until,
@@ -212,8 +213,8 @@ def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> N
     check_ok(_train(workdir, "tb_layout", *two_layers, "--set", "train.max_steps=8"))  # resumes
     board = _out(workdir, "tb_layout") / "tensorboard"
     (start,) = board.iterdir()
-    assert not list(start.glob("*/"))
-    assert list(EventMultiplexer().AddRunsFromDirectory(str(board)).Reload().Runs()) == [start.name]
+    mux = EventMultiplexer().AddRunsFromDirectory(str(board)).Reload()
+    assert {run.split("/")[0] for run in mux.Runs()} == {start.name}  # its lines: sub-runs
     state = TrainerState.read(list_checkpoints(_out(workdir, "tb_layout"))[-1])
     assert state.tensorboard_run == start.name
 
@@ -231,25 +232,60 @@ def test_tensorboard_shows_one_run_with_hparams_and_a_layout(workdir: Path) -> N
     layout = layout_pb2.Layout()
     layout.ParseFromString(written[0].tensor_proto.string_val[0])
     charts = {c.title: list(c.chart) for c in layout.category}
-    scalar_tags = events.Tags()["scalars"]
+    scalar_tags = {(run, t) for run in mux.Runs() for t in mux.Runs()[run]["scalars"]}
 
-    def shown(chart) -> set[str]:
-        return {t for t in scalar_tags if any(re.match(r, t) for r in chart.multiline.tag)}
+    def shown(chart) -> set[tuple[str, str]]:  # (run below the start, tag): a line each
+        regexes = chart.multiline.tag
+        lines = {(run, t) for run, t in scalar_tags if any(re.match(r, t) for r in regexes)}
+        return {(run.removeprefix(start.name).strip("/") or ".", t) for run, t in lines}
 
-    for layer in (0, 1):  # a chart per path, its title naming it: no legend needed
-        paths = charts[f"layer {layer}: gradient norm per feedback path"]
+    for layer in (0, 1):  # every path and gate on one chart, a line each; then a chart each
+        each, *paths = charts[f"layer {layer}: gradient norm per feedback path"]
+        assert each.title.startswith(f"layer {layer}: every path and gate")
+        names = [f"{kind}{n}" for kind in ("path", "gate") for n in (1, 2)]
+        assert shown(each) == {(name, f"lines/layer{layer}_grad_norm") for name in names}
         assert [c.title.split(":")[0] for c in paths] == [
             f"layer {layer}, {kind} {n}" for kind in ("path", "gate") for n in (1, 2)
         ]
-        assert [shown(c) for c in paths] == [
-            {f"grad_norm/layer{layer}/{kind}{n}"} for kind in ("path", "gate") for n in (1, 2)
-        ]
-    (ppl,) = charts["perplexity"]
-    assert shown(ppl) == {"train/ppl", "valid/ppl", "test/ppl"}
+        assert [shown(c) for c in paths] == [{(".", f"grad_norm/layer{layer}/{n}")} for n in names]
+    (loss,) = charts["loss"]  # first: train, valid and test loss, a line each
+    assert [c.title for c in layout.category][0] == "loss"
+    assert shown(loss) == {(split, "lines/loss") for split in ("train", "valid", "test")}
     (text,) = [t for t in events.Tags()["tensors"] if t.startswith("run/test")]
     table = events.Tensors(text)[-1].tensor_proto.string_val[0].decode()
     assert f"| best by validation ({state.test_checkpoint}, valid ppl " in table
     assert f"**{state.test['ppl']:.2f}**" in table
+
+
+def test_tensorboard_tells_lines_apart_and_puts_the_test_at_the_best_checkpoint(
+    workdir: Path,
+) -> None:
+    """Train, valid and test loss and every path's gradient norm are each a run of their own
+    (a colour each, named in the run list) holding the run's own values; test/loss and
+    test/ppl stand at the step of the checkpoint they score, the best by validation (step 14,
+    an epoch at lr 30 after it validating worse), test/*_last at the last step."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    run = _out(workdir, "tb_lines")
+    check_ok(_train(workdir, "tb_lines", "--set", "train.epochs=1"))
+    check_ok(_train(workdir, "tb_lines", "--set", "train.epochs=2", "--set", "optim.lr=30"))
+    state = TrainerState.read(list_checkpoints(run)[-1])
+    assert (state.best_checkpoint, state.step) == ("step_00000014", 28)
+    main = scalars(run)
+    assert {step for step, _ in main["test/ppl"]} == {14}  # the first end's and this one's
+    assert main["test/ppl"][-1][1] == pytest.approx(state.test["ppl"], rel=1e-6)
+    assert main["test/ppl_last"][-1] == (28, pytest.approx(state.test_last["ppl"], rel=1e-6))
+
+    mux = EventMultiplexer().AddRunsFromDirectory(str(event_folder(run))).Reload()
+
+    def line(series: str, tag: str) -> list[tuple[int, float]]:
+        return [(e.step, e.value) for e in mux.Scalars(series, tag)]
+
+    assert line("train", "lines/loss") == main["train/loss"]
+    assert line("valid", "lines/loss") == main["valid/loss"]
+    assert line("test", "lines/loss")[-1] == main["test/loss"][-1]
+    for name in ("path1", "path3", "gate2"):
+        assert line(name, "lines/layer0_grad_norm") == main[f"grad_norm/layer0/{name}"]
 
 
 def test_checkpoints_pruned_to_newest_plus_best(straight_1: Path) -> None:
@@ -563,7 +599,8 @@ def test_each_run_start_writes_tensorboard_events_into_a_folder_of_its_own(
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
     def shown(folder: Path) -> list[str]:  # the runs `tensorboard --logdir folder` lists
-        return sorted(EventMultiplexer().AddRunsFromDirectory(str(folder)).Reload().Runs())
+        runs = EventMultiplexer().AddRunsFromDirectory(str(folder)).Reload().Runs()
+        return sorted({"/".join(run.split("/")[:2]) for run in runs})  # less their lines
 
     run = _out(workdir, "restarts")
     shutil.copytree(straight_1, run)

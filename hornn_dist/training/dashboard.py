@@ -9,13 +9,16 @@ hyper-parameters and the layout go into that folder once, at the run's start (wr
 with every scalar of the run as a metric. Accelerate's `init_trackers(config=...)` would write
 the hyper-parameters into a second, timestamp-named run instead.
 
-The Custom Scalars tab opens on one category per layer with a chart per feedback path (and
-per gate), its title naming the path: TensorBoard colours a chart's lines by run, not by tag,
-so paths drawn on one chart differ only by marker shape. Then train, valid and test perplexity
-on one chart, where the test score's single point shows as a marker (a chart of the Scalars
-tab draws no line through one point). The Text tab holds the test result as a table
-(`run/test`) and why training ended (`run/stop_reason`). A chart's tags are regexes; the same
-charts from several runs merge into one chart with a line per run.
+TensorBoard colours and names a chart's lines by run, not by tag: lines that one chart must
+tell apart are each written to a run of their own (`Lines`: the sub-folders `train`, `valid`,
+`test`, `path1`, ..., `gate1`, ... of the event folder, under one tag), so that they get a
+colour each and the run list names them. The Custom Scalars tab opens on train, valid and test
+loss on one chart (the loss, the log of the perplexity: a first window's perplexity of 76,067
+would flatten every later value along the bottom; the test point is the best checkpoint's, at
+its step), then one category per layer: every path's and gate's gradient norm on one chart,
+then a chart per path and per gate, its title naming it. The Text tab holds the test result as
+a table (`run/test`) and why training ended (`run/stop_reason`). A chart's tags are regexes;
+the same charts from several runs merge into one chart with a line per run and series.
 """
 
 from __future__ import annotations
@@ -25,8 +28,52 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-PPL_CATEGORY = "perplexity"
-PPL_CHART = "train, valid and test perplexity (test: the run's end, a marker)"
+LOSS_CATEGORY = "loss"
+LOSS_CHART = "train, valid and test loss (log perplexity; test: the best checkpoint, a marker)"
+LOSS_LINES = "lines/loss"  # the tag of the runs train, valid and test (`Lines`)
+
+
+def path_lines(layer: int) -> str:
+    """Return the tag of one layer's gradient norms in the runs path1, ..., gate1, ... (`Lines`)."""
+    return f"lines/layer{layer}_grad_norm"
+
+
+class Lines:
+    """Series that one chart tells apart, each a TensorBoard run of its own: a sub-folder of
+    the run's event folder (TensorBoard colours and names a chart's lines by run)."""
+
+    def __init__(self, folder: Path, purge_step: int | None) -> None:
+        """folder: the run's event folder; purge_step: a resume's first step (each series
+        drops what an earlier run wrote from there on, as the run's own writer does)."""
+        self.folder, self.purge_step = folder, purge_step
+        self.writers: dict[str, Any] = {}
+
+    def write(self, tag: str, values: dict[str, float], step: int) -> None:
+        """Write each series' value (series name: value) under `tag` at `step`."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        for series, value in values.items():
+            writer = self.writers.get(series)
+            if writer is None:
+                folder = str(self.folder / series)
+                writer = self.writers[series] = SummaryWriter(folder, purge_step=self.purge_step)
+            writer.add_scalar(tag, value, global_step=step)
+            writer.flush()
+
+    def write_norms(self, norms: dict[str, float], step: int) -> None:
+        """Write the gradient norm of every path and gate ("grad_norm/layer{l}/path{n}"), a
+        series each, under its layer's tag."""
+        for key, value in norms.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "grad_norm":
+                layer = int(parts[1].removeprefix("layer"))
+                self.write(path_lines(layer), {parts[2]: value}, step)
+
+    def close(self) -> None:
+        """Close every series' writer."""
+        for writer in self.writers.values():
+            writer.close()
+        self.writers = {}
 
 
 def new_event_folder(board: Path) -> str:
@@ -64,17 +111,24 @@ def path_chart(key: str) -> str:
 
 def layout(path_keys: Iterable[str]) -> dict[str, dict[str, list[Any]]]:
     """Return the custom-scalars layout for a model whose feedback paths are `path_keys`
-    ("layer{l}/path{n}", "layer{l}/gate{n}"): per layer, a chart per path, then each gate's;
-    then train, valid and test ppl."""
+    ("layer{l}/path{n}", "layer{l}/gate{n}"): train, valid and test loss on one chart; then per
+    layer every path and gate on one chart, then a chart per path, then each gate's."""
     keys = sorted(path_keys, key=_path_order)
-    categories: dict[str, dict[str, list[Any]]] = {}
+    categories: dict[str, dict[str, list[Any]]] = {
+        LOSS_CATEGORY: {LOSS_CHART: ["Multiline", [f"^{LOSS_LINES}$"]]}
+    }
     for key in keys:
         layer = int(key.split("/")[0].removeprefix("layer"))
-        chart = ["Multiline", [rf"^grad_norm/{key}$"]]
-        categories.setdefault(paths_category(layer), {})[path_chart(key)] = chart
-    tags = ["^train/ppl$", "^valid/ppl$", "^test/ppl$"]
-    categories[PPL_CATEGORY] = {PPL_CHART: ["Multiline", tags]}
+        charts = categories.setdefault(paths_category(layer), {})
+        if not charts:  # first, the layer's paths and gates told apart on one chart
+            charts[layer_chart(layer)] = ["Multiline", [f"^{path_lines(layer)}$"]]
+        charts[path_chart(key)] = ["Multiline", [rf"^grad_norm/{key}$"]]
     return categories
+
+
+def layer_chart(layer: int) -> str:
+    """Return the title of the chart of every feedback path and gate of one layer."""
+    return f"layer {layer}: every path and gate (a line each, named in the run list)"
 
 
 def _path_order(key: str) -> tuple[int, int, int]:

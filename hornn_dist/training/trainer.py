@@ -107,6 +107,7 @@ class Trainer:
         self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.window = RunningLoss()  # the train loss since the last log line, kept by checkpoints
         self.epoch_loss = RunningLoss()  # the train loss of the epoch so far, kept likewise
+        self.lines: dashboard.Lines | None = None  # TensorBoard's series told apart, main process
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         cfg.data.check_heldout()  # a run validates and tests: refused before preparing
         with self._collectives():
@@ -167,6 +168,8 @@ class Trainer:
             self.run_log.failed(err)
             raise
         finally:
+            if self.lines is not None:
+                self.lines.close()
             self.run_log.close()
             self.events.close()
             self.lock.release()
@@ -242,14 +245,10 @@ class Trainer:
         best = progress.best_checkpoint or ckpt.step_dir_name(progress.step)
         with self._doing(f"evaluating the test split on {best}"):
             result = self._score_test_on(best)
-        self._track(
-            {
-                "test/loss": result.loss,
-                "test/ppl": result.ppl,
-                "test/loss_last": last.loss,
-                "test/ppl_last": last.ppl,
-            }
-        )
+        best_step = int(best.removeprefix("step_"))  # the weights scored: a point at their step
+        self._track({"test/loss": result.loss, "test/ppl": result.ppl}, step=best_step)
+        self._track({"test/loss_last": last.loss, "test/ppl_last": last.ppl})
+        self._draw({"test": result.loss}, step=best_step)
         logger.info(
             "test: %s predicted tokens (the split's %s but the first), loss %.4f, ppl %.2f on "
             "the best checkpoint by validation (%s); the last weights (step %d): loss %.4f, "
@@ -319,6 +318,9 @@ class Trainer:
             return
         # the other trackers start a run of their own each time: each gets the hyper-parameters
         trackers.describe_run(self.accelerator.trackers, self.cfg.flat())
+        if "tensorboard" in self.trackers:
+            folder = board / self.progress.tensorboard_run
+            self.lines = dashboard.Lines(folder, self.progress.step + 1 if go_on else None)
         if started:  # once per run start, in its own folder
             writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
             dashboard.describe_run(writer, self.cfg.flat(), self.core.feedback_path_slices())
@@ -608,6 +610,7 @@ class Trainer:
             self.progress.best_valid = result.loss
             self.progress.best_checkpoint = ckpt.step_dir_name(self.progress.step)
         self._track({"valid/loss": result.loss, "valid/ppl": result.ppl})  # train/lr: log steps
+        self._draw({"valid": result.loss})
         self.events.write(
             "valid",
             step=self.progress.step,
@@ -656,6 +659,9 @@ class Trainer:
             **norms,
         }
         self._track(values)
+        self._draw({"train": loss})
+        if self.lines is not None:
+            self.lines.write_norms(norms, self.progress.step)
         step, cadence = self.progress.step, self.cadence
         epoch, batch = cadence.position(step)
         in_epoch, in_run = cadence.steps_left(step)
@@ -704,9 +710,17 @@ class Trainer:
             left,
         )
 
-    def _track(self, values: dict[str, float]) -> None:
+    def _track(self, values: dict[str, float], step: int | None = None) -> None:
+        """Send `values` to every tracker at `step` (default: this step)."""
         if self.trackers:
-            self.accelerator.log(values, step=self.progress.step)
+            self.accelerator.log(values, step=self.progress.step if step is None else step)
+
+    def _draw(self, losses: dict[str, float], step: int | None = None) -> None:
+        """Draw each split's loss (train, valid, test) as a line of its own on TensorBoard's
+        loss chart (dashboard.Lines), at `step` (default: this step)."""
+        if self.lines is not None:
+            step = self.progress.step if step is None else step
+            self.lines.write(dashboard.LOSS_LINES, losses, step)
 
     def _save(self, saved: str = "saved checkpoint") -> Path:
         """Check the loss stayed finite, then write a checkpoint of this step (its line says
