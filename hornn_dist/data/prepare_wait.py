@@ -58,7 +58,7 @@ def prepare_or_wait(
     raise it. The only collectives are at the start (all present: an earlier run's marker is
     gone before anyone looks) and after a failure (all present: everyone has read the line
     before the launcher stops the processes)."""
-    bars = progress and accelerator.is_main_process
+    bars = progress if accelerator.is_main_process else False  # "lines" stays lines
     if accelerator.num_processes == 1:
         return prepare_corpus(cfg, workers=default_workers(), progress=bars)
     folder = corpus_folder(cfg)

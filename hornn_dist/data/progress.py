@@ -5,6 +5,7 @@ preparation of a large corpus is never silent."""
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,12 @@ log = logging.getLogger(__name__)
 
 LINES = "lines"  # `progress` value: log lines, not a bar
 LINE_EVERY_S = 30.0  # at most one line per this many seconds of one step
+
+
+def on_terminal() -> bool:
+    """Return whether stderr, where bars are drawn, is a terminal."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def progress_meter(progress: bool | str, desc: str, total: int | None) -> Any:
@@ -31,7 +38,9 @@ def progress_meter(progress: bool | str, desc: str, total: int | None) -> Any:
         unit_scale=True,
         unit_divisor=1024,
         disable=not progress,
-        leave=False,
+        # on a terminal a done step leaves no bar; in a file (log.progress = true) its last
+        # state ends its line, so that the next line (an error's, say) starts one
+        leave=not on_terminal(),
     )
 
 

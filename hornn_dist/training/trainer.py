@@ -22,6 +22,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hornn_dist import __version__
 from hornn_dist.config import RunConfig, tomllib
+from hornn_dist.data.progress import on_terminal
 from hornn_dist.data.streams import TBPTTStream, check_layout
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
@@ -57,6 +58,10 @@ from hornn_dist.util.provenance import UNKNOWN, code_commit, describe_commit
 from hornn_dist.util.wording import counted, fmt_duration
 
 logger = logging.getLogger("hornn_dist.train")
+# the loop's bar where the stopping rule may end the run before its total
+AT_MOST_BAR = (
+    "{l_bar}{bar}| {n_fmt}/{total_fmt} steps at most [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+)
 
 
 class NonFiniteLossError(HornnError):
@@ -108,6 +113,7 @@ class Trainer:
         self.window = RunningLoss()  # the train loss since the last log line, kept by checkpoints
         self.epoch_loss = RunningLoss()  # the train loss of the epoch so far, kept likewise
         self.lines: dashboard.Lines | None = None  # TensorBoard's series told apart, main process
+        self.bar: Any = None  # the loop's progress bar, while the loop runs
         self.phase = "preparing or checking the corpus (prepare it first: python -m hornn_dist.prepare CONFIG)"
         cfg.data.check_heldout()  # a run validates and tests: refused before preparing
         with self._collectives():
@@ -391,13 +397,18 @@ class Trainer:
 
     def _loop(self) -> bool:
         """Run epochs from the current position; return True when stopped by a signal."""
-        bar = tqdm(
+        at_most = self.cfg.optim.stop_improvement > 0  # the stopping rule may end it sooner
+        bar = self.bar = tqdm(
             total=self.cadence.total_steps,
             initial=self.progress.step,
             disable=not (self.accelerator.is_main_process and self.cfg.log.draws_progress()),
             unit="step",
             dynamic_ncols=True,
-            leave=False,  # the log lines stay; a stopped run leaves no bar below its stop lines
+            # on a terminal the log lines stay and a stopped run leaves no bar below its stop
+            # lines; in a file (log.progress = true) the bar's last state ends its line, so
+            # that the next line (an error's, say) starts one
+            leave=not on_terminal(),
+            bar_format=AT_MOST_BAR if at_most else None,
         )
         self._loop_started = time.perf_counter()
         try:
@@ -405,6 +416,7 @@ class Trainer:
                 return self._run_epochs(bar)
         finally:
             bar.close()
+            self.bar = None
             self.progress.train_seconds = self._train_seconds()
             self._loop_started = None
 
@@ -575,10 +587,17 @@ class Trainer:
 
     @contextmanager
     def _doing(self, phase: str) -> Iterator[None]:
-        """Name what the loop is doing for the error of a collective that fails meanwhile."""
+        """Name what the loop is doing for the error of a collective that fails meanwhile, and
+        on the progress bar, which stands still meanwhile."""
         before, self.phase = self.phase, phase
+        bar = self.bar if self.bar is not None and not self.bar.disable else None
+        said = bar.desc if bar is not None else ""
+        if bar is not None:
+            bar.set_description_str(phase, refresh=True)
         yield
         self.phase = before
+        if bar is not None:
+            bar.set_description_str(said, refresh=False)
 
     def _validate_and_save(self) -> EvalResult:
         result = self._validate()
