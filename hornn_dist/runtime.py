@@ -25,6 +25,9 @@ from hornn_dist.util.errors import ConfigError, HornnError, first_line, os_error
 logger = logging.getLogger("hornn_dist")
 PEER_ERROR_WAIT_S = 5.0  # a rank other than the main one waits this long before printing
 _TIMED_OUT = re.compile(r"time[d]?\s?out", re.IGNORECASE)
+# gloo's words for a peer whose address answers no more ("Connection refused", "Connection
+# reset by peer", "connectFullMesh failed")
+_CONNECT_FAILED = re.compile(r"connection (refused|reset)|connectFullMesh", re.IGNORECASE)
 JOIN_NOTE_S = 30.0  # a process still waiting for the others to join after this says so
 # the launch that starts N processes on CPUs (`--cpu` starts one: launch/README.md)
 CPU_LAUNCH = (
@@ -79,7 +82,10 @@ def build_accelerator(
     note.daemon = True
     if expected > 1:
         note.start()
+    started = time.monotonic()
     try:
+        if expected > 1:
+            join_group_of_this_attempt(collective_timeout, "nccl" if on_cuda else "gloo")
         accelerator = Accelerator(
             cpu=not on_cuda,
             mixed_precision=mixed_precision,
@@ -87,7 +93,10 @@ def build_accelerator(
             **kwargs,
         )
     except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set without MASTER_ADDR
-        raise ConfigError(group_start_failure(err, os.environ, collective_timeout)) from None
+        waited = time.monotonic() - started
+        raise ConfigError(
+            group_start_failure(err, os.environ, collective_timeout, waited)
+        ) from None
     finally:
         note.cancel()
     if accelerator.num_processes != expected:
@@ -98,6 +107,35 @@ def build_accelerator(
     if say_launch and launch_warning(accelerator):
         print(f"warning: {launch_warning(accelerator)}", file=sys.stderr)
     return accelerator
+
+
+def join_group_of_this_attempt(collective_timeout: int, backend: str) -> None:
+    """Form the process group of a restart under torchrun (`--max_restarts`) through keys of
+    its own attempt; a first attempt is left to Accelerate.
+
+    torchrun's agent keeps one store for all the attempts of its workers (the static
+    rendezvous of `accelerate launch` creates it once), and torch's env:// rendezvous no longer
+    gives each attempt a prefix of its own (torch/distributed/rendezvous.py, "We create a new
+    TCPStore for every retry"): the restarted processes read the dead ones' gloo addresses,
+    and fail with "Connection refused" or wait for a peer that never answers. Each attempt's
+    keys under `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>`, as torch once wrote them, form
+    the new group as the first one formed."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if not shared or attempt in ("", "0") or torch.distributed.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=collective_timeout)
+    world = int(os.environ["WORLD_SIZE"])
+    store = torch.distributed.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False, timeout
+    )
+    torch.distributed.init_process_group(
+        backend=backend,
+        store=torch.distributed.PrefixStore(f"/worker/attempt_{attempt}", store),
+        rank=int(os.environ["RANK"]),
+        world_size=world,
+        timeout=timeout,
+    )
 
 
 def launch_warning(accelerator: Any) -> str:
@@ -115,9 +153,12 @@ def launch_warning(accelerator: Any) -> str:
     )
 
 
-def group_start_failure(err: BaseException, environ: Mapping[str, str], timeout: int) -> str:
+def group_start_failure(
+    err: BaseException, environ: Mapping[str, str], timeout: int, waited: float | None = None
+) -> str:
     """Return the one line for an Accelerator that could not start its process group: under a
-    launcher's settings, which processes did not join in time; without them, how to launch."""
+    launcher's settings, which processes did not join in time, or, `waited` seconds into
+    train.collective_timeout, which connection failed; without them, how to launch."""
     world, address = environ.get("WORLD_SIZE", "1"), environ.get("MASTER_ADDR")
     if not (world.isdigit() and int(world) > 1 and address):
         return (
@@ -125,16 +166,29 @@ def group_start_failure(err: BaseException, environ: Mapping[str, str], timeout:
             "with `accelerate launch` (see launch/README.md)"
         )
     where = f"{address}:{environ.get('MASTER_PORT', '?')}"
-    rank = environ.get("RANK", "0")
-    if not _TIMED_OUT.search(str(err)):  # "Timed out after 11 s", "wait timeout after 10000ms"
+    rank, text = environ.get("RANK", "0"), first_line(err)[:200]
+    attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt not in ("", "0"):  # torchrun's --max_restarts: its restart `attempt`
+        where += (
+            f" (torchrun's restart {attempt} of {environ.get('TORCHELASTIC_MAX_RESTARTS', '?')})"
+        )
+    timed_out = bool(_TIMED_OUT.search(str(err)))  # "Timed out after 11 s", "wait timeout ..."
+    if timed_out and (waited is None or waited >= 0.9 * timeout):
         return (
-            f"rank {rank}: the process group at {where} did not start ({first_line(err)[:200]}); "
-            "check the launch's MASTER_ADDR, MASTER_PORT and WORLD_SIZE"
+            f"rank {rank}: the {world} processes did not all join the process group at {where} "
+            f"within train.collective_timeout = {timeout} s ({text}); a process stopped or "
+            "failed before it joined (see its log), or started later than that"
+        )
+    if timed_out or _CONNECT_FAILED.search(str(err)):
+        return (
+            f"rank {rank}: the {world} processes could not form the process group at {where}: "
+            f"after {waited or 0:.0f} s, within train.collective_timeout = {timeout} s, a "
+            f"connection between them failed ({text}); a process stopped or failed before it "
+            "joined (see its log)"
         )
     return (
-        f"rank {rank}: the {world} processes did not all join the process group at {where} "
-        f"within train.collective_timeout = {timeout} s ({first_line(err)[:200]}); a process "
-        "stopped or failed before it joined (see its log), or started later than that"
+        f"rank {rank}: the process group at {where} did not start ({text}); check the "
+        "launch's MASTER_ADDR, MASTER_PORT and WORLD_SIZE"
     )
 
 

@@ -11,6 +11,9 @@
 # normally (or fails) early is not requeued.
 # The job may come back with another number of nodes or GPUs when it divides
 # train.batch_size: the carried hidden histories are re-split across the new ranks.
+# Within the job, a rank that dies (a crash, an out-of-memory kill) is restarted with the
+# others of its node up to MAX_RESTARTS times (torchrun's --max_restarts, default 2): they
+# resume from the newest complete checkpoint by themselves.
 #
 # Needs: train.output_dir (and data.cache_dir) on a filesystem every node shares; the
 # environment with hornn_dist installed active in the shell that calls sbatch (exported to
@@ -39,6 +42,7 @@ fi
 
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 MAX_REQUEUES=${MAX_REQUEUES:-50}
+export MAX_RESTARTS=${MAX_RESTARTS:-2}  # torchrun's restarts of a node's ranks within the job
 # Requeue when srun returns with at most this many seconds left (the signal comes at 120).
 REQUEUE_WINDOW=${REQUEUE_WINDOW:-300}
 
@@ -85,7 +89,7 @@ srun --kill-on-bad-exit=0 --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_PER_
         --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" \
         --machine_rank "$SLURM_NODEID" \
         --main_process_ip "$MAIN_IP" --main_process_port "$MAIN_PORT" \
-        -m hornn_dist.train "$@"
+        --max_restarts "$MAX_RESTARTS" -m hornn_dist.train "$@"
 ' bash "$CONFIG" "$@"
 status=$?
 set -e

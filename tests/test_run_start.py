@@ -112,6 +112,27 @@ def test_a_group_that_did_not_form_names_what_happened() -> None:
     )
 
 
+def test_a_group_that_failed_sooner_says_after_how_long_and_which_attempt() -> None:
+    """A restarted group whose connection was refused 12 s in says so, and names torchrun's
+    attempt, where it claimed the 600 s train.collective_timeout had run out."""
+    err = RuntimeError(
+        "Gloo connectFullMesh failed with [../gloo/transport/tcp/pair.cc:144] no error; "
+        "Connection refused"
+    )
+    environ = {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+               "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_MAX_RESTARTS": "3"}  # fmt: skip
+    line = runtime.group_start_failure(err, environ, 600, waited=12.3)
+    assert line.startswith(
+        "rank 0: the 2 processes could not form the process group at 127.0.0.1:29500 "
+        "(torchrun's restart 1 of 3): after 12 s, within train.collective_timeout = 600 s, a "
+        "connection between them failed (Gloo connectFullMesh failed"
+    )
+    # a timeout word 12 s in is gloo's own connect timeout, not train.collective_timeout's
+    late = RuntimeError("Gloo connectFullMesh failed with [pair.h:311] Connect timeout [none]")
+    assert "after 12 s, within" in runtime.group_start_failure(late, environ, 600, waited=12.3)
+    assert "did not all join" in runtime.group_start_failure(late, environ, 600, waited=601)
+
+
 @pytest.mark.integration
 def test_a_rank_alone_at_the_start_ends_with_that_line(tmp_path: Path) -> None:
     """Rank 0 of 2 whose peer never starts: it says it is waiting, then names what happened."""
