@@ -289,7 +289,8 @@ class RunConfig:
         out: dict[str, bool | int | float | str] = {}
         for section, values in self.to_dict().items():
             for key, value in values.items():
-                out[f"{section}.{key}"] = ",".join(value) if isinstance(value, list) else value
+                listed = ",".join(map(str, value)) if isinstance(value, list) else value
+                out[f"{section}.{key}"] = listed
         return out
 
 
@@ -458,7 +459,7 @@ def parse_override(item: str) -> tuple[str, str, Any]:
 
 
 def to_toml(sections: dict[str, dict[str, Any]]) -> str:
-    """Return TOML text for nested sections of str/int/float/bool/list-of-str values."""
+    """Return TOML text for nested sections of str/int/float/bool/list values."""
     lines: list[str] = []
     for section, values in sections.items():
         lines.append(f"[{section}]")
@@ -531,6 +532,12 @@ def _checked_fields(section: str, cls: type, values: dict[str, Any]) -> dict[str
 def _coerce(name: str, value: Any, hint: Any) -> Any:
     """Return value checked against the field's type (int accepted where float is expected)."""
     origin = typing.get_origin(hint)
+    if origin is list and typing.get_args(hint) == (int,):
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise ConfigError(f"{name} must be a list of integers, got {value!r}")
+        return value
     if origin is list:
         if isinstance(value, str):
             value = [value]

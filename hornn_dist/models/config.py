@@ -9,8 +9,10 @@ the section's own methods, so no other module names its keys for them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 
+from hornn_dist.models.output_layer import MAX_DIV_VALUE, OUTPUT_LAYERS
 from hornn_dist.models.poolings import DEFAULT, get_pooling, pooling_names
 from hornn_dist.run.on_resume import EXECUTION, on_resume
 from hornn_dist.util.checks import check_at_most, check_choice, check_count
@@ -88,6 +90,21 @@ class ModelConfig:
     # three; without mixed precision all are the same fp32 math. The rule:
     # precision.layer_dtype; speed and rounding of each: docs/performance.md
     recurrence_precision: str = on_resume(EXECUTION, "fp16")
+    # how the last hidden states become the loss: `plain` (Linear(H, V) -> logits -> float32
+    # cross-entropy, as PyTorch's word_language_model) | `fused` (the same weights, tied or
+    # not, and the same checkpoints; the loss and its gradients computed in chunks of tokens,
+    # never the float32 logits: faster and smaller at a large vocabulary) | `adaptive` (the
+    # adaptive softmax of Grave et al. 2017: a head over the frequent words and one entry per
+    # cluster of rarer words, each cluster behind a smaller projection; its own weights, never
+    # tied). The layers: hornn_dist/models/output_layer.py; speed and memory: benchmarks/README.md
+    output_layer: str = "plain"
+    # `adaptive` only: the word ids where each cluster starts, increasing, from 1 and below the
+    # vocabulary size (ids are ordered by training count: the head holds the words below the
+    # first); [] = 5% and 20% of the vocabulary
+    adaptive_cutoffs: list[int] = field(default_factory=list)
+    # `adaptive` only: cluster i (from 1) projects the hidden state to hidden_size / div^i units
+    # (at least 1). In [1, 64]
+    adaptive_div_value: float = 4.0
 
     def validate(self) -> None:
         """Raise ConfigError naming the first key whose value is out of range."""
@@ -122,6 +139,24 @@ class ModelConfig:
             )
         check_drop_rate("model.dropout", self.dropout)
         check_drop_rate("model.weight_drop", self.weight_drop)
+        check_choice("model.output_layer", self.output_layer, OUTPUT_LAYERS)
+        check_cutoffs("model.adaptive_cutoffs", self.adaptive_cutoffs)
+        if self.adaptive_cutoffs and self.output_layer != "adaptive":
+            raise ConfigError(
+                f'model.adaptive_cutoffs applies to model.output_layer = "adaptive" only, got '
+                f"{self.adaptive_cutoffs} with {self.output_layer!r}; set it to [] or "
+                'model.output_layer = "adaptive"'
+            )
+        if not 1.0 <= self.adaptive_div_value <= MAX_DIV_VALUE:
+            raise ConfigError(
+                f"model.adaptive_div_value must be in [1, {MAX_DIV_VALUE:g}], got "
+                f"{self.adaptive_div_value!r}"
+            )
+        if self.tie_weights and self.output_layer == "adaptive":
+            raise ConfigError(
+                'model.tie_weights = true does not apply to model.output_layer = "adaptive" (its '
+                "head and clusters are weights of their own); set model.tie_weights = false"
+            )
         if self.tie_weights and self.embedding_size not in (0, self.hidden_size):
             raise ConfigError(
                 f"model.tie_weights = true needs model.embedding_size equal to model.hidden_size, "
@@ -149,6 +184,7 @@ class ModelConfig:
             + (f", dropout {self.dropout:g} in training" if self.dropout else "")
             + (f", weight drop {self.weight_drop:g} in training" if self.weight_drop else "")
             + (f", feedback scaled by {self.feedback_scale:g}" if self.feedback_scale != 1 else "")
+            + (", an adaptive softmax output layer" if self.output_layer == "adaptive" else "")
         )
 
     def graph_unavailable_reason(self) -> str | None:
@@ -160,7 +196,18 @@ class ModelConfig:
             return "model.weight_drop > 0 (not yet run under CUDA graphs)"
         if self.feedback_scale != 1.0:
             return "model.feedback_scale != 1 (not yet run under CUDA graphs)"
+        if self.output_layer == "adaptive":  # picks each cluster's tokens by value
+            return 'model.output_layer = "adaptive" (its shapes depend on the data)'
+        if self.output_layer == "fused":
+            return 'model.output_layer = "fused" (not yet run under CUDA graphs)'
         return None
+
+
+def check_cutoffs(key: str, value: list[int]) -> None:
+    """Raise ConfigError (a ValueError) unless value is a list of increasing word ids >= 1 (the
+    vocabulary size, which bounds them, is checked where the model is built)."""
+    if any(cut < 1 for cut in value) or any(a >= b for a, b in itertools.pairwise(value)):
+        raise ConfigError(f"{key} must be increasing word ids >= 1, got {value!r}")
 
 
 def check_drop_rate(key: str, value: float) -> None:

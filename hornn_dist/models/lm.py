@@ -2,6 +2,11 @@
 
     tokens (T, B) ─► embedding (V, E) ─► L recurrent layers ─► Linear(H, V) ─► logits (T, B, V)
 
+`model.output_layer` says how the last arrow gives the loss (models/output_layer.py): `plain`
+(the logits, then a float32 cross-entropy), `fused` (the same Linear, its loss computed in
+chunks) or `adaptive` (an adaptive softmax in place of the Linear: `forward` then returns
+log-probabilities, which a softmax or a cross-entropy reads as logits).
+
 The one-hot input x_t of eq. 3 times a V × E table is the embedding lookup; each HORNN layer
 then applies its own W_in (E -> H). With V = 10k and H = E = 400 this gives the paper's
 parameter counts (§4.1.1): RNN 8.3M, HORNN-3 8.6M, LSTM 9.3M, gated HORNN-3 9.6M.
@@ -26,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
@@ -33,6 +39,7 @@ from hornn_dist.models import path_norms
 from hornn_dist.models.config import ModelConfig
 from hornn_dist.models.hornn import HornnLayer, drop_connect
 from hornn_dist.models.init import recurrent_std
+from hornn_dist.models.output_layer import AdaptiveSoftmax, fused_cross_entropy, resolve_cutoffs
 from hornn_dist.models.plan import LayerPlan, checked_plan
 from hornn_dist.util.errors import ConfigError
 
@@ -40,7 +47,8 @@ State = tuple[Tensor, ...]
 
 
 class RecurrentLM(nn.Module):
-    """A recurrent LM; forward(tokens (T, B), state | None) -> (logits (T, B, V), new state)."""
+    """A recurrent LM; forward(tokens (T, B), state | None) -> (logits (T, B, V), new state),
+    and with targets (T, B) -> (their cross-entropy, new state)."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, plan: LayerPlan | None = None) -> None:
         """plan: how the HORNN layers run (`plan.plan_for`); None = for a CPU without mixed
@@ -69,10 +77,16 @@ class RecurrentLM(nn.Module):
             self.rnn = nn.LSTM(E, H, cfg.num_layers, dropout=between)
         else:
             self.rnn = nn.GRU(E, H, cfg.num_layers, dropout=between)
-        self.decoder = nn.Linear(H, vocab_size)  # W_out of eq. 2, (V, H)
+        self.decoder: nn.Linear | AdaptiveSoftmax  # the output layer, W_out of eq. 2
+        if cfg.output_layer == "adaptive":
+            cutoffs = resolve_cutoffs(cfg.adaptive_cutoffs, vocab_size)
+            self.decoder = AdaptiveSoftmax(H, vocab_size, cutoffs, cfg.adaptive_div_value)
+        else:
+            self.decoder = nn.Linear(H, vocab_size)  # (V, H)
         # Zaremba et al. 2014: dropout on the non-recurrent connections only
         self.drop = nn.Dropout(cfg.dropout)
         if cfg.tie_weights:  # Press & Wolf 2017: one (V, H) matrix, E = H (cfg.validate)
+            assert isinstance(self.decoder, nn.Linear)  # adaptive is never tied (cfg.validate)
             self.decoder.weight = self.embedding.weight
             self.register_state_dict_post_hook(_drop_tied_key)
             self.register_load_state_dict_pre_hook(_fill_tied_key)
@@ -114,8 +128,42 @@ class RecurrentLM(nn.Module):
         """Return the state cut from the autograd graph (for truncated BPTT)."""
         return tuple(s.detach() for s in state)
 
-    def forward(self, tokens: Tensor, state: State | None = None) -> tuple[Tensor, State]:
-        """Return (logits (T, B, V), new state, not detached) for tokens (T, B)."""
+    def forward(
+        self,
+        tokens: Tensor,
+        state: State | None = None,
+        targets: Tensor | None = None,
+        reduction: str = "mean",
+    ) -> tuple[Tensor, State]:
+        """Return (logits (T, B, V), new state, not detached) for tokens (T, B); with targets
+        (T, B), (the loss, new state): the float32 cross-entropy of the next words, their mean
+        (reduction "mean") or each token's (T, B) ("none"), from the output layer
+        `model.output_layer` names. An adaptive output layer's logits are log-probabilities."""
+        hidden, new = self._hidden(tokens, state)  # (T, B, H), after dropout
+        if targets is None:
+            if isinstance(self.decoder, AdaptiveSoftmax):
+                return self.decoder.log_prob(hidden.flatten(0, 1)).unflatten(0, tokens.shape), new
+            return self.decoder(hidden), new  # (T, B, V)
+        if reduction not in ("mean", "none"):
+            raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
+        return self._loss(hidden, targets, reduction), new
+
+    def _loss(self, hidden: Tensor, targets: Tensor, reduction: str) -> Tensor:
+        """Return the cross-entropy of hidden (T, B, H) against targets (T, B) (see forward)."""
+        y = targets.flatten()
+        if self.cfg.output_layer == "plain":
+            logits = self.decoder(hidden)  # (T, B, V)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y, reduction=reduction)
+        elif isinstance(self.decoder, AdaptiveSoftmax):
+            nll = self.decoder.nll(hidden.flatten(0, 1), y)  # (T·B,)
+            loss = nll.mean() if reduction == "mean" else nll
+        else:
+            h = hidden.flatten(0, 1)  # (T·B, H)
+            loss = fused_cross_entropy(h, self.decoder.weight, self.decoder.bias, y, reduction)
+        return loss if reduction == "mean" else loss.view_as(targets)
+
+    def _hidden(self, tokens: Tensor, state: State | None) -> tuple[Tensor, State]:
+        """Return (the last layer's outputs after dropout (T, B, H), new state) for tokens (T, B)."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must have shape (T, B), got {tuple(tokens.shape)}")
         x = self._drop(self.embedding(tokens))  # (T, B, E)
@@ -139,8 +187,7 @@ class RecurrentLM(nn.Module):
             else:
                 x, hidden = self._run_rnn(x, state[0])
             new = tuple(hidden) if self.arch == "lstm" else (hidden,)
-        logits = self.decoder(self._drop(x))  # (T, B, V)
-        return logits, new
+        return self._drop(x), new
 
     def _run_rnn(self, *args: Tensor | tuple[Tensor, Tensor]) -> Any:
         """Run the torch RNN module on args, each weight_hh_l* (every gate's recurrent matrix)

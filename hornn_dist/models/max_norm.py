@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from hornn_dist.models.lm import RecurrentLM
+from hornn_dist.models.output_layer import AdaptiveSoftmax
 
 
 def max_norm_vectors(model: RecurrentLM) -> list[tuple[nn.Parameter, int]]:
@@ -16,7 +17,9 @@ def max_norm_vectors(model: RecurrentLM) -> list[tuple[nn.Parameter, int]]:
         pairs += [(layer.weight_ih, 0), (layer.weight_hh, 0)]
     if model.rnn is not None:  # torch layout (gates·H, in): row k is unit k's incoming weights
         pairs += [(p, 1) for name, p in model.rnn.named_parameters() if name.startswith("weight")]
-    if model.decoder.weight is not model.embedding.weight:  # tied: capped once, above
+    if isinstance(model.decoder, AdaptiveSoftmax):  # (out, in): a row is one unit's weights
+        pairs += [(weight, 1) for weight in model.decoder.weights()]
+    elif model.decoder.weight is not model.embedding.weight:  # tied: capped once, above
         pairs.append((model.decoder.weight, 1))  # (V, H): row v is word v's output weights
     return pairs
 

@@ -98,7 +98,7 @@ def plan_exchange(
         raise ValueError(f"reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}")
     named = [(n, p) for n, p in core.named_parameters() if p.requires_grad]
     embedding = core.embedding.weight
-    tied = core.decoder.weight is embedding
+    tied = getattr(core.decoder, "weight", None) is embedding  # an adaptive softmax has none
     vocab, width = embedding.shape
     dense_bytes = REDUCE_DTYPES[reduce_dtype].itemsize
     rows = (

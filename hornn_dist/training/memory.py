@@ -4,13 +4,15 @@ optimizer's and the final scoring's copies, and the activations one training ste
 The parameters are counted by building the model on PyTorch's meta device (shapes only, no
 memory), so the count is the real model's, whatever its architecture. The activations are
 the largest buffers of one step (`activation_bytes`): the HORNN scan's buffer grows with
-order² x batch x hidden, the logits with bptt x batch x vocabulary. What is free is the
-smaller of the machine's (MemAvailable, or the GPU's free memory) and, on a CPU, what the
-process's cgroups (a container's limit, v1 or v2) leave.
+order² x batch x hidden, the output layer's with bptt x batch x vocabulary (less with
+`model.output_layer` fused or adaptive). What is free is the smaller of the machine's
+(MemAvailable, or the GPU's free memory) and, on a CPU, what the process's cgroups (a
+container's limit, v1 or v2) leave.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +21,7 @@ import torch
 
 from hornn_dist.models import ModelConfig
 from hornn_dist.models.meta import build_on_meta
+from hornn_dist.models.output_layer import BLOCK_ELEMENTS, chunk_tokens, resolve_cutoffs
 from hornn_dist.models.poolings import get_pooling
 from hornn_dist.util.errors import ConfigError
 
@@ -72,8 +75,23 @@ def activation_elements(cfg: ModelConfig, vocab_size: int, batch: int, bptt: int
     else:  # torch's RNNs keep each step's gates (lstm 4, gru 3, rnn 1) and outputs
         gates = {"lstm": 4, "gru": 3}.get(cfg.arch, 1)
         per_layer = 2 * T * B * (gates + 1) * H
-    logits = 3 * T * B * vocab_size  # logits, log-softmax, their gradient
-    return T * B * E + cfg.num_layers * per_layer + logits
+    return T * B * E + cfg.num_layers * per_layer + output_layer_elements(cfg, vocab_size, T * B)
+
+
+def output_layer_elements(cfg: ModelConfig, vocab_size: int, tokens: int) -> int:
+    """Return the float32 values the output layer (`model.output_layer`) keeps at its peak for
+    a step of `tokens` tokens: plain, the logits, log-softmax and their gradient; fused, the
+    logits' gradient in the autocast dtype (half a float32 each) and one chunk's buffers;
+    adaptive, the plain layer's for its head and, at most, its largest cluster for every token."""
+    if cfg.output_layer == "fused":
+        chunk = chunk_tokens(tokens, vocab_size)
+        return tokens * vocab_size // 2 + chunk * vocab_size + 2 * BLOCK_ELEMENTS
+    if cfg.output_layer == "adaptive":
+        bounds = [0, *resolve_cutoffs(cfg.adaptive_cutoffs, vocab_size), vocab_size]
+        head = bounds[1] + len(bounds) - 2
+        largest = max((b - a for a, b in itertools.pairwise(bounds[1:])), default=0)
+        return 3 * tokens * (head + largest)
+    return 3 * tokens * vocab_size  # logits, log-softmax, their gradient
 
 
 def cgroup_folders(

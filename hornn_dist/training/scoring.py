@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from hornn_dist.data.shards import Corpus
 from hornn_dist.data.streams import EvalStream
@@ -62,10 +61,9 @@ def evaluate_split(model: torch.nn.Module, stream: EvalStream, accelerator: Any)
     state = None
     for x, y, mask in stream:
         x, y, mask = x.to(device), y.to(device), mask.to(device)
-        with accelerator.autocast():
-            logits, state = model(x, state)  # (T, b, V)
-        nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none")
-        loss_sum += (nll.double() * mask.flatten()).sum()
+        with accelerator.autocast():  # each token's loss from the model's output layer
+            nll, state = model(x, state, targets=y, reduction="none")  # (T, b)
+        loss_sum += (nll.flatten().double() * mask.flatten()).sum()
         count += mask.sum()
     totals = accelerator.reduce(torch.stack([loss_sum, count.double()]), reduction="sum")
     model.train(was_training)

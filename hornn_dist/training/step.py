@@ -6,7 +6,8 @@ and against that step on a DDP model with two); what it adds is how it runs fast
 `TrainStep.run(x, y)` copies the batch into static buffers and runs the whole step in three
 parts:
 
-    forward_backward: forward -> cross-entropy -> backward -> carry the state
+    forward_backward: forward -> cross-entropy (the model's output layer) -> backward
+                      -> carry the state
     reduce:           (several processes) average the gradients (exchange.py: the output
                       layer's all-reduce, started during an eager backward; the rest; the
                       embedding's touched rows, all-gathered)
@@ -61,7 +62,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor
 
 from hornn_dist.config import OptimConfig
@@ -314,9 +314,8 @@ class TrainStep:
         """Forward, loss and backward (into the flat gradients with several processes); count
         the step; carry the state."""
         x, y = self.xy[0], self.xy[1]
-        with self._autocast():
-            logits, new_state = self.model(x, self.state)  # (T, b, V)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        with self._autocast():  # the model's output layer gives the mean loss (model.output_layer)
+            loss, new_state = self.model(x, self.state, targets=y)
         if self.exchange is not None:
             self.exchange.arm()
         self._backward(loss)

@@ -1,0 +1,323 @@
+"""The output layer's loss without the full logits: a fused linear + cross-entropy, and an
+adaptive softmax (Grave et al. 2017).
+
+`model.output_layer` picks how the language model turns its last hidden states h (N, H) into
+the loss of the next words (models/lm.py):
+
+    plain     Linear(H, V) -> logits (N, V) -> float32 cross-entropy   (PyTorch's way)
+    fused     the same Linear (tied or not, the same weights and checkpoints), its loss and
+              gradients computed here in chunks of tokens: no (N, V) float32 tensor is held
+    adaptive  a head over the shortlist and one logit per cluster, then each cluster's words
+              behind a projection H -> H / div^i (`AdaptiveSoftmax`; own weights, never tied)
+
+The fused layer (`fused_cross_entropy`) is one autograd Function. Its forward runs, for each
+chunk of `chunk_tokens` tokens, the three GEMMs of the plain layer's forward and backward and
+what lies between them, all in the chunk's own buffers:
+
+    logits_c = h_c W^T + b          (n, V) in the compute dtype (autocast's, as the plain layer)
+    lsm_c    = log_softmax(logits_c) in float32: the loss takes -lsm_c[target]
+    g_c      = exp(lsm_c) - onehot   the logits' gradient, in the compute dtype
+    dh_c     = g_c W                 (n, H)
+    dW      += g_c^T h_c, db += Σ g_c
+
+so the backward only scales the stored gradients by grad_output / N (the loss is a mean). With
+a compute dtype below the weights' (bf16, fp16) the g_c are kept, in that dtype, for one dW GEMM
+over all the tokens at the end (as the plain layer's backward rounds dW once; the plain layer
+holds them too, besides float32 logits, log-probabilities and their gradient); otherwise dW is
+accumulated chunk by chunk in place. No host sync, no data-dependent shape: a CUDA graph can
+capture it (unmeasured on a GPU). The vocabulary is not cut into chunks: a row of V float32
+log-probabilities is at most a few MB, and cutting it would compute the logits twice.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+from hornn_dist.util.errors import ConfigError
+
+OUTPUT_LAYERS = ("plain", "fused", "adaptive")
+# logits in one GEMM chunk of the fused layer (its GEMMs run as fast as whole ones from about
+# 200 tokens at H 500 on a CPU), and in one block of rows whose softmax runs at once on a CPU
+# (a few MB of float32: the caches hold it); measured: benchmarks/README.md, "Output layer"
+CHUNK_ELEMENTS = 1 << 23
+MIN_CHUNK_TOKENS = 128
+BLOCK_ELEMENTS = 1 << 19
+# the adaptive softmax's default cutoffs, as fractions of V: the ids are ordered by training
+# count (data/vocab.py), so the head holds the most frequent 5% of the words and the first
+# cluster the next 15%
+DEFAULT_CUTOFF_FRACTIONS = (0.05, 0.2)
+MAX_DIV_VALUE = 64.0
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def chunk_tokens(tokens: int, vocab: int) -> int:
+    """Return how many tokens one GEMM chunk of the fused layer takes: all of them when few,
+    else about CHUNK_ELEMENTS // vocab (at least MIN_CHUNK_TOKENS), the chunks made equal."""
+    most = max(MIN_CHUNK_TOKENS, CHUNK_ELEMENTS // max(vocab, 1))
+    chunks = -(-tokens // most)
+    return max(1, -(-tokens // max(chunks, 1)))
+
+
+def block_rows(chunk: int, vocab: int, device: torch.device) -> int:
+    """Return the rows of a chunk whose softmax runs at once: on a CPU a block of about
+    BLOCK_ELEMENTS float32 values (its caches hold it), elsewhere the whole chunk (few kernels)."""
+    if device.type != "cpu":
+        return chunk
+    return max(1, min(chunk, BLOCK_ELEMENTS // max(vocab, 1)))
+
+
+def compute_dtype(hidden: Tensor, weight: Tensor) -> torch.dtype:
+    """Return the dtype the output layer's GEMMs run in: autocast's where it is on (float32
+    weights), else the weights' and hidden states' common dtype (float32, float64)."""
+    device = hidden.device.type
+    if weight.dtype == torch.float32 and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return torch.promote_types(hidden.dtype, weight.dtype)
+
+
+def _accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Return the dtype a softmax over logits of `dtype` runs in: float32, or float64."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+def _scores(logits: Tensor) -> Tensor:
+    """Return logits ready for a log-softmax: bf16/fp16 ones in float32 (the plain layer's
+    `.float()`), float32 and float64 ones as they are."""
+    return logits.to(_accumulate_dtype(logits.dtype))
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of `hidden @ weight.T + bias` against `targets`, its gradients
+    computed during the forward (module docstring)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        targets: Tensor,
+        dtype: torch.dtype,
+    ) -> Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):  # dtypes chosen here, by hand
+            loss, grads = _loss_and_gradients(hidden, weight, bias, targets, dtype)
+        ctx.grads = grads  # intermediate tensors: attributes, not save_for_backward
+        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.tokens = hidden.shape[0]
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad_loss: Tensor) -> tuple:  # type: ignore[override]
+        scale = grad_loss / ctx.tokens  # 0-dim tensor: no host sync
+        out = []
+        for grad, dtype, needed in zip(
+            ctx.grads, ctx.dtypes, ctx.needs_input_grad[:3], strict=True
+        ):
+            out.append(None if grad is None or not needed else _scaled(grad, dtype, scale))
+        return (*out, None, None)
+
+
+def _scaled(grad: Tensor, dtype: torch.dtype, scale: Tensor) -> Tensor:
+    """Return a new tensor: `grad` in `dtype` times `scale` (the stored one is left as it is, so
+    a second backward through the same graph works)."""
+    if grad.dtype == dtype:
+        return grad * scale.to(dtype)
+    return grad.to(dtype).mul_(scale.to(dtype))  # one new tensor, scaled in place
+
+
+def _loss_and_gradients(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, dtype: torch.dtype
+) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]:
+    """Return the mean NLL (0-dim, float32 or float64) and the unscaled gradients of its sum:
+    (d hidden (N, H), d weight (V, H)) in the compute dtype and d bias (V,) in float32."""
+    tokens, width = hidden.shape
+    vocab = weight.shape[0]
+    acc = _accumulate_dtype(dtype)
+    low = acc != dtype
+    device = hidden.device
+    x, w = hidden.to(dtype), weight.to(dtype)  # (N, H), (V, H): autocast's casts, by hand
+    b = None if bias is None else bias.to(dtype)
+    n = chunk_tokens(tokens, vocab)
+    rows = block_rows(n, vocab, device)
+    logits_buf = torch.empty(n, vocab, dtype=dtype, device=device)  # (n, V), reused by chunks
+    scores_buf = torch.empty(rows, vocab, dtype=acc, device=device) if low else None
+    probs_buf = torch.empty(rows, vocab, dtype=acc, device=device)
+    offsets = torch.arange(rows, device=device) * vocab  # row starts in a flat block
+    ones = torch.ones(rows, dtype=acc, device=device)
+    grad_x = torch.empty(tokens, width, dtype=dtype, device=device)
+    grad_b = None if b is None else torch.zeros(vocab, dtype=acc, device=device)
+    # low precision: every token's g kept for one dW GEMM at the end; else dW summed in place
+    kept = torch.empty(tokens, vocab, dtype=dtype, device=device) if low else None
+    grad_w = None if low else torch.zeros(vocab, width, dtype=dtype, device=device)
+    nll_sum = torch.zeros((), dtype=acc, device=device)
+    for start in range(0, tokens, n):
+        stop = min(start + n, tokens)
+        xc = x[start:stop]
+        logits = logits_buf[: stop - start]
+        if b is None:
+            torch.mm(xc, w.t(), out=logits)
+        else:
+            torch.addmm(b, xc, w.t(), out=logits)
+        grads = kept[start:stop] if kept is not None else logits  # (m, V) g, where it goes
+        for first in range(0, stop - start, rows):  # a block of rows the caches hold
+            last = min(first + rows, stop - start)
+            k = last - first
+            t = targets[start + first : start + last]
+            z = logits[first:last]
+            if scores_buf is not None:
+                z = scores_buf[:k].copy_(z)  # the plain layer's .float()
+            probs = torch.softmax(z, 1, out=probs_buf[:k])  # (k, V), one exp per logit
+            # -log p_t = lse - z_t, lse = max z + log Σ exp(z - max z) = max z - log max p:
+            # the largest probability is 1 / Σ as the softmax computed it, never underflowing
+            lse = z.amax(1) - torch.log(probs.amax(1))  # (k,)
+            nll_sum.add_(lse.sum() - z.gather(1, t[:, None]).sum())
+            if grad_b is not None:  # Σ (p - onehot), in float32
+                grad_b.add_(probs.sum(0)).index_add_(0, t, ones[:k], alpha=-1)
+            flat = offsets[:k] + t
+            target_p = probs.view(-1)[flat]
+            g = grads[first:last].copy_(probs)  # the softmax, in the compute dtype
+            g.view(-1).index_put_((flat,), (target_p - 1).to(g.dtype))  # p - onehot
+        torch.mm(grads, w, out=grad_x[start:stop])  # (m, H)
+        if grad_w is not None:
+            grad_w.addmm_(grads.t(), xc)
+    if kept is not None:
+        grad_w = kept.t() @ x  # (V, H): the third GEMM, over every token at once
+    assert grad_w is not None
+    return nll_sum / tokens, (grad_x, grad_w, grad_b)
+
+
+@torch.no_grad()
+def linear_nll(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, dtype: torch.dtype
+) -> Tensor:
+    """Return each token's NLL (N,) of `hidden @ weight.T + bias` against `targets`, in float32
+    (float64 for float64 inputs), computed in chunks of tokens (scoring: no gradient)."""
+    tokens, vocab = hidden.shape[0], weight.shape[0]
+    acc = _accumulate_dtype(dtype)
+    with torch.autocast(hidden.device.type, enabled=False):
+        x, w = hidden.to(dtype), weight.to(dtype)
+        b = None if bias is None else bias.to(dtype)
+        out = torch.empty(tokens, dtype=acc, device=x.device)
+        n = chunk_tokens(tokens, vocab)
+        for start in range(0, tokens, n):
+            stop = min(start + n, tokens)
+            xc = x[start:stop]
+            logits = xc @ w.t() if b is None else torch.addmm(b, xc, w.t())
+            lsm = torch.log_softmax(logits.to(acc), 1)
+            out[start:stop] = -lsm.gather(1, targets[start:stop, None]).squeeze(1)
+    return out
+
+
+def fused_cross_entropy(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, reduction: str = "mean"
+) -> Tensor:
+    """Return the cross-entropy of the linear layer (weight (V, H), bias (V,)) over hidden
+    (N, H) against targets (N,): the mean (0-dim, differentiable through the fused Function)
+    or, with reduction "none", each token's (N,) (no gradient: scoring). The GEMMs run in
+    autocast's dtype where it is on; the log-softmax in float32 (or float64)."""
+    dtype = compute_dtype(hidden, weight)
+    if reduction == "none":
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (hidden, weight)):
+            raise ValueError("the fused output layer gives per-token losses without gradient only")
+        return linear_nll(hidden, weight, bias, targets, dtype)
+    if reduction != "mean":
+        raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
+    return _FusedLinearCrossEntropy.apply(hidden, weight, bias, targets, dtype)
+
+
+def default_cutoffs(vocab_size: int) -> list[int]:
+    """Return the adaptive softmax's cutoffs for `model.adaptive_cutoffs = []`: V times each
+    of DEFAULT_CUTOFF_FRACTIONS, rounded, those in [1, V) and distinct (none for a tiny V)."""
+    out: list[int] = []
+    for fraction in DEFAULT_CUTOFF_FRACTIONS:
+        cut = round(vocab_size * fraction)
+        if 1 <= cut < vocab_size and (not out or cut > out[-1]):
+            out.append(cut)
+    return out
+
+
+def resolve_cutoffs(cutoffs: list[int], vocab_size: int) -> list[int]:
+    """Return the cutoffs the adaptive softmax of a vocabulary of `vocab_size` uses: the given
+    ones, each checked below V (a ConfigError naming the key), or `default_cutoffs`."""
+    if not cutoffs:
+        return default_cutoffs(vocab_size)
+    if cutoffs[-1] >= vocab_size:
+        raise ConfigError(
+            f"model.adaptive_cutoffs must be below the vocabulary size {vocab_size:,}, got "
+            f"{cutoffs}; lower them or set [] (from the vocabulary)"
+        )
+    return list(cutoffs)
+
+
+class AdaptiveSoftmax(nn.Module):
+    """Adaptive softmax (Grave et al. 2017, "Efficient softmax approximation for GPUs").
+
+    The words, ordered by training count, are cut at `cutoffs` c_1 < c_2 < ... into a
+    shortlist [0, c_1) and clusters [c_i, c_{i+1}). The head scores the shortlist's words
+    and one entry per cluster; cluster i scores its own words from a projection of h to
+    H / div^i units (at least 1):
+
+        log p(w | h) = log softmax(head(h))[w]                                  w in shortlist
+                     = log softmax(head(h))[c_1 + i - 1]
+                       + log softmax(tail_i(h))[w - c_i]                        w in cluster i
+
+    a normalised distribution over all V words (perplexity is exact). Weights: `head`
+    (Linear(H, c_1 + clusters), with a bias), `tail.<i>.0` (H -> H/div^i) and `tail.<i>.1`
+    (-> the cluster's words), no bias, as torch.nn.AdaptiveLogSoftmaxWithLoss names them.
+    Training scores a cluster only for the tokens whose target lies in it (their rows are
+    picked by value: a data-dependent shape, so no CUDA graph holds it).
+    """
+
+    def __init__(self, hidden: int, vocab_size: int, cutoffs: list[int], div_value: float):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.cutoffs = list(cutoffs)
+        bounds = [*self.cutoffs, vocab_size]
+        self.shortlist = bounds[0]
+        self.clusters = len(self.cutoffs)
+        self.head = nn.Linear(hidden, self.shortlist + self.clusters)  # (c_1 + clusters, H)
+        self.tail = nn.ModuleList()
+        for i in range(self.clusters):
+            width = max(1, int(hidden // div_value ** (i + 1)))
+            size = bounds[i + 1] - bounds[i]
+            self.tail.append(
+                nn.Sequential(
+                    nn.Linear(hidden, width, bias=False), nn.Linear(width, size, bias=False)
+                )
+            )
+        # cluster of a word id: bucketize(ids, cutoffs, right=True); 0 = the shortlist
+        self.register_buffer(
+            "bounds", torch.tensor(self.cutoffs, dtype=torch.long), persistent=False
+        )
+
+    def weights(self) -> list[nn.Parameter]:
+        """Return the weight matrices, each (out, in): a row is one output unit's weights."""
+        return [self.head.weight, *(p for tail in self.tail for p in tail.parameters())]
+
+    def nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """Return each token's NLL (N,), float32, for hidden (N, H) and targets (N,)."""
+        cluster = torch.bucketize(targets, self.bounds, right=True)  # (N,) 0 = shortlist
+        head_target = torch.where(cluster == 0, targets, self.shortlist + cluster - 1)
+        head_lp = torch.log_softmax(_scores(self.head(hidden)), 1)  # (N, c_1 + clusters)
+        nll = -head_lp.gather(1, head_target[:, None]).squeeze(1)
+        for i, tail in enumerate(self.tail):
+            rows = (cluster == i + 1).nonzero().squeeze(1)  # tokens whose word is in cluster i
+            lp = torch.log_softmax(_scores(tail(hidden.index_select(0, rows))), 1)  # (n_i, size)
+            inside = (targets.index_select(0, rows) - self.cutoffs[i])[:, None]
+            nll = nll.index_add(0, rows, -lp.gather(1, inside).squeeze(1))
+        return nll
+
+    def log_prob(self, hidden: Tensor) -> Tensor:
+        """Return the log-probabilities of every word (N, V), float32, for hidden (N, H)."""
+        head_lp = torch.log_softmax(_scores(self.head(hidden)), 1)  # (N, c_1 + clusters)
+        parts = [head_lp[:, : self.shortlist]]
+        for i, tail in enumerate(self.tail):
+            cluster_lp = head_lp[:, self.shortlist + i, None]  # (N, 1)
+            parts.append(torch.log_softmax(_scores(tail(hidden)), 1) + cluster_lp)
+        return torch.cat(parts, 1)
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}"
