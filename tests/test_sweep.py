@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import signal
 import subprocess
@@ -318,6 +319,26 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert "[2/2] a: resuming" in more.stderr
     assert "already finished (test ppl" not in more.stderr
     assert {r.name: r.step for r in read_runs(tmp_path / "runs")} == {"a": 3}
+
+
+@pytest.mark.integration
+def test_each_run_end_says_the_sweeps_time_left(tmp_path: Path) -> None:
+    """A run's end line says what is left of the sweep: its runs and epochs, and their time at
+    the seconds per epoch of the runs so far; the last says every run is trained."""
+    path = write_sweep(
+        tmp_path,
+        'set = { "train.epochs" = 1, "log.tensorboard" = false }\n'
+        '[[runs]]\nname = "a"\n[[runs]]\nname = "b"\nset = { "model.order" = 1 }\n',
+    )
+    proc = run_here("hornn_dist.sweep", str(path))
+    assert proc.returncode == 0, proc.stderr
+    ends = [line for line in proc.stderr.splitlines() if ": done in " in line]
+    assert [line.split(" INFO ")[1].split(":")[0] for line in ends] == ["[1/2] a", "[2/2] b"]
+    left = r"; sweep: 1 run to train, up to 1 epoch, at most about (\S+) left at 1 at a time"
+    took = re.search(left + r" \((\S+) per epoch so far\)$", ends[0])
+    assert took is not None, ends[0]
+    assert took[1] == took[2]  # one epoch left, timed by a's one epoch
+    assert ends[1].endswith("; sweep: every run trained")
 
 
 @pytest.mark.integration

@@ -4,7 +4,9 @@ A slot is one GPU (`CUDA_VISIBLE_DEVICES=i`, one run per GPU at a time) or, with
 share of the CPU cores (`OMP_NUM_THREADS` = cores / jobs, so concurrent runs do not fight over
 the same cores). A finished run is skipped; an unfinished one resumes from its checkpoints (the
 trainer's own resume). Each run's output goes to `output_dir/NAME/train.log`; the sweep prints
-one line as a run starts and one as it ends. A failed run is reported and the sweep goes on.
+one line as a run starts and one as it ends, with the sweep's time left (`time_left`: the
+epochs left at the seconds per epoch of its runs so far). A failed run is reported and the
+sweep goes on.
 SIGINT/SIGTERM are passed to the running runs, which checkpoint and exit, and the sweep stops.
 One sweep at a time per output_dir: a second one is refused with one line (`SWEEP_LOCK`, held
 for the life of the sweep; the kernel drops it when the sweep ends in any way).
@@ -106,7 +108,8 @@ def run_sweep(
             for item in [r for r in running if r.process.poll() is not None]:
                 running.remove(item)
                 free.append(item.slot)
-                _report_end(plan, item, total, outcome, stop.requested)
+                left = "" if stop.requested else f"; sweep: {time_left(plan, len(slots), only)}"
+                _report_end(plan, item, total, outcome, stop.requested, left)
     outcome.interrupted = stop.requested
     return outcome
 
@@ -142,12 +145,25 @@ def sweep_lock(plan: SweepPlan) -> Iterator[None]:
         lock.release()
 
 
-def dry_run_summary(plan: SweepPlan, jobs: int, only: frozenset[str] | None = None) -> str:
-    """Return what a sweep would train: its runs and epochs (each run's train.epochs, less the
-    epochs it has trained; of the runs in `only`, where given), and a time estimate from the
-    seconds per epoch of its runs that trained one already, or, before any has, a plain
-    statement that there is none yet (a guess from a few timed steps would cost a corpus and a
-    model per run, and say little of the epochs a run takes to converge)."""
+@dataclass
+class Left:
+    """What is left of a sweep: its runs to train and their epochs, and a time estimate."""
+
+    to_train: int  # runs not finished (of those selected)
+    finished: int
+    epochs: float  # up to: each run's train.epochs less the epochs it has trained
+    per_epoch: float | None  # seconds per epoch of the runs so far (None: none trained one)
+    at_once: int  # runs trained at a time
+
+    @property
+    def seconds(self) -> float | None:
+        """Return the time the epochs left take at `per_epoch`, `at_once` at a time."""
+        return None if self.per_epoch is None else self.per_epoch * self.epochs / self.at_once
+
+
+def sweep_left(plan: SweepPlan, jobs: int, only: frozenset[str] | None = None) -> Left:
+    """Return what is left of `plan` (of the runs in `only`, where given) with `jobs` runs at a
+    time, timed by the seconds per epoch of every run that trained one (its newest checkpoint)."""
     to_train, finished, epochs, seconds, done_epochs = 0, 0, 0.0, 0.0, 0.0
     for run in plan.runs:
         record = read_run(plan.output_dir / run.name, planned=run.config)
@@ -161,22 +177,50 @@ def dry_run_summary(plan: SweepPlan, jobs: int, only: frozenset[str] | None = No
         else:
             to_train += 1
             epochs += max(run.config.train.epochs - (record.epochs if record else 0.0), 0.0)
-    left_out = len(plan.runs) - to_train - finished
+    per_epoch = seconds / done_epochs if done_epochs else None
+    at_once = max(1, min(jobs, to_train))  # more jobs than runs: the rest wait idle
+    return Left(to_train, finished, epochs, per_epoch, at_once)
+
+
+def time_left(plan: SweepPlan, jobs: int, only: frozenset[str] | None = None) -> str:
+    """Return the sweep's time left in words, for a run's end line: its runs and epochs to
+    train, and how long they take at the seconds per epoch so far (an upper bound: a run that
+    converges stops sooner)."""
+    left = sweep_left(plan, jobs, only)
+    if not left.to_train:
+        return "every run trained"
+    line = (
+        f"{counted(left.to_train, 'run')} to train, up to {counted(round(left.epochs, 1), 'epoch')}"
+    )
+    if left.seconds is None or left.per_epoch is None:
+        return line + ", no time estimate until a run has trained an epoch"
+    return (
+        f"{line}, at most about {fmt_duration(left.seconds)} left at {left.at_once} at a time "
+        f"({fmt_duration(left.per_epoch)} per epoch so far)"
+    )
+
+
+def dry_run_summary(plan: SweepPlan, jobs: int, only: frozenset[str] | None = None) -> str:
+    """Return what a sweep would train: its runs and epochs (each run's train.epochs, less the
+    epochs it has trained; of the runs in `only`, where given), and a time estimate from the
+    seconds per epoch of its runs that trained one already, or, before any has, a plain
+    statement that there is none yet (a guess from a few timed steps would cost a corpus and a
+    model per run, and say little of the epochs a run takes to converge)."""
+    left = sweep_left(plan, jobs, only)
+    left_out = len(plan.runs) - left.to_train - left.finished
     line = (
         f"dry run: {counted(len(plan.runs), 'run')} in {plan.output_dir}, "
-        f"{to_train} to train ({finished} finished"
+        f"{left.to_train} to train ({left.finished} finished"
         f"{f', {left_out} not selected by --only' if left_out else ''}): "
-        f"up to {counted(round(epochs, 1), 'epoch')}"
+        f"up to {counted(round(left.epochs, 1), 'epoch')}"
         " in all (train.epochs; a run that converges stops sooner)"
     )
-    if done_epochs and epochs:
-        at_once = max(1, min(jobs, to_train))  # more jobs than runs: the rest wait idle
-        estimate = seconds / done_epochs * epochs / at_once
+    if left.seconds is not None and left.per_epoch is not None and left.epochs:
         line += (
-            f"; about {fmt_duration(estimate)} at {at_once} at a time, from "
-            f"{fmt_duration(seconds / done_epochs)} per epoch in the runs trained so far"
+            f"; about {fmt_duration(left.seconds)} at {left.at_once} at a time, from "
+            f"{fmt_duration(left.per_epoch)} per epoch in the runs trained so far"
         )
-    elif epochs:
+    elif left.epochs:
         line += (
             "; no time estimate yet: none of its runs has trained an epoch to time (run the "
             "sweep; after its first epoch, --dry-run estimates from the seconds per epoch)"
@@ -245,8 +289,9 @@ def _start(
 
 
 def _report_end(
-    plan: SweepPlan, item: _Running, total: int, outcome: SweepOutcome, stopping: bool
+    plan: SweepPlan, item: _Running, total: int, outcome: SweepOutcome, stopping: bool, left: str
 ) -> None:
+    """Say how a run ended, and then `left`: the sweep's time left."""
     item.log.close()
     took = fmt_duration(time.monotonic() - item.started)
     folder = plan.output_dir / item.run.name
@@ -257,7 +302,7 @@ def _report_end(
         outcome.finished += 1
         logger.info(
             "%s: done in %s: best valid ppl %.2f, test ppl %.2f (best checkpoint), %.1f epochs "
-            "(%s); %s",
+            "(%s); %s%s",
             prefix,
             took,
             record.best_valid_ppl,
@@ -265,25 +310,28 @@ def _report_end(
             record.epochs,
             record.stop_reason,
             fmt_params(record.parameters, recurrent_parameters(record.config.model)),
+            left,
         )
     elif code == 0:  # stopped with a checkpoint: by the sweep's stop, or on its own (a signal)
         if not stopping:  # not finished, and nothing asked it to stop
             outcome.failed += 1
         logger.log(
             logging.INFO if stopping else logging.ERROR,
-            "%s: stopped after %s with a checkpoint, not finished; the next sweep resumes it",
+            "%s: stopped after %s with a checkpoint, not finished; the next sweep resumes it%s",
             prefix,
             took,
+            left,
         )
     else:
         outcome.failed += 1
         logger.error(
-            "%s: FAILED (exit %s) after %s: %s; see %s",
+            "%s: FAILED (exit %s) after %s: %s; see %s%s",
             prefix,
             code,
             took,
             _last_error(folder / RUN_LOG),
             folder / RUN_LOG,
+            left,
         )
 
 
