@@ -5,6 +5,7 @@ one)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -611,3 +612,29 @@ def test_forced_tiles_sets_the_users_variable_for_the_block_and_restores_it(monk
         assert TILES_ENV not in os.environ
         assert triton_tiles.choose_tiles(20, 400) == chosen  # the engine's own choice
     assert os.environ[TILES_ENV] == "32x32x32x4x1"
+
+
+def test_output_layer_benchmark_times_each_layer_beside_its_gemms_and_each_step(tmp_path):
+    """benchmarks/output_layer.py at tiny sizes: the layer part's rows (the three GEMMs, then
+    each output layer) and the step part's (each model over each layer, in a process of its
+    own; the HORNN's here), their ratios to the plain layer, and the JSON with its metadata."""
+    bench = load_benchmark("output_layer")
+    out = tmp_path / "ol.json"
+    argv = ["--sizes", "60x8", "--batch", "4", "--bptt", "5", "--steps", "1", "--rounds", "1",
+            "--models", "hornn", "--json", str(out)]  # fmt: skip
+    rows = bench.main(argv)
+    layers = [r["layer"] for r in rows if r["part"] == "layer"]
+    assert layers == ["gemms", "plain", "fused", "adaptive"]
+    steps = [r for r in rows if r["part"] == "step"]
+    assert [(r["model"], r["layer"]) for r in steps] == [
+        ("hornn", layer) for layer in ("plain", "fused", "adaptive")
+    ]
+    for row in steps:
+        assert "error" not in row, row
+        assert row["tokens_per_s"] > 0 and row["tokens_per_cpu_s"] > 0 and row["step_peak_mib"] >= 0
+        assert row["loss"] == pytest.approx(math.log(60), rel=0.2)  # an untrained model's
+        if row["layer"] == "plain":
+            assert row["cpu_speed_vs_plain"] == 1.0
+    data = json.loads(out.read_text())
+    check_meta(data["meta"], "output_layer.py")
+    assert len(data["meta"]["load_at_start"]) == 3 and len(data["results"]) == len(rows)

@@ -144,12 +144,13 @@ class RecurrentLM(nn.Module):
             if isinstance(self.decoder, AdaptiveSoftmax):
                 return self.decoder.log_prob(hidden.flatten(0, 1)).unflatten(0, tokens.shape), new
             return self.decoder(hidden), new  # (T, B, V)
+        return self.output_loss(hidden, targets, reduction), new
+
+    def output_loss(self, hidden: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
+        """Return the output layer's float32 cross-entropy of hidden (T, B, H) against targets
+        (T, B): the mean ("mean") or each token's (T, B) ("none")."""
         if reduction not in ("mean", "none"):
             raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
-        return self._loss(hidden, targets, reduction), new
-
-    def _loss(self, hidden: Tensor, targets: Tensor, reduction: str) -> Tensor:
-        """Return the cross-entropy of hidden (T, B, H) against targets (T, B) (see forward)."""
         y = targets.flatten()
         if self.cfg.output_layer == "plain":
             logits = self.decoder(hidden)  # (T, B, V)

@@ -1,0 +1,378 @@
+"""The output layer at large vocabularies: plain vs fused vs adaptive (`model.output_layer`).
+
+Two parts, each on the product's own code:
+
+    layer  the output layer alone (`RecurrentLM.output_loss`: what the trainer's step runs after
+           the recurrent layers), forward + backward of its mean loss over N = B x T hidden
+           states under the step's autocast, beside its three GEMMs alone (logits, d hidden,
+           d W in the compute dtype, their inputs cast beforehand): time per call, median of
+           --rounds interleaved rounds
+    step   the trainer's step (`TrainStep`, eager, the trainer's default recipe `OptimConfig()`)
+           of a gated HORNN-3 and of torch's nn.LSTM over each output layer: tokens/s and peak
+           memory, each (size, model, layer) in a process of its own: its resident memory after
+           a warm-up step (weights, momentum) and its peak during the timed steps above that
+           (Linux: /proc/self/status VmHWM, reset through /proc/self/clear_refs)
+
+Each time is taken twice: wall clock, and the process's CPU time (user + system, page faults
+included), which another load on the machine inflates far less; tokens/s are of both. Sizes
+are V x H (E = H, one layer), at B x T tokens a step (default 20 x 30, text8's); plain and
+fused tie the output matrix to the embedding (as the text8 and WikiText-103 configs do), the
+adaptive softmax has its own weights (never tied). A cell the product's memory check refuses
+(`training.memory.check_fits`) or that fails keeps its error and the run goes on.
+
+    python benchmarks/output_layer.py                              # every size, both parts
+    python benchmarks/output_layer.py --sizes 44000x500 --parts layer
+    python benchmarks/output_layer.py --sizes 267735x1024 --steps 2 --models lstm
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from hornn_dist.config import OptimConfig
+from hornn_dist.models import ModelConfig, build_model
+from hornn_dist.models.output_layer import OUTPUT_LAYERS
+from hornn_dist.models.precision import AUTOCAST_DTYPES
+from hornn_dist.training.memory import check_fits
+from hornn_dist.training.optim import build_optimizer
+from hornn_dist.training.step import TrainStep
+
+from common import comma_list, error_line, meta_line, run_meta, write_json
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "output_layer.json"
+DEFAULT_SIZES = "10000x500,10000x1024,44000x500,44000x1024,267735x500,267735x1024"
+MODELS = {  # the recurrent layer under each output layer
+    "hornn": dict(arch="hornn", pooling="gated", order=3),
+    "lstm": dict(arch="lstm"),
+}
+PRECISIONS = {"fp32": None, **AUTOCAST_DTYPES}
+BLOCKS = 4  # distinct (T+1, B) token blocks cycled through
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One step measurement: a model over one output layer at one size."""
+
+    vocab: int
+    hidden: int
+    model: str
+    layer: str
+    batch: int
+    bptt: int
+    precision: str
+    steps: int
+    warmup: int
+    threads: int
+
+
+def model_config(model: str, layer: str, hidden: int) -> ModelConfig:
+    """Return the [model] section of a cell: tied but for the adaptive softmax."""
+    return ModelConfig(
+        **MODELS[model], hidden_size=hidden, output_layer=layer, tie_weights=layer != "adaptive"
+    )
+
+
+def autocast(precision: str):
+    """Return the context the step's forward runs in (the trainer's: Accelerate's autocast)."""
+    dtype = PRECISIONS[precision]
+    if dtype is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast("cpu", dtype=dtype)
+
+
+def proc_status() -> dict[str, int]:
+    """Return VmRSS and VmHWM of this process in bytes (Linux)."""
+    out = {}
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return out
+
+
+def reset_peak() -> None:
+    """Set VmHWM back to the current resident size (Linux's clear_refs, value 5)."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+        refs.write("5")
+
+
+def run_cell(cell: Cell) -> dict:
+    """Return one cell's row: build the model and the trainer's step, warm up, then time each
+    step (wall and CPU time) and measure the peak memory above the warm state."""
+    torch.set_num_threads(cell.threads)
+    cfg = model_config(cell.model, cell.layer, cell.hidden)
+    check_fits(cfg, cell.vocab, torch.device("cpu"), cell.batch, cell.bptt)
+    torch.manual_seed(0)
+    model = build_model(cfg, cell.vocab)
+    optim = OptimConfig()
+    step = TrainStep(
+        model,
+        build_optimizer(model, optim),
+        device=torch.device("cpu"),
+        batch_size=cell.batch,
+        bptt=cell.bptt,
+        optim=optim,
+        graph_reason="eager",
+        autocast=autocast(cell.precision),
+    )
+    gen = torch.Generator().manual_seed(1)
+    data = torch.randint(0, cell.vocab, (BLOCKS, cell.bptt + 1, cell.batch), generator=gen)
+    for i in range(cell.warmup):
+        block = data[i % BLOCKS]
+        step.run(block[:-1], block[1:], measure=False)
+    resident = proc_status()["VmRSS"]
+    reset_peak()
+    wall, cpu = [], []
+    for i in range(cell.steps):
+        block = data[(cell.warmup + i) % BLOCKS]
+        w0, c0 = time.perf_counter(), time.process_time()
+        loss = step.run(block[:-1], block[1:], measure=False)
+        float(loss)  # the loss is read as the trainer's log line reads it
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    peak = proc_status()["VmHWM"]
+    tokens = cell.batch * cell.bptt
+    return {
+        "params": model.num_parameters(),
+        "loss": float(loss),
+        "step_seconds": wall,
+        "step_cpu_seconds": cpu,
+        "tokens_per_s": tokens / statistics.median(wall),
+        "tokens_per_cpu_s": tokens / statistics.median(cpu),
+        "resident_mib": resident / 2**20,
+        "step_peak_mib": (peak - resident) / 2**20,
+    }
+
+
+def measure_cell(cell: Cell) -> dict:
+    """Return the row of one cell, run in a fresh process (its own peak memory)."""
+    row = {"part": "step", **asdict(cell)}
+    proc = subprocess.run(
+        [sys.executable, __file__, "--cell", json.dumps(asdict(cell))],
+        capture_output=True,
+        text=True,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        row["error"] = f"exit {proc.returncode}: {tail}"[:300]
+    else:
+        row.update(json.loads(lines[-1]))
+    return row
+
+
+def layer_rows(vocab: int, hidden: int, args: argparse.Namespace) -> list[dict]:
+    """Return the layer part's rows of one size: the three GEMMs, then each output layer's
+    forward + backward (`RecurrentLM.output_loss` of a model built with it), interleaved."""
+    tokens = args.batch * args.bptt
+    gen = torch.Generator().manual_seed(0)
+    hidden_states = torch.randn(args.bptt, args.batch, hidden, generator=gen).requires_grad_()
+    targets = torch.randint(0, vocab, (args.bptt, args.batch), generator=gen)
+    dtype = PRECISIONS[args.precision] or torch.float32
+    torch.manual_seed(0)
+    weight = torch.randn(vocab, hidden) * 0.1
+    h, w = hidden_states.detach().flatten(0, 1).to(dtype), weight.to(dtype)
+
+    def gemms() -> None:
+        logits = h @ w.t()  # (N, V)
+        _ = logits @ w  # d hidden (N, H)
+        _ = logits.t() @ h  # d W (V, H)
+
+    calls = {"gemms": gemms}
+    models = {}
+    for layer in args.layers:
+        cfg = model_config("lstm", layer, hidden)  # the recurrent layer plays no part here
+        models[layer] = model = build_model(cfg, vocab)
+
+        def call(model=model) -> None:
+            with autocast(args.precision)():
+                loss = model.output_loss(hidden_states, targets)
+            loss.backward()
+            hidden_states.grad = None
+            model.zero_grad(set_to_none=True)
+
+        calls[layer] = call
+    for call in calls.values():
+        call()  # warm-up
+    wall: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(args.rounds):
+        for name, call in calls.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            call()
+            wall[name].append(time.perf_counter() - w0)
+            cpu[name].append(time.process_time() - c0)
+    rows = []
+    for name in calls:
+        row = {
+            "part": "layer",
+            "vocab": vocab,
+            "hidden": hidden,
+            "layer": name,
+            "tokens": tokens,
+            "precision": args.precision,
+            "ms": statistics.median(wall[name]) * 1e3,
+            "cpu_ms": statistics.median(cpu[name]) * 1e3,
+            "round_seconds": wall[name],
+            "round_cpu_seconds": cpu[name],
+        }
+        if name in models:
+            row["params"] = sum(p.numel() for p in models[name].decoder.parameters())
+        rows.append(row)
+    base = rows[0]["cpu_ms"]
+    for row in rows:
+        row["cpu_vs_gemms"] = row["cpu_ms"] / base
+    return rows
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """Give each step row its tokens/s and peak memory as ratios to the plain layer's row of the
+    same size and model."""
+    plain = {
+        (r["vocab"], r["hidden"], r["model"]): r
+        for r in rows
+        if r["part"] == "step" and r["layer"] == "plain" and "tokens_per_s" in r
+    }
+    for r in rows:
+        ref = plain.get((r.get("vocab"), r.get("hidden"), r.get("model")))
+        if r["part"] == "step" and ref is not None and "tokens_per_s" in r:
+            r["cpu_speed_vs_plain"] = r["tokens_per_cpu_s"] / ref["tokens_per_cpu_s"]
+            if ref["step_peak_mib"] > 0:
+                r["peak_vs_plain"] = r["step_peak_mib"] / ref["step_peak_mib"]
+
+
+def print_layer_table(rows: list[dict]) -> None:
+    print(f"{'V':>8}{'H':>6}{'layer':>10}{'ms':>10}{'CPU ms':>10}{'x GEMMs':>9}{'params':>10}")
+    for r in rows:
+        params = f"{r['params'] / 1e6:.2f}M" if "params" in r else "-"
+        print(
+            f"{r['vocab']:>8}{r['hidden']:>6}{r['layer']:>10}{r['ms']:>10.1f}{r['cpu_ms']:>10.1f}"
+            f"{r['cpu_vs_gemms']:>8.2f}x{params:>10}",
+            flush=True,
+        )
+
+
+def print_step_table(rows: list[dict], header: bool = True) -> None:
+    if header:
+        print(
+            f"{'V':>8}{'H':>6}{'model':>7}{'layer':>10}{'params':>9}{'tok/s':>9}{'tok/CPU s':>11}"
+            f"{'x plain':>9}{'peak MiB':>10}{'x plain':>9}{'resident':>10}"
+        )
+    for r in rows:
+        head = f"{r['vocab']:>8}{r['hidden']:>6}{r['model']:>7}{r['layer']:>10}"
+        if "error" in r:
+            print(f"{head}  failed: {r['error']}", flush=True)
+            continue
+        speed = f"{r['cpu_speed_vs_plain']:.2f}x" if "cpu_speed_vs_plain" in r else "-"
+        peak = f"{r['peak_vs_plain']:.2f}x" if "peak_vs_plain" in r else "-"
+        print(
+            f"{head}{r['params'] / 1e6:>8.1f}M{r['tokens_per_s']:>9.0f}"
+            f"{r['tokens_per_cpu_s']:>11.0f}{speed:>9}{r['step_peak_mib']:>10.0f}{peak:>9}"
+            f"{r['resident_mib']:>10.0f}",
+            flush=True,
+        )
+
+
+def parse_sizes(p: argparse.ArgumentParser, text: str) -> list[tuple[int, int]]:
+    """Return [(V, H), ...] of "10000x500,44000x1024"."""
+    sizes = []
+    for item in (t for t in text.split(",") if t):
+        try:
+            vocab, hidden = (int(v) for v in item.split("x"))
+        except ValueError:
+            p.error(f"--sizes: {item!r} is not VxH, e.g. 44000x500")
+        if vocab < 2 or hidden < 1:
+            p.error(f"--sizes: {item!r} needs V >= 2 and H >= 1")
+        sizes.append((vocab, hidden))
+    return sizes
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"VxH list (default {DEFAULT_SIZES})")
+    p.add_argument("--layers", default=",".join(OUTPUT_LAYERS), help="plain,fused,adaptive")
+    p.add_argument("--models", default=",".join(MODELS), help="hornn,lstm (the step part)")
+    p.add_argument("--parts", default="layer,step", help="layer,step")
+    p.add_argument("--batch", type=int, default=20, help="streams B (default 20)")
+    p.add_argument("--bptt", type=int, default=30, help="steps per window T (default 30)")
+    p.add_argument("--precision", default="bf16", help="fp32 or bf16 autocast (default bf16)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--rounds", type=int, default=5, help="layer part: rounds (default 5)")
+    p.add_argument("--steps", type=int, default=3, help="step part: timed steps (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="step part: untimed steps (default 1)")
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
+    p.add_argument("--cell", help=argparse.SUPPRESS)  # one step cell, in its own process
+    args = p.parse_args(argv)
+    if args.cell:
+        return args
+    args.sizes = parse_sizes(p, args.sizes)
+    args.layers = comma_list(p, "--layers", args.layers, OUTPUT_LAYERS)
+    args.models = comma_list(p, "--models", args.models, MODELS)
+    args.parts = comma_list(p, "--parts", args.parts, ("layer", "step"))
+    args.precision = comma_list(p, "--precision", args.precision, ("fp32", "bf16"))[0]
+    for flag in ("batch", "bptt", "threads", "rounds", "steps"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if args.warmup < 1:
+        p.error(f"--warmup must be >= 1 (the momentum buffers), got {args.warmup}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run the parts over every size, print the tables, write the JSON; return the rows."""
+    args = parse_args(argv)
+    if args.cell:  # a child: one step cell, its row as one JSON line
+        print(json.dumps(run_cell(Cell(**json.loads(args.cell)))), flush=True)
+        return []
+    torch.set_num_threads(args.threads)
+    with open("/proc/loadavg", encoding="ascii") as loadavg:
+        load = loadavg.read().split()[:3]
+    meta = run_meta("output_layer.py", argv, torch.device("cpu"), args, load_at_start=load)
+    print(meta_line(meta) + f"\nload average {' '.join(load)}", flush=True)
+    rows: list[dict] = []
+    if "layer" in args.parts:
+        print("\n== the output layer alone: forward + backward of its loss, one call")
+        for vocab, hidden in args.sizes:
+            try:
+                group = layer_rows(vocab, hidden, args)
+            except Exception as exc:  # e.g. out of memory: say so, go on
+                print(f"{vocab:>8}{hidden:>6}  failed: {error_line(exc)}", flush=True)
+                rows.append({"part": "layer", "vocab": vocab, "hidden": hidden,
+                             "error": error_line(exc)})  # fmt: skip
+                continue
+            print_layer_table(group)
+            rows += group
+            write_json(args.json, meta, rows)
+    if "step" in args.parts:
+        print("\n== the training step: tokens/s and peak memory above the warm state")
+        print_step_table([])
+        for vocab, hidden in args.sizes:
+            for model in args.models:
+                for layer in args.layers:
+                    cell = Cell(vocab, hidden, model, layer, args.batch, args.bptt,
+                                args.precision, args.steps, args.warmup, args.threads)  # fmt: skip
+                    row = measure_cell(cell)
+                    rows.append(row)
+                    add_ratios(rows)
+                    print_step_table([row], header=False)
+                    write_json(args.json, meta, rows)
+    with open("/proc/loadavg", encoding="ascii") as loadavg:
+        meta["load_at_end"] = loadavg.read().split()[:3]
+    add_ratios(rows)
+    write_json(args.json, meta, rows)
+    print(f"load average at the end {' '.join(meta['load_at_end'])}\nwrote {args.json}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
