@@ -698,7 +698,7 @@ def test_a_matched_sweep_trains_and_reports_fair(tmp_path: Path) -> None:
         "rnn-m-s1--a: training" in proc.stderr
         and "(match_params: sized to fofe-s1--a)" in proc.stderr
     )
-    assert " recurrent (log: " in proc.stderr and " recurrent\n" in proc.stderr
+    assert " recurrent (log: " in proc.stderr and " recurrent; sweep: " in proc.stderr
     report = run_here("hornn_dist.report", str(tmp_path / "runs"), "--no-plots")
     assert report.returncode == 0, report.stderr
     rows = {r["model"]: r for r in markdown_table(report.stdout, "## Each model over its seeds")}
