@@ -10,23 +10,24 @@ the loss of the next words (models/lm.py):
     adaptive  a head over the shortlist and one logit per cluster, then each cluster's words
               behind a projection H -> H / div^i (`AdaptiveSoftmax`; own weights, never tied)
 
-The fused layer (`fused_cross_entropy`) is one autograd Function. Its forward runs, for each
-chunk of `chunk_tokens` tokens, the three GEMMs of the plain layer's forward and backward and
-what lies between them, all in the chunk's own buffers:
+The fused layer (`fused_cross_entropy`) is one autograd Function. Its forward runs the three
+GEMMs of the plain layer's forward and backward, chunk by chunk over `chunk_tokens` tokens, and
+between them the softmax in blocks of rows a CPU's caches hold (`block_rows`):
 
-    logits_c = h_c W^T + b          (n, V) in the compute dtype (autocast's, as the plain layer)
-    lsm_c    = log_softmax(logits_c) in float32: the loss takes -lsm_c[target]
-    g_c      = exp(lsm_c) - onehot   the logits' gradient, in the compute dtype
-    dh_c     = g_c W                 (n, H)
-    dW      += g_c^T h_c, db += Σ g_c
+    z_c  = h_c W^T                     (n, V) in the compute dtype (autocast's, as the plain layer)
+    p_c  = softmax(z_c + b) in float32 the loss: -log p_t = max z - log max p - z_t (lse - z_t)
+    g_c  = p_c - onehot                the logits' gradient, written over z_c in the compute dtype
+    dh_c = g_c W                       (n, H);  db += Σ (p_c - onehot), in float32
+    dW   = g^T h                       one GEMM over every token (low precision), else summed
+                                       chunk by chunk in place (float32, float64)
 
-so the backward only scales the stored gradients by grad_output / N (the loss is a mean). With
-a compute dtype below the weights' (bf16, fp16) the g_c are kept, in that dtype, for one dW GEMM
-over all the tokens at the end (as the plain layer's backward rounds dW once; the plain layer
-holds them too, besides float32 logits, log-probabilities and their gradient); otherwise dW is
-accumulated chunk by chunk in place. No host sync, no data-dependent shape: a CUDA graph can
-capture it (unmeasured on a GPU). The vocabulary is not cut into chunks: a row of V float32
-log-probabilities is at most a few MB, and cutting it would compute the logits twice.
+so the backward only scales the stored gradients by grad_output / N (the loss is a mean). In
+bf16/fp16 the (N, V) g are kept in that dtype for the one dW GEMM, which rounds dW once, as the
+plain layer's backward does (the plain layer holds those logits too, besides float32 logits,
+log-probabilities and their gradient); no (N, V) float32 tensor is ever held. No host sync, no
+data-dependent shape: a CUDA graph can capture it (unmeasured on a GPU). The vocabulary is not
+cut into chunks: a row of V float32 probabilities is at most a few MB, and cutting it would
+compute the logits twice.
 """
 
 from __future__ import annotations
@@ -139,29 +140,26 @@ def _loss_and_gradients(
     low = acc != dtype
     device = hidden.device
     x, w = hidden.to(dtype), weight.to(dtype)  # (N, H), (V, H): autocast's casts, by hand
-    b = None if bias is None else bias.to(dtype)
+    b_acc = None if bias is None else bias.to(dtype).to(acc)  # (V,) as autocast rounds it
     n = chunk_tokens(tokens, vocab)
     rows = block_rows(n, vocab, device)
-    logits_buf = torch.empty(n, vocab, dtype=dtype, device=device)  # (n, V), reused by chunks
+    # low precision: every token's logits, then its g in their place, kept for one dW GEMM at
+    # the end (the plain layer holds them too); else one chunk's, and dW summed in place
+    kept = torch.empty(tokens, vocab, dtype=dtype, device=device) if low else None
+    logits_buf = None if low else torch.empty(n, vocab, dtype=dtype, device=device)  # (n, V)
     scores_buf = torch.empty(rows, vocab, dtype=acc, device=device) if low else None
     probs_buf = torch.empty(rows, vocab, dtype=acc, device=device)
     offsets = torch.arange(rows, device=device) * vocab  # row starts in a flat block
     ones = torch.ones(rows, dtype=acc, device=device)
     grad_x = torch.empty(tokens, width, dtype=dtype, device=device)
-    grad_b = None if b is None else torch.zeros(vocab, dtype=acc, device=device)
-    # low precision: every token's g kept for one dW GEMM at the end; else dW summed in place
-    kept = torch.empty(tokens, vocab, dtype=dtype, device=device) if low else None
+    grad_b = None if bias is None else torch.zeros(vocab, dtype=acc, device=device)
     grad_w = None if low else torch.zeros(vocab, width, dtype=dtype, device=device)
     nll_sum = torch.zeros((), dtype=acc, device=device)
     for start in range(0, tokens, n):
         stop = min(start + n, tokens)
         xc = x[start:stop]
-        logits = logits_buf[: stop - start]
-        if b is None:
-            torch.mm(xc, w.t(), out=logits)
-        else:
-            torch.addmm(b, xc, w.t(), out=logits)
-        grads = kept[start:stop] if kept is not None else logits  # (m, V) g, where it goes
+        logits = kept[start:stop] if kept is not None else logits_buf[: stop - start]  # (m, V)
+        torch.mm(xc, w.t(), out=logits)  # the bias is added in each block: one pass less
         for first in range(0, stop - start, rows):  # a block of rows the caches hold
             last = min(first + rows, stop - start)
             k = last - first
@@ -169,6 +167,8 @@ def _loss_and_gradients(
             z = logits[first:last]
             if scores_buf is not None:
                 z = scores_buf[:k].copy_(z)  # the plain layer's .float()
+            if b_acc is not None:
+                z.add_(b_acc)
             probs = torch.softmax(z, 1, out=probs_buf[:k])  # (k, V), one exp per logit
             # -log p_t = lse - z_t, lse = max z + log Σ exp(z - max z) = max z - log max p:
             # the largest probability is 1 / Σ as the softmax computed it, never underflowing
@@ -178,13 +178,13 @@ def _loss_and_gradients(
                 grad_b.add_(probs.sum(0)).index_add_(0, t, ones[:k], alpha=-1)
             flat = offsets[:k] + t
             target_p = probs.view(-1)[flat]
-            g = grads[first:last].copy_(probs)  # the softmax, in the compute dtype
+            g = logits[first:last].copy_(probs)  # the softmax in the logits' place, z used up
             g.view(-1).index_put_((flat,), (target_p - 1).to(g.dtype))  # p - onehot
-        torch.mm(grads, w, out=grad_x[start:stop])  # (m, H)
+        torch.mm(logits, w, out=grad_x[start:stop])  # (m, H): the rows hold g now
         if grad_w is not None:
-            grad_w.addmm_(grads.t(), xc)
-    if kept is not None:
-        grad_w = kept.t() @ x  # (V, H): the third GEMM, over every token at once
+            grad_w.addmm_(logits.t(), xc)
+    if kept is not None:  # the third GEMM, over every token at once, into w's place (used up)
+        grad_w = torch.mm(kept.t(), x, out=w if w is not weight else None)  # (V, H)
     assert grad_w is not None
     return nll_sum / tokens, (grad_x, grad_w, grad_b)
 
