@@ -16,12 +16,17 @@ CONFIGS = REPO / "configs"
 # what a corpus's config may set apart from its PTB row's: the size, the regularisation, the
 # schedule's phase and the run's own bookkeeping; every other [model] and [optim] key is PTB's
 CORPUS_KEYS = {
-    "model": {"hidden_size", "embedding_size", "num_layers", "init_std", "dropout", "weight_drop"},
+    "model": {"hidden_size", "embedding_size", "num_layers", "init_std", "dropout", "weight_drop"}
+    | {"output_layer", "adaptive_cutoffs", "adaptive_div_value"},  # how a vocabulary is scored
     "optim": {"halve_after", "min_lr", "weight_decay"},
 }
 # and what a size needs to train: at 2 x 1024 gated-3's dropout row (feedback 1, clip 1) diverged
-# on PTB's files; its row without dropout's feedback 0.2 and clip 0.25 train (docs/training.md)
-SIZE_KEYS = {"wikitext103": {"model": {"feedback_scale"}, "optim": {"clip"}}}
+# on PTB's files; its row without dropout's feedback 0.2 and clip 0.25 train (docs/training.md);
+# an adaptive softmax (WikiText-103's) is never tied
+SIZE_KEYS = {
+    "wikitext103": {"model": {"feedback_scale", "tie_weights"}, "optim": {"clip"}},
+    "wikitext103_rnn": {"model": {"tie_weights"}},
+}
 
 
 @pytest.mark.parametrize(
