@@ -14,7 +14,8 @@ Two parts, each on the product's own code:
            (Linux: /proc/self/status VmHWM, reset through /proc/self/clear_refs)
 
 Each time is taken twice: wall clock, and the process's CPU time (user + system, page faults
-included), which another load on the machine inflates far less; tokens/s are of both. Sizes
+included), which another load on the machine inflates far less; tokens/s are of both. The
+words are drawn as text's are (Zipf: id k with probability ∝ 1/(k+1)). Sizes
 are V x H (E = H, one layer), at B x T tokens a step (default 20 x 30, text8's); plain and
 fused tie the output matrix to the embedding (as the text8 and WikiText-103 configs do), the
 adaptive softmax has its own weights (never tied). A cell the product's memory check refuses
@@ -75,6 +76,15 @@ class Cell:
     threads: int
 
 
+def zipf_tokens(vocab: int, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Return word ids drawn with probability ∝ 1 / (id + 1): text's word frequencies (Zipf),
+    its ids ordered by count as a prepared corpus orders them. What falls in each of the
+    adaptive softmax's clusters follows (uniform ids would put 80% of the words in its last)."""
+    weights = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
+    flat = torch.multinomial(weights, int(torch.tensor(shape).prod()), True, generator=gen)
+    return flat.view(shape)
+
+
 def model_config(model: str, layer: str, hidden: int) -> ModelConfig:
     """Return the [model] section of a cell: tied but for the adaptive softmax."""
     return ModelConfig(
@@ -126,7 +136,7 @@ def run_cell(cell: Cell) -> dict:
         autocast=autocast(cell.precision),
     )
     gen = torch.Generator().manual_seed(1)
-    data = torch.randint(0, cell.vocab, (BLOCKS, cell.bptt + 1, cell.batch), generator=gen)
+    data = zipf_tokens(cell.vocab, (BLOCKS, cell.bptt + 1, cell.batch), gen)
     for i in range(cell.warmup):
         block = data[i % BLOCKS]
         step.run(block[:-1], block[1:], measure=False)
@@ -177,7 +187,7 @@ def layer_rows(vocab: int, hidden: int, args: argparse.Namespace) -> list[dict]:
     tokens = args.batch * args.bptt
     gen = torch.Generator().manual_seed(0)
     hidden_states = torch.randn(args.bptt, args.batch, hidden, generator=gen).requires_grad_()
-    targets = torch.randint(0, vocab, (args.bptt, args.batch), generator=gen)
+    targets = zipf_tokens(vocab, (args.bptt, args.batch), gen)
     dtype = PRECISIONS[args.precision] or torch.float32
     torch.manual_seed(0)
     weight = torch.randn(vocab, hidden) * 0.1

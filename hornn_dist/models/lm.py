@@ -156,8 +156,8 @@ class RecurrentLM(nn.Module):
             logits = self.decoder(hidden)  # (T, B, V)
             loss = F.cross_entropy(logits.float().flatten(0, 1), y, reduction=reduction)
         elif isinstance(self.decoder, AdaptiveSoftmax):
-            nll = self.decoder.nll(hidden.flatten(0, 1), y)  # (T·B,)
-            loss = nll.mean() if reduction == "mean" else nll
+            h = hidden.flatten(0, 1)  # (T·B, H)
+            loss = self.decoder.mean_loss(h, y) if reduction == "mean" else self.decoder.nll(h, y)
         else:
             h = hidden.flatten(0, 1)  # (T·B, H)
             loss = fused_cross_entropy(h, self.decoder.weight, self.decoder.bias, y, reduction)

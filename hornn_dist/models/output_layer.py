@@ -268,7 +268,8 @@ class AdaptiveSoftmax(nn.Module):
     (Linear(H, c_1 + clusters), with a bias), `tail.<i>.0` (H -> H/div^i) and `tail.<i>.1`
     (-> the cluster's words), no bias, as torch.nn.AdaptiveLogSoftmaxWithLoss names them.
     Training scores a cluster only for the tokens whose target lies in it (their rows are
-    picked by value: a data-dependent shape, so no CUDA graph holds it).
+    picked by value: a data-dependent shape, so no CUDA graph holds it), the head and each
+    cluster through the fused layer (`mean_loss`).
     """
 
     def __init__(self, hidden: int, vocab_size: int, cutoffs: list[int], div_value: float):
@@ -296,6 +297,24 @@ class AdaptiveSoftmax(nn.Module):
     def weights(self) -> list[nn.Parameter]:
         """Return the weight matrices, each (out, in): a row is one output unit's weights."""
         return [self.head.weight, *(p for tail in self.tail for p in tail.parameters())]
+
+    def mean_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """Return the mean NLL (0-dim, float32) of hidden (N, H) against targets (N,), each part
+        through the fused layer: the head's over every token, and each cluster's over its own
+        tokens (projected) weighted by their share; the same value as `nll(...).mean()`."""
+        tokens = hidden.shape[0]
+        cluster = torch.bucketize(targets, self.bounds, right=True)  # (N,) 0 = shortlist
+        head_target = torch.where(cluster == 0, targets, self.shortlist + cluster - 1)
+        loss = fused_cross_entropy(hidden, self.head.weight, self.head.bias, head_target)
+        for i, tail in enumerate(self.tail):
+            rows = (cluster == i + 1).nonzero().squeeze(1)  # tokens whose word is in cluster i
+            if rows.numel() == 0:  # known on the host since nonzero: no further sync
+                continue
+            projected = tail[0](hidden.index_select(0, rows))  # (n_i, H / div^i)
+            inside = targets.index_select(0, rows) - self.cutoffs[i]
+            share = rows.numel() / tokens
+            loss = loss + fused_cross_entropy(projected, tail[1].weight, None, inside) * share
+        return loss
 
     def nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """Return each token's NLL (N,), float32, for hidden (N, H) and targets (N,)."""
