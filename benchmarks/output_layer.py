@@ -6,7 +6,7 @@ Two parts, each on the product's own code:
            the recurrent layers), forward + backward of its mean loss over N = B x T hidden
            states under the step's autocast, beside its three GEMMs alone (logits, d hidden,
            d W in the compute dtype, their inputs cast beforehand): time per call, median of
-           --rounds interleaved rounds
+           --rounds interleaved rounds, and the call's peak memory above what was resident
     step   the trainer's step (`TrainStep`, eager, the trainer's default recipe `OptimConfig()`)
            of a gated HORNN-3 and of torch's nn.LSTM over each output layer: tokens/s and peak
            memory, each (size, model, layer) in a process of its own: its resident memory after
@@ -216,12 +216,16 @@ def layer_rows(vocab: int, hidden: int, args: argparse.Namespace) -> list[dict]:
         call()  # warm-up
     wall: dict[str, list[float]] = {name: [] for name in calls}
     cpu: dict[str, list[float]] = {name: [] for name in calls}
+    peak = dict.fromkeys(calls, 0)
     for _ in range(args.rounds):
         for name, call in calls.items():
+            before = proc_status()["VmRSS"]
+            reset_peak()
             w0, c0 = time.perf_counter(), time.process_time()
             call()
             wall[name].append(time.perf_counter() - w0)
             cpu[name].append(time.process_time() - c0)
+            peak[name] = max(peak[name], proc_status()["VmHWM"] - before)
     rows = []
     for name in calls:
         row = {
@@ -235,6 +239,7 @@ def layer_rows(vocab: int, hidden: int, args: argparse.Namespace) -> list[dict]:
             "cpu_ms": statistics.median(cpu[name]) * 1e3,
             "round_seconds": wall[name],
             "round_cpu_seconds": cpu[name],
+            "peak_mib": peak[name] / 2**20,  # above the resident memory before the call
         }
         if name in models:
             row["params"] = sum(p.numel() for p in models[name].decoder.parameters())
@@ -262,12 +267,15 @@ def add_ratios(rows: list[dict]) -> None:
 
 
 def print_layer_table(rows: list[dict]) -> None:
-    print(f"{'V':>8}{'H':>6}{'layer':>10}{'ms':>10}{'CPU ms':>10}{'x GEMMs':>9}{'params':>10}")
+    print(
+        f"{'V':>8}{'H':>6}{'layer':>10}{'ms':>10}{'CPU ms':>10}{'x GEMMs':>9}{'peak MiB':>10}"
+        f"{'params':>10}"
+    )
     for r in rows:
         params = f"{r['params'] / 1e6:.2f}M" if "params" in r else "-"
         print(
             f"{r['vocab']:>8}{r['hidden']:>6}{r['layer']:>10}{r['ms']:>10.1f}{r['cpu_ms']:>10.1f}"
-            f"{r['cpu_vs_gemms']:>8.2f}x{params:>10}",
+            f"{r['cpu_vs_gemms']:>8.2f}x{r['peak_mib']:>10.0f}{params:>10}",
             flush=True,
         )
 

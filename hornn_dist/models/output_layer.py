@@ -17,14 +17,15 @@ between them the softmax in blocks of rows a CPU's caches hold (`block_rows`):
     z_c  = h_c W^T                     (n, V) in the compute dtype (autocast's, as the plain layer)
     p_c  = softmax(z_c + b) in float32 the loss: -log p_t = max z - log max p - z_t (lse - z_t)
     g_c  = p_c - onehot                the logits' gradient, written over z_c in the compute dtype
-    dh_c = g_c W                       (n, H);  db += Σ (p_c - onehot), in float32
-    dW   = g^T h                       one GEMM over every token (low precision), else summed
-                                       chunk by chunk in place (float32, float64)
+    db  += Σ (p_c - onehot)            in float32
+    dh   = g W, dW = g^T h             (N, H), (V, H): one GEMM each over every token (bf16,
+                                       fp16), else chunk by chunk, dW summed in place
 
 so the backward only scales the stored gradients by grad_output / N (the loss is a mean). In
-bf16/fp16 the (N, V) g are kept in that dtype for the one dW GEMM, which rounds dW once, as the
-plain layer's backward does (the plain layer holds those logits too, besides float32 logits,
-log-probabilities and their gradient); no (N, V) float32 tensor is ever held. No host sync, no
+bf16/fp16 the (N, V) g are kept in that dtype for the last two GEMMs, the longer the faster
+(dW rounded once, as the plain layer's backward rounds it; the plain layer holds those logits
+too, besides float32 logits, log-probabilities and their gradient); no (N, V) float32 tensor
+is ever held, and dW takes the place of the weight's bf16 copy. No host sync, no
 data-dependent shape: a CUDA graph can capture it (unmeasured on a GPU). The vocabulary is not
 cut into chunks: a row of V float32 probabilities is at most a few MB, and cutting it would
 compute the logits twice.
@@ -105,28 +106,31 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         with torch.autocast(hidden.device.type, enabled=False):  # dtypes chosen here, by hand
             loss, grads = _loss_and_gradients(hidden, weight, bias, targets, dtype)
         ctx.grads = grads  # intermediate tensors: attributes, not save_for_backward
-        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
-        ctx.tokens = hidden.shape[0]
+        ctx.dtype = dtype
+        ctx.save_for_backward(hidden, weight, bias, targets)  # a second backward recomputes
         return loss
 
     @staticmethod
     @once_differentiable
     def backward(ctx: torch.autograd.function.FunctionCtx, grad_loss: Tensor) -> tuple:  # type: ignore[override]
-        scale = grad_loss / ctx.tokens  # 0-dim tensor: no host sync
-        out = []
-        for grad, dtype, needed in zip(
-            ctx.grads, ctx.dtypes, ctx.needs_input_grad[:3], strict=True
-        ):
-            out.append(None if grad is None or not needed else _scaled(grad, dtype, scale))
+        hidden, weight, bias, targets = ctx.saved_tensors
+        grads, ctx.grads = ctx.grads, None  # handed over, scaled in place: nothing kept
+        if grads is None:  # a second backward through this graph (retain_graph, gradcheck)
+            with torch.autocast(hidden.device.type, enabled=False):
+                grads = _loss_and_gradients(hidden, weight, bias, targets, ctx.dtype)[1]
+        scale = grad_loss / hidden.shape[0]  # the loss is a mean; a 0-dim tensor: no host sync
+        inputs = (hidden, weight, bias)
+        out = [
+            None if grad is None or not needed else _scaled(grad, x.dtype, scale)
+            for grad, x, needed in zip(grads, inputs, ctx.needs_input_grad[:3], strict=True)
+        ]
         return (*out, None, None)
 
 
 def _scaled(grad: Tensor, dtype: torch.dtype, scale: Tensor) -> Tensor:
-    """Return a new tensor: `grad` in `dtype` times `scale` (the stored one is left as it is, so
-    a second backward through the same graph works)."""
-    if grad.dtype == dtype:
-        return grad * scale.to(dtype)
-    return grad.to(dtype).mul_(scale.to(dtype))  # one new tensor, scaled in place
+    """Return `grad` in `dtype` times `scale`, in place where no cast makes a new tensor (the
+    caller holds it no more, so the optimizer's .grad can be this very tensor)."""
+    return grad.to(dtype).mul_(scale.to(dtype))
 
 
 def _loss_and_gradients(
@@ -153,7 +157,7 @@ def _loss_and_gradients(
     ones = torch.ones(rows, dtype=acc, device=device)
     grad_x = torch.empty(tokens, width, dtype=dtype, device=device)
     grad_b = None if bias is None else torch.zeros(vocab, dtype=acc, device=device)
-    grad_w = None if low else torch.zeros(vocab, width, dtype=dtype, device=device)
+    grad_w = torch.zeros(vocab, width, dtype=dtype, device=device) if kept is None else None
     nll_sum = torch.zeros((), dtype=acc, device=device)
     for start in range(0, tokens, n):
         stop = min(start + n, tokens)
@@ -180,11 +184,12 @@ def _loss_and_gradients(
             target_p = probs.view(-1)[flat]
             g = logits[first:last].copy_(probs)  # the softmax in the logits' place, z used up
             g.view(-1).index_put_((flat,), (target_p - 1).to(g.dtype))  # p - onehot
-        torch.mm(logits, w, out=grad_x[start:stop])  # (m, H): the rows hold g now
-        if grad_w is not None:
+        if kept is None:  # the rows hold g now
+            torch.mm(logits, w, out=grad_x[start:stop])  # (m, H)
             grad_w.addmm_(logits.t(), xc)
-    if kept is not None:  # the third GEMM, over every token at once, into w's place (used up)
-        grad_w = torch.mm(kept.t(), x, out=w if w is not weight else None)  # (V, H)
+    if kept is not None:  # the other two GEMMs, over every token at once (longer, faster)
+        torch.mm(kept, w, out=grad_x)  # (N, H)
+        grad_w = torch.mm(kept.t(), x, out=w if w is not weight else None)  # (V, H), in w's place
     assert grad_w is not None
     return nll_sum / tokens, (grad_x, grad_w, grad_b)
 
