@@ -9,16 +9,18 @@ Two parts, each on the product's own code:
            --rounds interleaved rounds, and the call's peak memory above what was resident
     step   the trainer's step (`TrainStep`, eager, the trainer's default recipe `OptimConfig()`)
            of a gated HORNN-3 and of torch's nn.LSTM over each output layer: tokens/s and peak
-           memory, each (size, model, layer) in a process of its own: its resident memory after
-           a warm-up step (weights, momentum) and its peak during the timed steps above that
-           (Linux: /proc/self/status VmHWM, reset through /proc/self/clear_refs)
+           memory, each (size, model) in a process of its own that builds a model per output
+           layer, warms each up, then runs one step of each in turn, --steps rounds (so a burst
+           of other load hits every layer); a step's peak memory is taken above what was
+           resident just before it (weights, momentum: Linux's /proc/self/status VmHWM, reset
+           through /proc/self/clear_refs)
 
 Each time is taken twice: wall clock, and the process's CPU time (user + system, page faults
 included), which another load on the machine inflates far less; tokens/s are of both. The
 words are drawn as text's are (Zipf: id k with probability ∝ 1/(k+1)). Sizes
 are V x H (E = H, one layer), at B x T tokens a step (default 20 x 30, text8's); plain and
 fused tie the output matrix to the embedding (as the text8 and WikiText-103 configs do), the
-adaptive softmax has its own weights (never tied). A cell the product's memory check refuses
+adaptive softmax has its own weights (never tied). A model the product's memory check refuses
 (`training.memory.check_fits`) or that fails keeps its error and the run goes on.
 
     python benchmarks/output_layer.py                              # every size, both parts
@@ -61,13 +63,13 @@ BLOCKS = 4  # distinct (T+1, B) token blocks cycled through
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One step measurement: a model over one output layer at one size."""
+class Group:
+    """The step part's unit: one model over each output layer at one size, in one process."""
 
     vocab: int
     hidden: int
     model: str
-    layer: str
+    layers: tuple[str, ...]
     batch: int
     bptt: int
     precision: str
@@ -86,7 +88,7 @@ def zipf_tokens(vocab: int, shape: tuple[int, ...], gen: torch.Generator) -> tor
 
 
 def model_config(model: str, layer: str, hidden: int) -> ModelConfig:
-    """Return the [model] section of a cell: tied but for the adaptive softmax."""
+    """Return the [model] section of a measured model: tied but for the adaptive softmax."""
     return ModelConfig(
         **MODELS[model], hidden_size=hidden, output_layer=layer, tie_weights=layer != "adaptive"
     )
@@ -116,69 +118,81 @@ def reset_peak() -> None:
         refs.write("5")
 
 
-def run_cell(cell: Cell) -> dict:
-    """Return one cell's row: build the model and the trainer's step, warm up, then time each
-    step (wall and CPU time) and measure the peak memory above the warm state."""
-    torch.set_num_threads(cell.threads)
-    cfg = model_config(cell.model, cell.layer, cell.hidden)
-    check_fits(cfg, cell.vocab, torch.device("cpu"), cell.batch, cell.bptt)
-    torch.manual_seed(0)
-    model = build_model(cfg, cell.vocab)
+def run_group(group: Group) -> list[dict]:
+    """Return one row per output layer of a group: build each layer's model and the trainer's
+    step, warm each up, then time one step of each in turn, --steps rounds (wall and CPU
+    time), each step's peak memory taken above what was resident just before it."""
+    torch.set_num_threads(group.threads)
     optim = OptimConfig()
-    step = TrainStep(
-        model,
-        build_optimizer(model, optim),
-        device=torch.device("cpu"),
-        batch_size=cell.batch,
-        bptt=cell.bptt,
-        optim=optim,
-        graph_reason="eager",
-        autocast=autocast(cell.precision),
-    )
+    steps, params = {}, {}
+    for layer in group.layers:
+        cfg = model_config(group.model, layer, group.hidden)
+        check_fits(cfg, group.vocab, torch.device("cpu"), group.batch, group.bptt)
+        torch.manual_seed(0)
+        model = build_model(cfg, group.vocab)
+        params[layer] = model.num_parameters()
+        steps[layer] = TrainStep(
+            model,
+            build_optimizer(model, optim),
+            device=torch.device("cpu"),
+            batch_size=group.batch,
+            bptt=group.bptt,
+            optim=optim,
+            graph_reason="eager",
+            autocast=autocast(group.precision),
+        )
     gen = torch.Generator().manual_seed(1)
-    data = zipf_tokens(cell.vocab, (BLOCKS, cell.bptt + 1, cell.batch), gen)
-    for i in range(cell.warmup):
-        block = data[i % BLOCKS]
-        step.run(block[:-1], block[1:], measure=False)
-    resident = proc_status()["VmRSS"]
-    reset_peak()
-    wall, cpu = [], []
-    for i in range(cell.steps):
-        block = data[(cell.warmup + i) % BLOCKS]
-        w0, c0 = time.perf_counter(), time.process_time()
-        loss = step.run(block[:-1], block[1:], measure=False)
-        float(loss)  # the loss is read as the trainer's log line reads it
-        wall.append(time.perf_counter() - w0)
-        cpu.append(time.process_time() - c0)
-    peak = proc_status()["VmHWM"]
-    tokens = cell.batch * cell.bptt
-    return {
-        "params": model.num_parameters(),
-        "loss": float(loss),
-        "step_seconds": wall,
-        "step_cpu_seconds": cpu,
-        "tokens_per_s": tokens / statistics.median(wall),
-        "tokens_per_cpu_s": tokens / statistics.median(cpu),
-        "resident_mib": resident / 2**20,
-        "step_peak_mib": (peak - resident) / 2**20,
-    }
+    data = zipf_tokens(group.vocab, (BLOCKS, group.bptt + 1, group.batch), gen)
+    for i in range(group.warmup):
+        for step in steps.values():
+            block = data[i % BLOCKS]
+            step.run(block[:-1], block[1:], measure=False)
+    resident = proc_status()["VmRSS"]  # every layer's weights and momentum
+    wall = {layer: [] for layer in steps}
+    cpu = {layer: [] for layer in steps}
+    peak = dict.fromkeys(steps, 0)
+    loss = {}
+    for i in range(group.steps):
+        block = data[(group.warmup + i) % BLOCKS]
+        for layer, step in steps.items():
+            before = proc_status()["VmRSS"]
+            reset_peak()
+            w0, c0 = time.perf_counter(), time.process_time()
+            loss[layer] = float(step.run(block[:-1], block[1:], measure=False))  # as a log line
+            wall[layer].append(time.perf_counter() - w0)
+            cpu[layer].append(time.process_time() - c0)
+            peak[layer] = max(peak[layer], proc_status()["VmHWM"] - before)
+    tokens = group.batch * group.bptt
+    return [
+        {
+            "layer": layer,
+            "params": params[layer],
+            "loss": loss[layer],
+            "step_seconds": wall[layer],
+            "step_cpu_seconds": cpu[layer],
+            "tokens_per_s": tokens / statistics.median(wall[layer]),
+            "tokens_per_cpu_s": tokens / statistics.median(cpu[layer]),
+            "resident_mib": resident / 2**20,
+            "step_peak_mib": peak[layer] / 2**20,
+        }
+        for layer in steps
+    ]
 
 
-def measure_cell(cell: Cell) -> dict:
-    """Return the row of one cell, run in a fresh process (its own peak memory)."""
-    row = {"part": "step", **asdict(cell)}
+def measure_group(group: Group) -> list[dict]:
+    """Return the rows of one group, run in a fresh process (its own memory)."""
+    head = {"part": "step", **{k: v for k, v in asdict(group).items() if k != "layers"}}
     proc = subprocess.run(
-        [sys.executable, __file__, "--cell", json.dumps(asdict(cell))],
+        [sys.executable, __file__, "--cell", json.dumps(asdict(group))],
         capture_output=True,
         text=True,
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        row["error"] = f"exit {proc.returncode}: {tail}"[:300]
-    else:
-        row.update(json.loads(lines[-1]))
-    return row
+        error = f"exit {proc.returncode}: {tail}"[:300]
+        return [{**head, "layer": layer, "error": error} for layer in group.layers]
+    return [{**head, **row} for row in json.loads(lines[-1])]
 
 
 def layer_rows(vocab: int, hidden: int, args: argparse.Namespace) -> list[dict]:
@@ -329,7 +343,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3, help="step part: timed steps (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="step part: untimed steps (default 1)")
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
-    p.add_argument("--cell", help=argparse.SUPPRESS)  # one step cell, in its own process
+    p.add_argument("--cell", help=argparse.SUPPRESS)  # one step group, in its own process
     args = p.parse_args(argv)
     if args.cell:
         return args
@@ -349,8 +363,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> list[dict]:
     """Run the parts over every size, print the tables, write the JSON; return the rows."""
     args = parse_args(argv)
-    if args.cell:  # a child: one step cell, its row as one JSON line
-        print(json.dumps(run_cell(Cell(**json.loads(args.cell)))), flush=True)
+    if args.cell:  # a child: one group of the step part, its rows as one JSON line
+        fields = json.loads(args.cell)
+        group = Group(**{**fields, "layers": tuple(fields["layers"])})
+        print(json.dumps(run_group(group)), flush=True)
         return []
     torch.set_num_threads(args.threads)
     with open("/proc/loadavg", encoding="ascii") as loadavg:
@@ -376,14 +392,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print_step_table([])
         for vocab, hidden in args.sizes:
             for model in args.models:
-                for layer in args.layers:
-                    cell = Cell(vocab, hidden, model, layer, args.batch, args.bptt,
-                                args.precision, args.steps, args.warmup, args.threads)  # fmt: skip
-                    row = measure_cell(cell)
-                    rows.append(row)
-                    add_ratios(rows)
-                    print_step_table([row], header=False)
-                    write_json(args.json, meta, rows)
+                group = Group(vocab, hidden, model, tuple(args.layers), args.batch, args.bptt,
+                              args.precision, args.steps, args.warmup, args.threads)  # fmt: skip
+                group_rows = measure_group(group)
+                rows += group_rows
+                add_ratios(rows)
+                print_step_table(group_rows, header=False)
+                write_json(args.json, meta, rows)
     with open("/proc/loadavg", encoding="ascii") as loadavg:
         meta["load_at_end"] = loadavg.read().split()[:3]
     add_ratios(rows)
