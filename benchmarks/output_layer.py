@@ -11,9 +11,10 @@ Two parts, each on the product's own code:
            of a gated HORNN-3 and of torch's nn.LSTM over each output layer: tokens/s and peak
            memory, each (size, model) in a process of its own that builds a model per output
            layer, warms each up, then runs one step of each in turn, --steps rounds (so a burst
-           of other load hits every layer); a step's peak memory is taken above what was
-           resident just before it (weights, momentum: Linux's /proc/self/status VmHWM, reset
-           through /proc/self/clear_refs)
+           of other load hits every layer); then one more step of each, untimed, for its peak
+           memory above what was resident just before it (weights, momentum), the allocator's
+           free memory given back first (Linux: /proc/self/status VmHWM, reset through
+           /proc/self/clear_refs; glibc's malloc_trim)
 
 Each time is taken twice: wall clock, and the process's CPU time (user + system, page faults
 included), which another load on the machine inflates far less; tokens/s are of both. The
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import gc
 import json
 import statistics
 import subprocess
@@ -118,6 +121,14 @@ def reset_peak() -> None:
         refs.write("5")
 
 
+def trim() -> None:
+    """Give the allocator's free memory back to the system (glibc's malloc_trim), so that what
+    stays resident is what lives, and a step's peak above it is its own."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def run_group(group: Group) -> list[dict]:
     """Return one row per output layer of a group: build each layer's model and the trainer's
     step, warm each up, then time one step of each in turn, --steps rounds (wall and CPU
@@ -147,21 +158,25 @@ def run_group(group: Group) -> list[dict]:
         for step in steps.values():
             block = data[i % BLOCKS]
             step.run(block[:-1], block[1:], measure=False)
-    resident = proc_status()["VmRSS"]  # every layer's weights and momentum
     wall = {layer: [] for layer in steps}
     cpu = {layer: [] for layer in steps}
-    peak = dict.fromkeys(steps, 0)
     loss = {}
     for i in range(group.steps):
         block = data[(group.warmup + i) % BLOCKS]
         for layer, step in steps.items():
-            before = proc_status()["VmRSS"]
-            reset_peak()
             w0, c0 = time.perf_counter(), time.process_time()
             loss[layer] = float(step.run(block[:-1], block[1:], measure=False))  # as a log line
             wall[layer].append(time.perf_counter() - w0)
             cpu[layer].append(time.process_time() - c0)
-            peak[layer] = max(peak[layer], proc_status()["VmHWM"] - before)
+    trim()
+    resident = proc_status()["VmRSS"]  # every layer's weights and momentum
+    peak = {}
+    for layer, step in steps.items():  # one more step each, untimed, from a trimmed heap
+        trim()
+        before = proc_status()["VmRSS"]
+        reset_peak()
+        step.run(block[:-1], block[1:], measure=False)
+        peak[layer] = proc_status()["VmHWM"] - before
     tokens = group.batch * group.bptt
     return [
         {
