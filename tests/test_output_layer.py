@@ -21,7 +21,13 @@ from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import TrainStep
 from hornn_dist.util.errors import ConfigError
 from tests.reference_step import reference_step
-from tests.train_helpers import check_ok, run_here, train_into, write_tiny_config
+from tests.train_helpers import (
+    check_ok,
+    launch_two_ranks,
+    run_here,
+    train_into,
+    write_tiny_config,
+)
 
 V, H = 53, 8
 
@@ -351,3 +357,34 @@ def test_a_plain_and_a_fused_model_share_one_state_dict():
     fused_model = build_model(small_model_config("fused"), V)
     fused_model.load_state_dict(copy.deepcopy(plain_model.state_dict()))  # strict
     assert plain_model.state_dict().keys() == fused_model.state_dict().keys()
+
+
+@pytest.mark.parametrize("layer", ["fused", "adaptive"])
+def test_the_gradient_exchange_sends_each_output_layers_weights_early(layer):
+    """Several processes all-reduce the output layer's gradients first (training/exchange.py):
+    the fused layer's are the plain layer's (tied: the embedding's, late), the adaptive
+    softmax's are its head's and clusters'; the untied embedding may travel as rows."""
+    from hornn_dist.training.exchange import plan_exchange
+
+    tie = layer == "fused"
+    model = build_model(small_model_config(layer, tie_weights=tie, embedding_size=H), V)
+    plan = plan_exchange(model, tokens=24, processes=2, reduce_dtype="fp32")
+    plain = build_model(small_model_config("plain", tie_weights=tie, embedding_size=H), V)
+    if layer == "fused":
+        assert plan == plan_exchange(plain, tokens=24, processes=2, reduce_dtype="fp32")
+        assert plan.early == ("decoder.bias",)
+    else:
+        names = {n for n, _ in model.decoder.named_parameters(prefix="decoder")}
+        assert set(plan.early) == names and "decoder.head.weight" in names
+        assert not set(plan.late) & names
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("layer", ["fused", "adaptive"])
+def test_two_ranks_train_with_each_output_layer(tmp_path, layer):
+    """A real 2-process launch (gloo): the ranks exchange the output layer's gradients, the
+    adaptive softmax's untied embedding as rows, and the run trains to its end."""
+    config = write_tiny_config(tmp_path, model={"output_layer": layer}, train={"max_steps": 4})
+    proc = launch_two_ranks("hornn_dist.train", str(config))
+    check_ok(proc)
+    assert "training ended at step 4" in proc.stderr
