@@ -288,13 +288,30 @@ def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Pat
         "--set", "train.max_steps=2",
     )  # fmt: skip
     check_ok(proc)
-    [line] = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    [line] = [
+        line for line in proc.stderr.splitlines() if "WARNING" in line and "valid ppl" in line
+    ]
     assert "above the vocabulary size" in line and "worse than guessing uniformly" in line
     assert "optim.lr" in line and "optim.clip_mode" in line and "optim.max_col_norm" in line
     assert scalars(workdir / "uniform")["valid/worse_than_uniform"] == [(2, 1.0)]
     fine = train(workdir, "fine", "--set", "train.max_steps=2")
     check_ok(fine)
     assert "WARNING" not in fine.stderr
+
+
+def test_a_train_window_worse_than_uniform_is_one_warning_naming_the_keys(workdir: Path) -> None:
+    # the same hot start, logged every 2 steps over 6: three windows above the 41 words, one line
+    proc = train(
+        workdir, "hot", "--set", "model.init_std=3.0", "--set", "optim.lr=1e-6",
+        "--set", "train.max_steps=6",
+    )  # fmt: skip
+    check_ok(proc)
+    lines = [line for line in proc.stderr.splitlines() if "WARNING" in line and "train ppl" in line]
+    assert len(lines) == 1, proc.stderr
+    assert "in the window up to step 2 is above the vocabulary size 41" in lines[0]
+    assert "optim.warmup_steps" in lines[0] and "model.feedback_scale" in lines[0]
+    assert scalars(workdir / "hot")["train/worse_than_uniform"] == [(2, 1.0)]
+    assert all(ppl > 41 for _, ppl in scalars(workdir / "hot")["train/ppl"])
 
 
 @pytest.fixture(scope="module")

@@ -111,6 +111,7 @@ class Trainer:
         self._loop_started: float | None = None  # perf_counter at the training loop's start
         self.speed = Throughput()  # tokens/s of the log lines, in training time only
         self.window = RunningLoss()  # the train loss since the last log line, kept by checkpoints
+        self._train_spike_warned = False  # the first train window above the vocabulary
         self.epoch_loss = RunningLoss()  # the train loss of the epoch so far, kept likewise
         self.lines: dashboard.Lines | None = None  # TensorBoard's series told apart, main process
         self.bar: Any = None  # the loop's progress bar, while the loop runs
@@ -666,6 +667,23 @@ class Trainer:
         )
         self._track({"valid/worse_than_uniform": 1.0})
 
+    def _warn_if_train_worse_than_uniform(self, ppl: float) -> None:
+        """Warn, once a run, when a logged train window's perplexity exceeds the vocabulary
+        size: the start diverges before it learns (a spike a warmup or smaller steps remove)."""
+        vocab, step = self.corpus.vocab_size, self.progress.step
+        if self._train_spike_warned or ppl <= vocab:
+            return
+        self._train_spike_warned = True
+        logger.warning(
+            "train ppl %.1f in the window up to step %d is above the vocabulary size %d (worse "
+            "than guessing uniformly): the start is too hot for this model on this corpus; set "
+            "optim.warmup_steps (e.g. 300), lower model.feedback_scale, optim.lr or optim.clip",
+            ppl,
+            step,
+            vocab,
+        )
+        self._track({"train/worse_than_uniform": 1.0})
+
     def _log_train(
         self, loss: float, tokens_per_sec: float, norms: dict[str, float], bar: Any
     ) -> None:
@@ -679,6 +697,7 @@ class Trainer:
         }
         self._track(values)
         self._draw({"train": loss})
+        self._warn_if_train_worse_than_uniform(ppl)
         if self.lines is not None:
             self.lines.write_norms(norms, self.progress.step)
         step, cadence = self.progress.step, self.cadence
