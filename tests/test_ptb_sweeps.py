@@ -59,7 +59,14 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Plann
         tmp_path_factory.mktemp("ptb"),
         [
             SWEEPS / f"{s}.toml"
-            for s in ("ptb_fair", "ptb_orders", "ptb_alpha", "ptb_table3_cpu", "ptb_chosen")
+            for s in (
+                "ptb_fair",
+                "ptb_orders",
+                "ptb_alpha",
+                "ptb_table3_cpu",
+                "ptb_chosen",
+                "ptb_sizes",
+            )
         ],
     )
 
@@ -219,3 +226,22 @@ def test_each_ptb_row_config_trains_its_ptb_chosen_group(plans: dict) -> None:
         assert config.train.output_dir == f"runs/ptb_rows/{row.stem}", row.name
         for run in groups[row.resolve()]:
             check_same_recipe(run.config, config, run.name)
+
+
+def test_ptb_sizes_trains_each_unsized_row_at_h200_and_h1024(plans: dict) -> None:
+    """ptb_sizes.toml: every PTB row but the two sized ones, its recipe whole at H = E = 200 (3
+    epochs) and 1024 (1 epoch), each run named ROW--hSIZE."""
+    rows = sorted(
+        row for row in (REPO / "configs" / "ptb").glob("*.toml") if "sized" not in row.stem
+    )
+    runs = plans["ptb_sizes"]
+    assert len(rows) == 12 and len(runs) == 24
+    for row in rows:
+        config = load_config(row)
+        for size, epochs in ((200, 3), (1024, 1)):
+            run = runs[f"{row.stem}--h{size}"]
+            assert run.config.model.hidden_size == run.config.model.embedding_size == size
+            assert run.config.train.epochs == epochs and run.config.data.preset == "ptb"
+            model = replace(config.model, hidden_size=size, embedding_size=size)
+            train = replace(config.train, epochs=epochs)
+            check_same_recipe(run.config, replace(config, model=model, train=train), run.name)
