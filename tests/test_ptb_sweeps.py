@@ -245,3 +245,21 @@ def test_ptb_sizes_trains_each_unsized_row_at_h200_and_h1024(plans: dict) -> Non
             model = replace(config.model, hidden_size=size, embedding_size=size)
             train = replace(config.train, epochs=epochs)
             check_same_recipe(run.config, replace(config, model=model, train=train), run.name)
+
+
+def test_adaptive_quality_pairs_each_row_with_its_adaptive_softmax() -> None:
+    """adaptive_quality.toml: on PTB and the bundled corpus, each of three PTB rows as shipped and
+    with the adaptive softmax (untied), nothing else changed."""
+    runs = {run.name: run for run in read_sweep(SWEEPS / "adaptive_quality.toml", ()).runs}
+    assert len(runs) == 12
+    for corpus in ("ptb", "kjv"):
+        for row in ("rnn", "gated3", "lstm_dropout"):
+            full, adaptive = runs[f"{corpus}.{row}"].config, runs[f"{corpus}.{row}+adaptive"].config
+            shipped = load_config(REPO / "configs" / "ptb" / f"{row}.toml")
+            assert full.model == shipped.model and full.optim == shipped.optim, row
+            assert adaptive.model.output_layer == "adaptive" and not adaptive.model.tie_weights
+            untied = replace(
+                adaptive.model, output_layer="plain", tie_weights=full.model.tie_weights
+            )
+            assert untied == full.model and adaptive.optim == full.optim, row
+            assert full.data == adaptive.data and full.train.epochs == adaptive.train.epochs == 3
