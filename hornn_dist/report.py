@@ -230,17 +230,11 @@ def pick_note(layout: str) -> str:
 
 def test_note(records: list[RunRecord]) -> str:
     """Return the sentence saying which weights the test perplexities score."""
-    older = sum(r.finished and not r.test_checkpoint for r in records)
-    note = (
+    return (
         "Test perplexity is each run's best checkpoint by validation (`test` in its "
         "trainer_state.json, as word_language_model reports); the last weights' is beside it "
         "(`test_last`)."
     )
-    if older:
-        note += (
-            f" {older} run{'s' if older > 1 else ''} recorded before that scored the last weights."
-        )
-    return note
 
 
 def cli() -> None:

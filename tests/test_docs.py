@@ -70,7 +70,7 @@ def test_the_trainer_state_version_the_docs_give_is_the_codes() -> None:
     training = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
     (said,) = re.findall(r"`trainer_state.json` has a `version` \((\d+),", training)
     assert int(said) == VERSION
-    assert f"this code resumes version {VERSION}:" in training
+    assert f"this code reads version {VERSION}:" in training
 
 
 def test_readmes_report_command_names_the_extra_its_plots_need() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.run import checkpoint as ckpt
-from hornn_dist.run.run_state import VERSION, WRITTEN_BY, TrainerState
+from hornn_dist.run.run_state import VERSION, WRITTEN_BY, StateVersionError, TrainerState
 from hornn_dist.util.errors import CheckpointError
-from tests.train_helpers import check_ok, prepared_tiny, train_into
+from tests.train_helpers import check_ok, prepared_tiny, run_here, train_into
 
 STEP = 6
 
@@ -134,7 +134,7 @@ def test_a_tampered_lr_schedule_is_refused_naming_the_field(trained, tmp_path, c
 def test_a_checkpoint_of_a_previous_version_is_refused_naming_both(trained, tmp_path, version):
     """A trainer state without the version field (as the commits before it wrote), or of
     version 2 (rank files before they were keyed by part) or 4 (rank files without the
-    epoch's train loss), is not resumed: one line names its
+    epoch's train loss), is neither resumed nor reported nor read: one line names its
     version, the one this code reads and a commit that finishes it."""
     folder = ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP)
     state = json.loads((folder / ckpt.STATE_FILE).read_text())
@@ -145,10 +145,25 @@ def test_a_checkpoint_of_a_previous_version_is_refused_naming_both(trained, tmp_
     before = sorted(p.name for p in ckpt.checkpoint_root(run).iterdir())
     line = _error_line(train_into(trained, run, "--set", f"train.max_steps={STEP + 4}"))
     old = version or 1
-    assert f"trainer state version {old}; this code resumes version 5" in line
+    assert f"trainer state version {old}; this code reads version 5" in line
     assert f"commit {WRITTEN_BY[old]} writes version {old}" in line and "--no-resume" in line
     assert sorted(p.name for p in ckpt.checkpoint_root(run).iterdir()) == before
-    assert TrainerState.read(ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP)).step == STEP
+    assert _error_line(run_here("hornn_dist.report", str(run), "--no-plots")) == line
+    with pytest.raises(StateVersionError) as info:
+        TrainerState.read(ckpt.checkpoint_root(run) / ckpt.step_dir_name(STEP))
+    assert line.endswith(str(info.value))
+
+
+def test_a_trainer_state_missing_a_field_is_refused_naming_it(trained, tmp_path):
+    """A file of this version holds every field its writer writes: one it lacks is not
+    filled with a default but refused, in one line naming the file and the field."""
+    folder = tmp_path / ckpt.step_dir_name(STEP)
+    shutil.copytree(ckpt.checkpoint_root(trained / "run") / ckpt.step_dir_name(STEP), folder)
+    state = json.loads((folder / ckpt.STATE_FILE).read_text())
+    del state["hardware"]
+    (folder / ckpt.STATE_FILE).write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r'trainer_state.json: field "hardware" is missing'):
+        TrainerState.read(folder)
 
 
 @pytest.mark.parametrize(

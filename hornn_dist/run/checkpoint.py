@@ -47,7 +47,7 @@ from hornn_dist.run.run_layout import (
     RUN_LOG,
     TENSORBOARD,
 )
-from hornn_dist.run.run_state import STATE_FILE, STEP_DIR, TrainerState
+from hornn_dist.run.run_state import STATE_FILE, STEP_DIR, StateVersionError, TrainerState
 from hornn_dist.util import files
 from hornn_dist.util.errors import CheckpointError, ConfigError, described
 from hornn_dist.util.files import CHECKSUMS
@@ -272,6 +272,8 @@ def _best(run_dir: Path, complete: list[Path]) -> Path:
     root, newest = checkpoint_root(run_dir), step_folders(run_dir)[-1]
     try:
         state = TrainerState.read(newest)
+    except StateVersionError:  # not damage: a run of another format
+        raise
     except CheckpointError as err:  # the newest is damaged where it records the best
         raise CheckpointError(
             f"the newest checkpoint {newest} is damaged ({err}), so which checkpoint is best "

@@ -9,8 +9,9 @@ stop with the same error.
 
 Checks, before anything is loaded (each refusal is one line naming the fix):
   - every file of the checkpoint matches its sha256 (checksums.json);
-  - its trainer_state.json is of this code's format (`run_state.VERSION`): a run of an older
-    format is finished with the commit that wrote it, or started over (--no-resume);
+  - its trainer_state.json is of this code's format (`run_state.VERSION`, checked by its
+    reader): a run of an older format is finished with the commit that wrote it, or started
+    over (--no-resume);
   - each shared part's saved state is one the part takes (the lr schedule's: every value
     there, of its type and in its range; `LrSchedule.state_problem`);
   - the model (`model.*` but the execution keys), the vocabulary, the prepared corpus (unless
@@ -70,7 +71,7 @@ from hornn_dist.run.on_resume import (
     keys_of,
     ways_of,
 )
-from hornn_dist.run.run_state import STATE_FILE, VERSION, WRITTEN_BY, TrainerState
+from hornn_dist.run.run_state import STATE_FILE, TrainerState
 from hornn_dist.runtime import describe_hardware
 from hornn_dist.training.metrics import perplexity
 from hornn_dist.training.optim import LrSchedule
@@ -107,7 +108,6 @@ def start_run(run: Checkpointer, resume_from: str | None, fresh: bool) -> Start:
     if folder is None:
         return Start()
     state = TrainerState.read(folder)
-    check_version(folder, state)
     check_parts(folder, state, run.shared)
     saved = ckpt.read_config(folder)
     ckpt.check_model_record(folder, saved)
@@ -210,19 +210,6 @@ def find_resume_point(accelerator: Any, out: Path, resume_from: str | None) -> P
 
 
 # ---------------------------------------------------------------- checks
-
-
-def check_version(folder: Path, state: TrainerState) -> None:
-    """Raise CheckpointError unless `folder`'s trainer state is of the format this code resumes."""
-    if state.version == VERSION:
-        return
-    writer = WRITTEN_BY.get(state.version)
-    which = f"e.g. commit {writer} writes version {state.version}" if writer else "a newer one"
-    raise CheckpointError(
-        f"{folder / STATE_FILE} is trainer state version {state.version}; this code resumes "
-        f"version {VERSION}: finish that run with the commit that wrote it ({which}), or "
-        "start it over with --no-resume"
-    )
 
 
 def check_parts(folder: Path, state: TrainerState, shared: dict[str, Any]) -> None:
@@ -380,10 +367,7 @@ def _check_within_epochs(folder: Path, step: int, run: Checkpointer) -> None:
 
 def completion(state: TrainerState, cfg: RunConfig) -> dict[str, Any]:
     """Return the config keys whose end a checkpoint's trainer state reached with its test
-    result stored ({"train.epochs": 15}, ...); empty when the run has training left to do.
-
-    A state of an older format counts as converged where its own rule stopped it (reports
-    read such runs; none is resumed)."""
+    result stored ({"train.epochs": 15}, ...); empty when the run has training left to do."""
     train = cfg.train
     try:
         EvalResult.from_record(state.test or {})
@@ -392,11 +376,7 @@ def completion(state: TrainerState, cfg: RunConfig) -> dict[str, Any]:
     done: dict[str, Any] = {"train.epochs": train.epochs} if state.epoch >= train.epochs else {}
     if train.max_steps and state.step >= train.max_steps:
         done["train.max_steps"] = train.max_steps
-    if state.version == VERSION:
-        converged = stop_stands(state.schedule, cfg.optim)
-    else:
-        converged = bool(state.schedule.get("stopped"))
-    if converged and cfg.optim.stop_improvement > 0:
+    if stop_stands(state.schedule, cfg.optim) and cfg.optim.stop_improvement > 0:
         done["optim.stop_improvement"] = cfg.optim.stop_improvement
     return done
 
@@ -414,13 +394,6 @@ def stop_stands(schedule_state: dict[str, Any], cfg: OptimConfig) -> bool:
     schedule.cfg = replace(schedule.cfg, **rule)
     schedule.judge_stop_again()
     return bool(schedule.stopped)
-
-
-def test_source(state: TrainerState) -> str:
-    """Return which weights a trainer state's `test` result scored, in words."""
-    if state.test_checkpoint:
-        return f"the best checkpoint by validation ({state.test_checkpoint})"
-    return "the last weights (a run recorded before the best checkpoint was scored)"
 
 
 def _report_complete(
@@ -443,7 +416,7 @@ def _report_complete(
         f"{result.tokens:,}",
         result.loss,
         result.ppl,
-        test_source(state),
+        f"the best checkpoint by validation ({state.test_checkpoint})",
         f"; best valid loss {best:.4f}, ppl {perplexity(best, 1):.2f} ({state.best_checkpoint})"
         if math.isfinite(best)
         else "",

@@ -1,9 +1,8 @@
 """trainer_state.json: what a run has done, one dataclass that writes and reads the file.
 
 Every checkpoint holds one (`checkpoint.py`). `TrainerState.write` is the file's one writer and
-`TrainerState.read` its one reader: it checks every field it holds before any use (types,
-ranges, the step against the folder's `step_N`) and fills a field the file lacks with the
-dataclass's default, so a report can read the files of runs an older commit wrote.
+`TrainerState.read` its one reader: it checks every field before any use (types, ranges, the
+step against the folder's `step_N`, none missing).
 
 Besides its own fields the file holds one top-level field per shared checkpoint part
 (run/checkpointer.py), that part's state as a JSON object: the lr schedule's in the field
@@ -12,8 +11,9 @@ Besides its own fields the file holds one top-level field per shared checkpoint 
 TrainerState does not declare is read as a part's (a field it drops moves the `VERSION`).
 
 `version` says which format a file holds; files without the field are version 1. Only a file
-of this `VERSION` can be resumed (run/resume.py refuses others in one line): the format
-has no release to keep, so an older run is finished with the commit that wrote it.
+of this `VERSION` is read (another is refused in one line, which resume, report, evaluate,
+generate and export say): the format has no release to keep, so an older run is finished, or
+reported, with the commit that wrote it (`WRITTEN_BY`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ VERSION = 5
 WRITTEN_BY = {1: "75b372c", 2: "fc73f9f", 3: "394d229", 4: "170e70f"}
 STEP_DIR = re.compile(r"^step_(\d{8,})$")  # a checkpoint folder's name (checkpoint.step_dir_name)
 PART = "part"  # metadata of a field that holds a shared part's state (reports read it)
+
+
+class StateVersionError(CheckpointError):
+    """A trainer_state.json of another format than this code reads (not a damaged file)."""
 
 
 @dataclass
@@ -106,6 +110,10 @@ class TrainerState:
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
             raise CheckpointError(f"cannot read {path}: {err}") from None
         problem = _problem(stored, folder.name)
+        if problem is None:
+            check_version(path, stored.get("version", 1))
+            missing = sorted(OWN_FIELDS - stored.keys())
+            problem = f'field "{missing[0]}" is missing' if missing else None
         if problem is not None:
             raise CheckpointError(
                 f"{path}: {problem}; the file was changed after its save: use another "
@@ -113,11 +121,25 @@ class TrainerState:
             )
         own = {k: v for k, v in stored.items() if k in OWN_FIELDS}
         parts = {k: v for k, v in stored.items() if k not in OWN_FIELDS}
-        return cls(**{"version": 1, **own, "shared": parts})
+        return cls(**own, shared=parts)
 
 
 OWN_FIELDS = frozenset(f.name for f in fields(TrainerState)) - {"shared"}  # declared in the file
 PART_FIELDS = frozenset(f.name for f in fields(TrainerState) if f.metadata.get(PART))
+
+
+def check_version(path: Path, version: int) -> None:
+    """Raise StateVersionError (one line naming the file and a commit that reads it) unless a
+    trainer state of `version` is of the format this code reads."""
+    if version == VERSION:
+        return
+    writer = WRITTEN_BY.get(version)
+    which = f"e.g. commit {writer} writes version {version}" if writer else "a newer one"
+    raise StateVersionError(
+        f"{path} is trainer state version {version}; this code reads version {VERSION}: "
+        f"finish or report that run with the commit that wrote it ({which}), or start it over "
+        "with --no-resume"
+    )
 
 
 def check_part_names(names: Iterable[str]) -> None:

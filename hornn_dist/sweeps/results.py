@@ -13,7 +13,7 @@ from hornn_dist.data.pipeline import corpus_folder
 from hornn_dist.run import checkpoint as ckpt
 from hornn_dist.run.resume import completion
 from hornn_dist.run.run_layout import CONFIG_FILE, EVENTS_FILE
-from hornn_dist.run.run_state import STATE_FILE, TrainerState
+from hornn_dist.run.run_state import STATE_FILE, StateVersionError, TrainerState
 from hornn_dist.sweeps.sweep_file import RUNS_FILE, run_name_problem
 from hornn_dist.training.events import read_events
 from hornn_dist.training.metrics import perplexity
@@ -34,7 +34,7 @@ class RunRecord:
     epochs: float = 0.0
     best_valid_ppl: float = math.inf
     test_ppl: float = math.nan  # the run's: its best checkpoint's by validation (test_checkpoint)
-    test_checkpoint: str = ""  # "" in runs recorded before: their test_ppl is the last weights'
+    test_checkpoint: str = ""  # the checkpoint test_ppl scored ("" before the run's end)
     last_test_ppl: float = math.nan  # the last weights'
     parameters: int = 0
     tokens_per_sec: float = 0.0
@@ -48,7 +48,7 @@ class RunRecord:
     halvings: int = 0  # of the lr, by the schedule
     damage: str = ""  # its newer checkpoints that are damaged, and what is wrong with each
     corpus: str = ""  # the prepared corpus it trained on: its folder's name (`corpus_folder`)
-    corpus_hash: str = ""  # and the hash of its manifest ("" in runs recorded before it)
+    corpus_hash: str = ""  # and the hash of its manifest
     sweep_corpus: str = ""  # the sweep's [corpora] entry it trained on ("" without one)
 
 
@@ -67,9 +67,7 @@ def read_run(
         return None
     config, state = found
     history = state.valid_history
-    test = state.test or {}
-    # a run recorded before test_last: its one test result is the last weights'
-    last = state.test_last or ({} if state.test_checkpoint else test)
+    test, last = state.test or {}, state.test_last or {}
     return RunRecord(
         name=name or folder.name,
         folder=folder,
@@ -90,7 +88,7 @@ def read_run(
         stop_reason=state.stop_reason,
         **dict(zip(("stop_code", "stop_signal"), stop_of(folder, state), strict=True)),
         valid_history=history,
-        final_lr=_final_lr(state.schedule, history, config),
+        final_lr=_final_lr(state.schedule, config),
         halvings=int(state.schedule.get("halvings", 0) or 0),
         damage="; ".join(damaged),
         corpus=corpus_folder(config.data).name,
@@ -123,6 +121,8 @@ def _newest_readable(folder: Path) -> tuple[tuple[RunConfig, TrainerState] | Non
         if problem is None:
             try:
                 return (ckpt.read_config(step), TrainerState.read(step)), damaged
+            except StateVersionError:  # not damage: the run is one an older commit reports
+                raise
             except HornnError as err:
                 problem = str(err)
         damaged.append(f"checkpoint {step.name} is damaged: {problem}")
@@ -138,18 +138,11 @@ def run_damage(folder: Path) -> str:
     return "; ".join(_newest_readable(folder)[1])
 
 
-def _final_lr(
-    schedule: dict[str, Any], history: list[dict[str, float]], config: RunConfig
-) -> float:
-    """Return the lr a run's last epoch trained at: the schedule's `epoch_lr`, else (a state
-    from before it) the lr recorded at the validation before the last, else the initial lr."""
-    lr = schedule.get("epoch_lr")
-    if isinstance(lr, int | float) and lr > 0:
-        return float(lr)
-    ends = [e for e in history if float(e.get("epoch", 0)).is_integer()]
-    if len(ends) >= 2 and "lr" in ends[-2]:
-        return float(ends[-2]["lr"])
-    return float(config.optim.lr)
+def _final_lr(schedule: dict[str, Any], config: RunConfig) -> float:
+    """Return the lr a run's last epoch trained at: the schedule's `epoch_lr` (0 before its
+    first epoch ends: the initial lr then)."""
+    lr = float(schedule.get("epoch_lr", 0.0))
+    return lr if lr > 0 else float(config.optim.lr)
 
 
 def read_runs(runs_dir: Path) -> list[RunRecord]:
