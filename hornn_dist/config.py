@@ -327,7 +327,7 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
         fields = _checked_fields(section, cls, values)
         sections[section] = cls(**_expand_home(section, fields))
     cfg = RunConfig(**sections)
-    cfg.data.user_keys = _user_keys(raw.get("data", {}))
+    cfg.data.user_keys = frozenset(raw.get("data", {}))  # the keys set, even at their default
     cfg.validate()
     return cfg
 
@@ -365,13 +365,6 @@ def _no_nul(key: str, path: str) -> str:
             "remove it"
         )
     return path
-
-
-def _user_keys(table: dict[str, Any]) -> frozenset[str] | None:
-    """Return the [data] keys a file or --set gave, or None for a table that lists every key
-    (written before the writer kept only the set keys: judge by defaults there, as it was)."""
-    every = {f.name for f in dataclasses.fields(DataConfig)}
-    return None if every <= set(table) else frozenset(table)
 
 
 def add_set_option(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
-from hornn_dist.config import load_config, to_toml
+from hornn_dist.config import load_config
 from hornn_dist.data.config import CORPORA_DIR, DataConfig, apply_preset
 from hornn_dist.data.pipeline import corpus_folder, prepare_corpus
 from hornn_dist.prepare import load_data_section
@@ -139,15 +138,6 @@ def test_written_config_resolves_to_the_same_corpus(tmp_path: Path) -> None:
         assert apply_preset(again.data) == apply_preset(cfg.data), overrides
         assert corpus_folder(again.data) == corpus_folder(cfg.data), overrides
         assert again.model == cfg.model and again.train == cfg.train
-
-
-def test_a_full_data_table_keeps_the_rule_it_was_written_under(tmp_path: Path) -> None:
-    # configs written before the loader tracked set keys list every [data] key; there a key
-    # at its default still takes the preset's value, as when they were written
-    full = DataConfig(preset="text8")
-    path = tmp_path / "old.toml"
-    path.write_text(to_toml({"data": dataclasses.asdict(full)}))
-    assert apply_preset(load_config(path).data).add_eos is False
 
 
 MISSING_PRESET_CORPUS = {
