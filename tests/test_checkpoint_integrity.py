@@ -312,14 +312,13 @@ def test_a_damaged_best_checkpoint_is_said_never_replaced(
     assert "using the newest checkpoint" not in proc.stderr and "test:" not in proc.stdout
 
 
-@pytest.mark.parametrize(
-    "edit", ["pooling", "hidden_size", "hidden_size_unrecorded"], ids=lambda e: e
-)
+@pytest.mark.parametrize("edit", ["pooling", "hidden_size", "unrecorded"], ids=lambda e: e)
 def test_an_edited_model_in_a_checkpoints_config_is_refused(
     stopped: dict[int, Path], workdir: Path, edit: str
 ) -> None:
     """config.toml's [model] edited after the save (checksums rewritten): evaluate and resume
-    name the config and the values, where `max` once scored `gated`'s weights silently."""
+    name the config and the values, where `max` once scored `gated`'s weights silently;
+    weights that record no model are refused, naming the file."""
     from safetensors.torch import load_file, save_file
 
     run = copy_run(stopped, f"edited_{edit}")
@@ -332,7 +331,7 @@ def test_an_edited_model_in_a_checkpoints_config_is_refused(
         text = text.replace("hidden_size = 12", "hidden_size = 14")
     assert text != config.read_text()
     config.write_text(text)
-    if edit == "hidden_size_unrecorded":  # weights written before the record: their shapes say
+    if edit == "unrecorded":  # weights that record no model: refused whatever the config says
         weights = newest / ckpt.WEIGHTS
         save_file(load_file(str(weights)), str(weights), metadata={"format": "pt"})
     ckpt.write_checksums(newest)
@@ -344,7 +343,7 @@ def test_an_edited_model_in_a_checkpoints_config_is_refused(
     elif edit == "hidden_size":
         said = "model.hidden_size = 14 there, 12 when the weights were written"
     else:
-        said = f"{newest / ckpt.WEIGHTS} does not fit the model {config} describes (size mismatch"
+        said = f"{newest / ckpt.WEIGHTS} records no model (its '{ckpt.MODEL_RECORD}' metadata)"
     assert said in line and "not a valid weights file" not in line
     if edit == "pooling":
         resumed = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")
@@ -373,6 +372,7 @@ def test_resume_refuses_nan_weights_and_names_the_last_good_checkpoint(
 ) -> None:
     """A checkpoint saved with NaN weights (intact files, valid checksums) is refused as
     evaluate refuses it, naming the newest earlier checkpoint whose weights are finite."""
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     run = copy_run(stopped, "nan_weights")
@@ -380,7 +380,9 @@ def test_resume_refuses_nan_weights_and_names_the_last_good_checkpoint(
     weights = load_file(str(newest / ckpt.WEIGHTS))
     name = sorted(weights)[0]
     weights[name] = torch.full_like(weights[name], float("nan"))
-    save_file(weights, str(newest / ckpt.WEIGHTS))
+    with safe_open(str(newest / ckpt.WEIGHTS), framework="pt") as saved:
+        metadata = saved.metadata()
+    save_file(weights, str(newest / ckpt.WEIGHTS), metadata=metadata)
     ckpt.write_checksums(newest)  # as a run that diverged before its save writes them
     assert ckpt.problem_with(newest, deep=True) is None
     proc = train_into(workdir, run, "--set", f"train.max_steps={STEPS}")

@@ -549,14 +549,21 @@ def vocab_size_of(folder: Path) -> int | None:
 
 
 def check_model_record(folder: Path, cfg: RunConfig) -> None:
-    """Raise CheckpointError when `cfg` (the checkpoint's config.toml) names another model than
-    the one its weights record (a config edited after the save, its checksums rewritten);
-    weights written before the record, or unreadable ones (their load says so), pass."""
+    """Raise CheckpointError when the checkpoint's weights record no model, or `cfg` (its
+    config.toml) names another model than the one they record (a file replaced or a config
+    edited after the save, its checksums rewritten); unreadable weights pass (their load says
+    so)."""
     try:
         with safe_open(str(folder / WEIGHTS), framework="pt") as weights:
-            recorded = json.loads((weights.metadata() or {}).get(MODEL_RECORD, "{}"))
+            stored = (weights.metadata() or {}).get(MODEL_RECORD)
+        recorded = json.loads(stored) if stored is not None else None
     except Exception:  # safetensors and json raise many types; the load names the file
         return
+    if not isinstance(recorded, dict):
+        raise CheckpointError(
+            f"{folder / WEIGHTS} records no model (its {MODEL_RECORD!r} metadata): the file was "
+            f"replaced after the save; {older_instead(folder)}"
+        )
     now = json.loads(model_record(cfg))
     diffs = [
         f"model.{key} = {now[key]!r} there, {value!r} when the weights were written"

@@ -204,7 +204,7 @@ def load_model(
     path = folder / WEIGHTS
     try:
         weights = load_file(str(path))
-    except Exception as err:  # a checkpoint of an older version has no checksums to verify
+    except Exception as err:  # safetensors raises many types: written invalid, checksums too
         raise CheckpointError(
             f"{path} is not a valid weights file ({type(err).__name__}); {_others(folder)}"
         ) from None
