@@ -8,7 +8,8 @@ Besides its own fields the file holds one top-level field per shared checkpoint 
 (run/checkpointer.py), that part's state as a JSON object: the lr schedule's in the field
 `schedule`, which TrainerState declares for reports to read (`PART` metadata); any other in
 `shared`, by name, so a new part is its registration alone. Every field of the file that
-TrainerState does not declare is read as a part's (a field it drops moves the `VERSION`).
+TrainerState does not declare is read as a part's (a field it adds or drops moves the
+`VERSION`: a file of this version lacking a declared field is refused).
 
 `version` says which format a file holds; files without the field are version 1. Only a file
 of this `VERSION` is read (another is refused in one line, which resume, report, evaluate,
