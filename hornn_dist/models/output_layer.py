@@ -40,9 +40,10 @@ from torch.autograd.function import once_differentiable
 from hornn_dist.util.errors import ConfigError
 
 OUTPUT_LAYERS = ("plain", "fused", "adaptive")
-# logits in one GEMM chunk of the fused layer (its GEMMs run as fast as whole ones from about
-# 200 tokens at H 500 on a CPU), and in one block of rows whose softmax runs at once on a CPU
-# (a few MB of float32: the caches hold it); measured: benchmarks/README.md, "Output layer"
+# logits in one GEMM chunk of the fused layer (in bf16 and fp16 its two gradient GEMMs run over
+# every token at once), and in one block of rows whose softmax runs at once on a
+# CPU (a few MB of float32: the caches hold it); the layer's speed and memory at these sizes:
+# benchmarks/README.md, "Output layer"
 CHUNK_ELEMENTS = 1 << 23
 MIN_CHUNK_TOKENS = 128
 BLOCK_ELEMENTS = 1 << 19

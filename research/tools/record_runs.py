@@ -7,7 +7,7 @@ checkpoint's trainer_state.json (through the one reader of that file,
 What the run did is read from these files only, never recomputed by today's code: under
 `optim.clip_mode = "auto"` the clip is the one its start events say auto resolved to. (Runs
 recorded before metrics.jsonl got one derived from their train.log, each event marked
-`derived_from`; benchmarks/README.md says how.)
+`derived_from`; commit f9c4731's message says how.)
 
 As a script it prints each run's learning curve, one epoch after another, for a record's text,
 or with --sessions its starts (time, commit, clean or not) and stops (time, why):
