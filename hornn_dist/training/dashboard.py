@@ -88,10 +88,7 @@ def new_event_folder(board: Path) -> str:
 
 def event_folders(board: Path) -> list[Path]:
     """Return the event folders in `board` (output_dir/tensorboard), one per run start, oldest
-    first (by name: the start time); [board] itself where it holds the event files (a record's
-    copy of a run written before the folders)."""
-    if any(board.glob("events.out.tfevents.*")):
-        return [board]
+    first (by name: the start time)."""
     return sorted(p for p in board.iterdir() if p.is_dir()) if board.is_dir() else []
 
 
