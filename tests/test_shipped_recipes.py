@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from hornn_dist.config import load_config
+from hornn_dist.sweeps.sweep_file import read_sweep
 from hornn_dist.util.errors import ConfigError
 from tests.train_helpers import REPO, run_here, write_tiny_config
 
 CONFIGS = REPO / "configs"
+PTB_TEXT8_WIKITEXT103 = ("ptb", "text8", "wikitext103")  # the headline at each corpus's size
 # what a corpus's config may set apart from its PTB row's: the size, the regularisation, the
 # schedule's phase and the run's own bookkeeping; every other [model] and [optim] key is PTB's
 CORPUS_KEYS = {
@@ -20,11 +22,9 @@ CORPUS_KEYS = {
     | {"output_layer", "adaptive_cutoffs", "adaptive_div_value"},  # how a vocabulary is scored
     "optim": {"halve_after", "min_lr", "weight_decay"},
 }
-# and what a size needs to train: at 2 x 1024 gated-3's dropout row (feedback 1, clip 1) diverged
-# on PTB's files; its row without dropout's feedback 0.2 and clip 0.25 train (docs/training.md);
-# an adaptive softmax (WikiText-103's) is never tied
+# and what a vocabulary's scoring needs: an adaptive softmax (WikiText-103's) is never tied
 SIZE_KEYS = {
-    "wikitext103": {"model": {"feedback_scale", "tie_weights"}, "optim": {"clip"}},
+    "wikitext103": {"model": {"tie_weights"}},
     "wikitext103_rnn": {"model": {"tie_weights"}},
 }
 
@@ -94,3 +94,38 @@ def test_a_switched_model_names_its_own_recipe_in_the_first_line(tmp_path: Path)
                       "--set", "optim.lr=2.0", "--set", "train.max_steps=1",
                       "--set", f"train.output_dir={tmp_path / 'recipe'}")  # fmt: skip
     assert recipe.returncode == 0 and "overrides make this run's model" not in recipe.stderr
+
+
+def test_the_transfer_screen_trains_each_headline_and_what_it_screened_before() -> None:
+    """transfer.toml: on every corpus, ptb-gated3, text8-gated3 and wikitext103-gated3 train
+    today's headline configs; the groups ptb and text8 the recipes the screen chose between
+    (PTB's dropout row, the text8 config with dropout it had), with the plain softmax they ran."""
+    runs = {run.name: run.config for run in read_sweep(CONFIGS / "sweeps" / "transfer.toml").runs}
+    ptb, text8, wikitext103 = (load_config(CONFIGS / f"{c}.toml") for c in PTB_TEXT8_WIKITEXT103)
+    dropout_row = load_config(CONFIGS / "ptb" / "gated3_dropout.toml")
+    for corpus in ("ewt", "kjv", "ptb"):
+        for name, shipped in (("ptb-gated3", ptb), ("text8-gated3", text8)):
+            run = runs[f"{corpus}.{name}"]
+            assert (run.model, run.optim) == (shipped.model, shipped.optim), name
+        headline = runs[f"{corpus}.wikitext103-gated3"]
+        assert (headline.model, headline.optim) == (wikitext103.model, wikitext103.optim)
+        before = runs[f"{corpus}.ptb"]
+        assert (before.model, before.optim) == (dropout_row.model, dropout_row.optim)
+        screened = runs[f"{corpus}.text8"].model
+        assert screened.dropout > 0 and screened.weight_drop > 0 and screened.feedback_scale == 1
+        assert screened.output_layer == "plain" and text8.model.output_layer == "fused"
+
+
+def test_the_ptb_headline_is_gated3s_row_without_dropout_and_the_dropout_row_stands_apart() -> None:
+    """configs/ptb.toml is the PTB table's gated-3 row without dropout (the transfer screen's
+    choice); the row with dropout, PTB's best on PTB, is a config of its own."""
+    headline = load_config(CONFIGS / "ptb.toml")
+    row = load_config(CONFIGS / "ptb" / "gated3.toml")
+    dropout_row = load_config(CONFIGS / "ptb" / "gated3_dropout.toml")
+    assert (headline.model, headline.optim, headline.data) == (row.model, row.optim, row.data)
+    assert headline.model.dropout == headline.model.weight_drop == 0
+    assert dropout_row.model.dropout > 0 and dropout_row.model.pooling == "gated"
+    assert (headline.train.output_dir, row.train.output_dir) == (
+        "runs/ptb",
+        "runs/ptb_rows/gated3",
+    )

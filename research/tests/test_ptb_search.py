@@ -193,7 +193,7 @@ def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_re
 ) -> None:
     """Stage 21 screens `sum`, `max` and gated-3 for one epoch at feedback scale 1, 0.5 and
     0.2 under the recipe FOFE-3 at alpha 0.2 had in stage 20, then converges each at 0.2 under
-    it: nothing else differs; gated-3 with dropout is configs/ptb.toml's recipe at 0.2, and
+    it: nothing else differs; gated-3 with dropout is its PTB row's recipe at 0.2, and
     `sum`-3's second run differs from its first by lr 5 for 10 epochs before halving."""
     fofe = plans["ptb_recipe_rnn_alpha"]["hornn3-fofe-tied-wd1e-05-alpha0.2-seed1234"].config
     runs = plans["ptb_recipe_feedback_scale"]
@@ -204,7 +204,7 @@ def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_re
     fixed = "hornn3-sum-tied-wd1e-05-c0.2-fixed10-seed1234"
     converged = set(runs) - set(screens) - {with_dropout, fixed}
     assert converged == {f"hornn3-{p}-tied-wd1e-05-c0.2-seed1234" for p in POOLINGS3}
-    best = load_config(REPO / "configs" / "ptb.toml")  # the best HORNN recipe, with dropout
+    best = load_config(REPO / "configs" / "ptb" / "gated3_dropout.toml")  # the best on PTB
     scaled = replace(best, model=replace(best.model, feedback_scale=0.2))
     check_same_recipe(runs[with_dropout].config, scaled, with_dropout)
     newbob = runs["hornn3-sum-tied-wd1e-05-c0.2-seed1234"].config  # the fixed phase differs
@@ -224,8 +224,9 @@ def test_ptb_recipe_feedback_scale_screens_each_pooling_under_fofe3s_stage_20_re
 
 
 def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() -> None:
-    """configs/ptb.toml trains what the HORNN-3 run with the lowest PTB validation ppl of every
-    record trained (at H 400): a record with a better run fails this until the config follows."""
+    """configs/ptb/gated3_dropout.toml trains what the HORNN-3 run with the lowest PTB validation
+    ppl of every record trained (at H 400): a record with a better run fails this until the
+    config follows."""
     import json
 
     import tomllib
@@ -249,12 +250,12 @@ def test_ptb_toml_is_the_recipe_of_the_hornn_run_that_validates_best_on_ptb() ->
     assert len(runs) >= 5, runs  # the Table 3 runs and the recipe stages at least
     _, folder = min(runs, key=lambda r: r[0])
     best = load_config(folder)
-    check_same_recipe(load_config(REPO / "configs" / "ptb.toml"), best, folder)
+    check_same_recipe(load_config(REPO / "configs" / "ptb" / "gated3_dropout.toml"), best, folder)
 
 
 SEEDS_RECORD = RECORDS / "2026-12-01-cpu-ptb-seeds"  # every PTB row over seeds 1234-1236
 SHIPPED_ROWS = {  # a shipped PTB config -> the seeds record's rows it chooses among
-    "ptb.toml": ("HORNN-3 sum", "HORNN-3 max", "HORNN-3 FOFE", "HORNN-3 gated"),
+    "ptb/gated3_dropout.toml": ("HORNN-3 sum", "HORNN-3 max", "HORNN-3 FOFE", "HORNN-3 gated"),
     "ptb_rnn.toml": ("RNN",),
     "ptb_lstm.toml": ("LSTM",),
 }
@@ -264,7 +265,7 @@ SHIPPED_ROWS = {  # a shipped PTB config -> the seeds record's rows it chooses a
 def test_each_shipped_ptb_config_is_its_models_seeded_row_that_validates_best(
     shipped: str,
 ) -> None:
-    """configs/ptb.toml, ptb_rnn.toml and ptb_lstm.toml each train the recipe of their
+    """configs/ptb/gated3_dropout.toml, ptb_rnn.toml and ptb_lstm.toml each train the recipe of their
     model's row, with dropout or without, whose three seeds have the lowest mean validation ppl
     in the seeds record: a row seeded lower fails this until the config follows."""
     import statistics
