@@ -102,10 +102,15 @@ def test_two_machines_on_one_host_train_like_one_process_and_resume_exactly(
     assert not re.search(r'File ".*hornn_dist', log)
     assert machines[1].returncode != 0
     last = list_checkpoints(killed)[-1]
-    assert TrainerState.read(last).step < STEPS
+    last_step = TrainerState.read(last).step
+    assert last_step < STEPS
 
     main_log, _ = _finish(_both(config, killed, port=free_port()))
-    assert f"resuming from {last}" in main_log
+    # the newest checkpoint that verifies: `last`, or an older one if the kill left it unverified
+    resumed_from = re.search(r"resuming from (\S+) \(step (\d+),", main_log)
+    assert resumed_from, main_log[-4000:]
+    assert Path(resumed_from[1]).resolve().parent == last.resolve().parent, main_log[-4000:]
+    assert 0 < int(resumed_from[2]) <= last_step, main_log[-4000:]
     resumed, uninterrupted = final_weights(killed), final_weights(straight)
     for key in uninterrupted:
         assert torch.equal(resumed[key], uninterrupted[key]), key
