@@ -281,16 +281,19 @@ def test_a_converged_run_resumed_under_halve_before_stop_is_that_rule_from_the_s
     assert states[0].schedule == states[1].schedule and states[0].test == states[1].test
 
 
-def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Path) -> None:
-    # huge initial weights and an lr too small to fix them: ppl far above the 41-word vocabulary
+def _worse_than_uniform(workdir: Path, name: str, steps: int) -> list[str]:
+    """Train with huge initial weights and an lr too small to fix them (ppl far above the
+    41-word vocabulary) for `steps`; return the run's WARNING lines."""
     proc = train(
-        workdir, "uniform", "--set", "model.init_std=3.0", "--set", "optim.lr=1e-6",
-        "--set", "train.max_steps=2",
+        workdir, name, "--set", "model.init_std=3.0", "--set", "optim.lr=1e-6",
+        "--set", f"train.max_steps={steps}",
     )  # fmt: skip
     check_ok(proc)
-    [line] = [
-        line for line in proc.stderr.splitlines() if "WARNING" in line and "valid ppl" in line
-    ]
+    return [line for line in proc.stderr.splitlines() if "WARNING" in line]
+
+
+def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Path) -> None:
+    [line] = [line for line in _worse_than_uniform(workdir, "uniform", 2) if "valid ppl" in line]
     assert "above the vocabulary size" in line and "worse than guessing uniformly" in line
     assert "optim.lr" in line and "optim.clip_mode" in line and "optim.max_col_norm" in line
     assert scalars(workdir / "uniform")["valid/worse_than_uniform"] == [(2, 1.0)]
@@ -300,14 +303,10 @@ def test_validation_worse_than_uniform_is_a_warning_naming_the_keys(workdir: Pat
 
 
 def test_a_train_window_worse_than_uniform_is_one_warning_naming_the_keys(workdir: Path) -> None:
-    # the same hot start, logged every 2 steps over 6: three windows above the 41 words, one line
-    proc = train(
-        workdir, "hot", "--set", "model.init_std=3.0", "--set", "optim.lr=1e-6",
-        "--set", "train.max_steps=6",
-    )  # fmt: skip
-    check_ok(proc)
-    lines = [line for line in proc.stderr.splitlines() if "WARNING" in line and "train ppl" in line]
-    assert len(lines) == 1, proc.stderr
+    # logged every 2 steps over 6: three windows above the 41 words, one line
+    warnings = _worse_than_uniform(workdir, "hot", 6)
+    lines = [line for line in warnings if "train ppl" in line]
+    assert len(lines) == 1, warnings
     assert "in the window up to step 2 is above the vocabulary size 41" in lines[0]
     assert "optim.warmup_steps" in lines[0] and "model.feedback_scale" in lines[0]
     assert scalars(workdir / "hot")["train/worse_than_uniform"] == [(2, 1.0)]
