@@ -343,6 +343,37 @@ def test_build_optimizer_uses_the_config() -> None:
     assert group["fused"] is None and not opt.state  # SGD's own first step copies the gradient
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-5])
+def test_fused_sgd_on_cpu_takes_foreach_sgds_steps_bit_for_bit(weight_decay: float) -> None:
+    """The trainer's CPU SGD is fused (step_setup.uses_fused_sgd) because it is the same
+    arithmetic: equal parameters and momentum after steps with momentum and weight decay,
+    gradients of every sign and scale, one of them a view into a flat buffer (several ranks)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(300, 17), (17,), (5, 5, 3)]
+    start = [torch.randn(s, generator=gen) * 3 for s in shapes]
+    cfg = OptimConfig(lr=5.0, momentum=0.5, weight_decay=weight_decay)
+    runs = []
+    for fused in (False, True):
+        module = torch.nn.ParameterList([torch.nn.Parameter(t.clone()) for t in start])
+        params = list(module)
+        sgd = build_optimizer(module, cfg, fused=fused)
+        flat = torch.empty(sum(p.numel() for p in params))
+        for k in range(4):
+            g = torch.Generator().manual_seed(10 + k)
+            flat.copy_(torch.randn(flat.shape, generator=g) * 10.0 ** (k - 2))
+            offset = 0
+            for p in params:
+                p.grad = flat[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+            sgd.step()
+        runs.append((params, [sgd.state[p]["momentum_buffer"] for p in params]))
+    (plain, plain_bufs), (fused_params, fused_bufs) = runs
+    assert sgd.param_groups[0]["fused"] is True
+    for a, b in zip(plain + plain_bufs, fused_params + fused_bufs, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(plain[0], start[0])  # the steps moved the weights
+
+
 def test_fused_sgd_starts_with_zero_momentum_and_keeps_the_runs_choice_on_resume() -> None:
     model = torch.nn.Linear(3, 2)
     cfg = OptimConfig(lr=0.3, momentum=0.5)

@@ -24,7 +24,7 @@ from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 from hornn_dist.training.step_setup import (
     graph_unavailable_reason,
-    needs_fused_sgd,
+    uses_fused_sgd,
     step_for_accelerator,
 )
 from hornn_dist.util.errors import CheckpointError
@@ -72,7 +72,7 @@ def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
     device, its optimizer prepared by the accelerator."""
     torch.manual_seed(seed)
     model = build_model(cfg.model, V).to(accelerator.device)
-    sgd = build_optimizer(model, cfg.optim, fused=needs_fused_sgd(accelerator))
+    sgd = build_optimizer(model, cfg.optim, fused=uses_fused_sgd(accelerator))
     optimizer = accelerator.prepare_optimizer(sgd)
     return step_for_accelerator(cfg, accelerator, model, optimizer, B)
 

@@ -38,7 +38,7 @@ the first `WARMUP_STEPS` steps of a run (and of a resumed run) run eagerly on a 
 then the step is captured and replayed. A change of the learning rate (the schedule halves it
 at an epoch end) re-captures it, since the graph holds the lr as a constant. On CPU the same
 parts run eagerly, so CPU runs, with one process or several, exercise the code path that the
-GPU replays. Under fp16 the trainer's SGD is fused (`step_setup.needs_fused_sgd`): Accelerate's
+GPU replays. Under fp16 the trainer's SGD is fused (`step_setup.uses_fused_sgd`): Accelerate's
 GradScaler then unscales, checks for overflow, skips an overflowing step and updates its scale
 all on the device, so the fp16 step is graphed too.
 

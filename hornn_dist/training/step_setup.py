@@ -24,11 +24,13 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
     return cfg.model.graph_unavailable_reason()
 
 
-def needs_fused_sgd(accelerator: Any) -> bool:
-    """Whether the run's SGD must be fused: under fp16, Accelerate's GradScaler skips an
-    overflowing step on the device only for an optimizer that takes its overflow flag (fused
-    SGD); with any other it reads the flag on the host, which a CUDA graph cannot hold."""
-    return accelerator.mixed_precision == "fp16"
+def uses_fused_sgd(accelerator: Any) -> bool:
+    """Whether the run's SGD is fused: under fp16 it must be (Accelerate's GradScaler skips an
+    overflowing step on the device only for an optimizer that takes its overflow flag; with any
+    other it reads the flag on the host, which a CUDA graph cannot hold); on a CPU it is the
+    same arithmetic bit for bit in one pass over each parameter instead of foreach's four
+    (tests/test_optim.py; the speed: benchmarks/README.md, "Output layer")."""
+    return accelerator.mixed_precision == "fp16" or accelerator.device.type == "cpu"
 
 
 def step_for_accelerator(

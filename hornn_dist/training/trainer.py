@@ -51,7 +51,7 @@ from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import build_optimization
 from hornn_dist.training.run_log import RunLog
 from hornn_dist.training.scoring import EvalResult, score_split, split_stream
-from hornn_dist.training.step_setup import needs_fused_sgd, step_for_accelerator
+from hornn_dist.training.step_setup import uses_fused_sgd, step_for_accelerator
 from hornn_dist.util.errors import HornnError
 from hornn_dist.util.files import write_text
 from hornn_dist.util.provenance import UNKNOWN, code_commit, describe_commit
@@ -125,7 +125,7 @@ class Trainer:
         # No DDP, so the model is not Accelerate's: placed here, the step averages the flat
         # gradients itself (training/exchange.py, CUDA graphs) and autocasts the forward.
         self.core = build_model(cfg.model, self.corpus.vocab_size, plan).to(acc.device)
-        self.fused_sgd = needs_fused_sgd(acc)
+        self.fused_sgd = uses_fused_sgd(acc)
         # the schedule owns the lr: every change of it is set on the optimizer at once
         optimizer, self.schedule = build_optimization(self.core, cfg.optim, self.fused_sgd)
         self.optimizer = acc.prepare_optimizer(optimizer)
