@@ -24,8 +24,8 @@ from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import WARMUP_STEPS, TrainStep
 from hornn_dist.training.step_setup import (
     graph_unavailable_reason,
-    uses_fused_sgd,
     step_for_accelerator,
+    uses_fused_sgd,
 )
 from hornn_dist.util.errors import CheckpointError
 from tests.reference_step import reference_step

@@ -51,7 +51,7 @@ from hornn_dist.training.metrics import RunningLoss, Throughput, perplexity
 from hornn_dist.training.optim import build_optimization
 from hornn_dist.training.run_log import RunLog
 from hornn_dist.training.scoring import EvalResult, score_split, split_stream
-from hornn_dist.training.step_setup import uses_fused_sgd, step_for_accelerator
+from hornn_dist.training.step_setup import step_for_accelerator, uses_fused_sgd
 from hornn_dist.util.errors import HornnError
 from hornn_dist.util.files import write_text
 from hornn_dist.util.provenance import UNKNOWN, code_commit, describe_commit
