@@ -14,7 +14,10 @@ Two parts, each on the product's own code:
            of other load hits every layer); then one more step of each, untimed, for its peak
            memory above what was resident just before it (weights, momentum), the allocator's
            free memory given back first (Linux: /proc/self/status VmHWM, reset through
-           /proc/self/clear_refs; glibc's malloc_trim)
+           /proc/self/clear_refs; glibc's malloc_trim). The step is the trainer's: fused SGD
+           on a CPU, tensors of 2 MB and more on huge pages (hornn_dist/__init__.py); with
+           --before also the plain layer's step as the trainer ran it before 7bc1e7b (foreach
+           SGD, 4 KB pages), in a process of its own, and each row's speed against it
 
 Each time is taken twice: wall clock, and the process's CPU time (user + system, page faults
 included), which another load on the machine inflates far less; tokens/s are of both. The
@@ -27,6 +30,7 @@ adaptive softmax has its own weights (never tied). A model the product's memory 
     python benchmarks/output_layer.py                              # every size, both parts
     python benchmarks/output_layer.py --sizes 44000x500 --parts layer
     python benchmarks/output_layer.py --sizes 267735x1024 --steps 2 --models lstm
+    python benchmarks/output_layer.py --sizes 44000x500 --parts step --before
 """
 
 from __future__ import annotations
@@ -36,13 +40,17 @@ import contextlib
 import ctypes
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from hornn_dist import THP_ENV  # before torch: the trainer's CPU allocator option (its __init__)
+
+# isort: split
 import torch
 
 from hornn_dist.config import OptimConfig
@@ -52,6 +60,7 @@ from hornn_dist.models.precision import AUTOCAST_DTYPES
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.optim import build_optimizer
 from hornn_dist.training.step import TrainStep
+from hornn_dist.training.step_setup import uses_fused_sgd
 
 from common import comma_list, error_line, meta_line, run_meta, write_json
 
@@ -79,6 +88,7 @@ class Group:
     steps: int
     warmup: int
     threads: int
+    before: bool = False  # the step as the trainer ran it before 7bc1e7b (module docstring)
 
 
 def zipf_tokens(vocab: int, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -142,9 +152,11 @@ def run_group(group: Group) -> list[dict]:
         torch.manual_seed(0)
         model = build_model(cfg, group.vocab)
         params[layer] = model.num_parameters()
+        mixed = "no" if group.precision == "fp32" else group.precision
+        fused_sgd = uses_fused_sgd(mixed, torch.device("cpu")) and not group.before
         steps[layer] = TrainStep(
             model,
-            build_optimizer(model, optim),
+            build_optimizer(model, optim, fused=fused_sgd),
             device=torch.device("cpu"),
             batch_size=group.batch,
             bptt=group.bptt,
@@ -181,6 +193,8 @@ def run_group(group: Group) -> list[dict]:
     return [
         {
             "layer": layer,
+            "fused_sgd": fused_sgd,
+            "huge_pages": os.environ.get(THP_ENV) == "1",  # torch read it at its start
             "params": params[layer],
             "loss": loss[layer],
             "step_seconds": wall[layer],
@@ -197,10 +211,12 @@ def run_group(group: Group) -> list[dict]:
 def measure_group(group: Group) -> list[dict]:
     """Return the rows of one group, run in a fresh process (its own memory)."""
     head = {"part": "step", **{k: v for k, v in asdict(group).items() if k != "layers"}}
+    env = {**os.environ, **({THP_ENV: "0"} if group.before else {})}
     proc = subprocess.run(
         [sys.executable, __file__, "--cell", json.dumps(asdict(group))],
         capture_output=True,
         text=True,
+        env=env,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     if proc.returncode != 0 or not lines:
@@ -283,16 +299,21 @@ def add_ratios(rows: list[dict]) -> None:
     """Give each step row its tokens/s and peak memory as ratios to the plain layer's row of the
     same size and model."""
     plain = {
-        (r["vocab"], r["hidden"], r["model"]): r
+        (r["vocab"], r["hidden"], r["model"], r.get("before", False)): r
         for r in rows
         if r["part"] == "step" and r["layer"] == "plain" and "tokens_per_s" in r
     }
     for r in rows:
-        ref = plain.get((r.get("vocab"), r.get("hidden"), r.get("model")))
-        if r["part"] == "step" and ref is not None and "tokens_per_s" in r:
+        if r["part"] != "step" or "tokens_per_s" not in r:
+            continue
+        key = (r["vocab"], r["hidden"], r["model"])
+        ref, old = plain.get((*key, r.get("before", False))), plain.get((*key, True))
+        if ref is not None:
             r["cpu_speed_vs_plain"] = r["tokens_per_cpu_s"] / ref["tokens_per_cpu_s"]
             if ref["step_peak_mib"] > 0:
                 r["peak_vs_plain"] = r["step_peak_mib"] / ref["step_peak_mib"]
+        if old is not None and not r.get("before", False):
+            r["cpu_speed_vs_plain_before"] = r["tokens_per_cpu_s"] / old["tokens_per_cpu_s"]
 
 
 def print_layer_table(rows: list[dict]) -> None:
@@ -312,19 +333,22 @@ def print_layer_table(rows: list[dict]) -> None:
 def print_step_table(rows: list[dict], header: bool = True) -> None:
     if header:
         print(
-            f"{'V':>8}{'H':>6}{'model':>7}{'layer':>10}{'params':>9}{'tok/s':>9}{'tok/CPU s':>11}"
-            f"{'x plain':>9}{'peak MiB':>10}{'x plain':>9}{'resident':>10}"
+            f"{'V':>8}{'H':>6}{'model':>7}{'layer':>14}{'params':>9}{'tok/s':>9}{'tok/CPU s':>11}"
+            f"{'x plain':>9}{'x before':>9}{'peak MiB':>10}{'x plain':>9}{'resident':>10}"
         )
     for r in rows:
-        head = f"{r['vocab']:>8}{r['hidden']:>6}{r['model']:>7}{r['layer']:>10}"
+        layer = r["layer"] + (" before" if r.get("before") else "")
+        head = f"{r['vocab']:>8}{r['hidden']:>6}{r['model']:>7}{layer:>14}"
         if "error" in r:
             print(f"{head}  failed: {r['error']}", flush=True)
             continue
         speed = f"{r['cpu_speed_vs_plain']:.2f}x" if "cpu_speed_vs_plain" in r else "-"
         peak = f"{r['peak_vs_plain']:.2f}x" if "peak_vs_plain" in r else "-"
+        old = r.get("cpu_speed_vs_plain_before")
+        old = "-" if old is None else f"{old:.2f}x"
         print(
             f"{head}{r['params'] / 1e6:>8.1f}M{r['tokens_per_s']:>9.0f}"
-            f"{r['tokens_per_cpu_s']:>11.0f}{speed:>9}{r['step_peak_mib']:>10.0f}{peak:>9}"
+            f"{r['tokens_per_cpu_s']:>11.0f}{speed:>9}{old:>9}{r['step_peak_mib']:>10.0f}{peak:>9}"
             f"{r['resident_mib']:>10.0f}",
             flush=True,
         )
@@ -358,6 +382,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3, help="step part: timed steps (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="step part: untimed steps (default 1)")
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
+    p.add_argument(
+        "--before",
+        action="store_true",
+        help="step part: also the plain layer's step as the trainer ran it before 7bc1e7b "
+        "(foreach SGD, 4 KB pages), in a process of its own",
+    )
     p.add_argument("--cell", help=argparse.SUPPRESS)  # one step group, in its own process
     args = p.parse_args(argv)
     if args.cell:
@@ -410,6 +440,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 group = Group(vocab, hidden, model, tuple(args.layers), args.batch, args.bptt,
                               args.precision, args.steps, args.warmup, args.threads)  # fmt: skip
                 group_rows = measure_group(group)
+                if args.before:
+                    old = replace(group, layers=("plain",), before=True)
+                    group_rows = measure_group(old) + group_rows
                 rows += group_rows
                 add_ratios(rows)
                 print_step_table(group_rows, header=False)

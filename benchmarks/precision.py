@@ -23,6 +23,9 @@ import argparse
 import copy
 from pathlib import Path
 
+import hornn_dist  # noqa: F401  before torch: the trainer's CPU allocator option (its __init__)
+
+# isort: split
 import torch
 from torch import Tensor, nn
 

@@ -69,6 +69,9 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import hornn_dist  # noqa: F401  before torch: the trainer's CPU allocator option (its __init__)
+
+# isort: split
 import torch
 
 from hornn_dist.config import OptimConfig

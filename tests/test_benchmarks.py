@@ -638,3 +638,24 @@ def test_output_layer_benchmark_times_each_layer_beside_its_gemms_and_each_step(
     data = json.loads(out.read_text())
     check_meta(data["meta"], "output_layer.py")
     assert len(data["meta"]["load_at_start"]) == 3 and len(data["results"]) == len(rows)
+
+
+def test_output_layer_benchmark_before_times_the_plain_step_as_it_ran_before(tmp_path):
+    """--before: a plain row stepped as the trainer did before fused SGD and huge pages, in a
+    process of its own, first in its group; every other row's speed against it as well."""
+    bench = load_benchmark("output_layer")
+    argv = ["--sizes", "60x8", "--batch", "4", "--bptt", "5", "--steps", "1", "--models", "lstm",
+            "--parts", "step", "--before", "--json", str(tmp_path / "ol.json")]  # fmt: skip
+    rows = bench.main(argv)
+    assert [(r["layer"], r["before"]) for r in rows] == [
+        ("plain", True), ("plain", False), ("fused", False), ("adaptive", False)
+    ]  # fmt: skip
+    old, *now = rows
+    assert (old["fused_sgd"], old["huge_pages"]) == (False, False)
+    pages = os.environ["THP_MEM_ALLOC_ENABLE"] == "1"  # hornn_dist's default, or the user's 0
+    assert all((r["fused_sgd"], r["huge_pages"]) == (True, pages) for r in now)
+    assert old["cpu_speed_vs_plain"] == 1.0 and "cpu_speed_vs_plain_before" not in old
+    for r in now:
+        assert r["cpu_speed_vs_plain_before"] == pytest.approx(
+            r["tokens_per_cpu_s"] / old["tokens_per_cpu_s"]
+        )

@@ -72,7 +72,9 @@ def make_step(cfg, accelerator, seed: int = 0) -> TrainStep:
     device, its optimizer prepared by the accelerator."""
     torch.manual_seed(seed)
     model = build_model(cfg.model, V).to(accelerator.device)
-    sgd = build_optimizer(model, cfg.optim, fused=uses_fused_sgd(accelerator))
+    sgd = build_optimizer(
+        model, cfg.optim, fused=uses_fused_sgd(accelerator.mixed_precision, accelerator.device)
+    )
     optimizer = accelerator.prepare_optimizer(sgd)
     return step_for_accelerator(cfg, accelerator, model, optimizer, B)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from hornn_dist.config import RunConfig
 from hornn_dist.models import RecurrentLM
 from hornn_dist.training.step import TrainStep
@@ -24,13 +26,13 @@ def graph_unavailable_reason(cfg: RunConfig, accelerator: Any) -> str | None:
     return cfg.model.graph_unavailable_reason()
 
 
-def uses_fused_sgd(accelerator: Any) -> bool:
+def uses_fused_sgd(mixed_precision: str, device: torch.device) -> bool:
     """Whether the run's SGD is fused: under fp16 it must be (Accelerate's GradScaler skips an
     overflowing step on the device only for an optimizer that takes its overflow flag; with any
     other it reads the flag on the host, which a CUDA graph cannot hold); on a CPU it is the
     same arithmetic bit for bit in one pass over each parameter instead of foreach's four
     (tests/test_optim.py; the speed: benchmarks/README.md, "Output layer")."""
-    return accelerator.mixed_precision == "fp16" or accelerator.device.type == "cpu"
+    return mixed_precision == "fp16" or device.type == "cpu"
 
 
 def step_for_accelerator(

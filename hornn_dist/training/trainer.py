@@ -125,7 +125,7 @@ class Trainer:
         # No DDP, so the model is not Accelerate's: placed here, the step averages the flat
         # gradients itself (training/exchange.py, CUDA graphs) and autocasts the forward.
         self.core = build_model(cfg.model, self.corpus.vocab_size, plan).to(acc.device)
-        self.fused_sgd = uses_fused_sgd(acc)
+        self.fused_sgd = uses_fused_sgd(acc.mixed_precision, acc.device)
         # the schedule owns the lr: every change of it is set on the optimizer at once
         optimizer, self.schedule = build_optimization(self.core, cfg.optim, self.fused_sgd)
         self.optimizer = acc.prepare_optimizer(optimizer)
