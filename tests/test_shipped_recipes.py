@@ -116,6 +116,28 @@ def test_the_transfer_screen_trains_each_headline_and_what_it_screened_before() 
         assert screened.output_layer == "plain" and text8.model.output_layer == "fused"
 
 
+def test_the_seeded_screen_trains_the_headlines_and_rnns_as_shipped_on_each_corpus() -> None:
+    """transfer_seeds.toml: each headline (ptb.toml, text8.toml) and the RNN config of its size,
+    as shipped but for the seed, on every corpus of the screen with that corpus's data whole,
+    seeds 1234-1236 (1234 the screen's own run)."""
+    runs = {r.name: r.config for r in read_sweep(CONFIGS / "sweeps" / "transfer_seeds.toml").runs}
+    screen = {r.name: r.config for r in read_sweep(CONFIGS / "sweeps" / "transfer.toml").runs}
+    assert len(runs) == 3 * 4 * 3
+    for corpus in ("ewt", "kjv", "ptb"):
+        for config in ("ptb", "ptb_rnn", "text8", "text8_rnn"):
+            shipped = load_config(CONFIGS / f"{config}.toml")
+            for seed in (1234, 1235, 1236):
+                run = runs[f"{corpus}.{config}-seed{seed}"]
+                assert (run.model, run.train.seed) == (shipped.model, seed)
+                assert run.optim == shipped.optim and run.train.epochs == 3
+                assert run.data == screen[f"{corpus}.ptb_rnn"].data  # the screen's corpus
+        headline = runs[f"{corpus}.ptb-seed1234"]
+        assert (headline.model, headline.optim) == (
+            screen[f"{corpus}.ptb-gated3"].model,
+            screen[f"{corpus}.ptb-gated3"].optim,
+        )
+
+
 def test_the_ptb_headline_is_gated3s_row_without_dropout_and_the_dropout_row_stands_apart() -> None:
     """configs/ptb.toml is the PTB table's gated-3 row without dropout (the transfer screen's
     choice); the row with dropout, PTB's best on PTB, is a config of its own."""
