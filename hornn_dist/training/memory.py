@@ -26,9 +26,9 @@ from hornn_dist.models.poolings import get_pooling
 from hornn_dist.util.errors import ConfigError
 
 # a float32 weight, its gradient and SGD's momentum buffer (12), SGD's foreach temporaries at
-# each step (the gradients plus weight decay: 4) and the weights the test split is scored on at
-# the end (a second model: 4); measured 20.4 a parameter in a cgroup (docs/performance.md,
-# "Numbers behind the code's choices")
+# each step (the gradients plus weight decay: 4; a CPU run's fused SGD has none, 4 in hand) and
+# the weights the test split is scored on at the end (a second model: 4); measured 20.4 a
+# parameter in a cgroup (docs/performance.md, "Numbers behind the code's choices")
 BYTES_PER_PARAMETER = 20
 RUNTIME_BYTES = 128 << 20  # what the process loads after the check (TensorBoard, scoring)
 BYTES_PER_ACTIVATION = 4  # float32 (mixed precision halves some: the estimate stays above)
