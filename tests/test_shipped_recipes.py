@@ -4,6 +4,7 @@ a run whose model was switched on another model's recipe is told in its first li
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,8 +99,9 @@ def test_a_switched_model_names_its_own_recipe_in_the_first_line(tmp_path: Path)
 
 def test_the_transfer_screen_trains_each_headline_and_what_it_screened_before() -> None:
     """transfer.toml: on every corpus, ptb-gated3, text8-gated3 and wikitext103-gated3 train
-    today's headline configs; the groups ptb and text8 the recipes the screen chose between
-    (PTB's dropout row, the text8 config with dropout it had), with the plain softmax they ran."""
+    today's headline configs, ptb-gated3+feedback0.1 the headline at the feedback scale PTB's
+    validation chose; the groups ptb and text8 the recipes the screen chose between (PTB's
+    dropout row, the text8 config with dropout it had), with the plain softmax they ran."""
     runs = {run.name: run.config for run in read_sweep(CONFIGS / "sweeps" / "transfer.toml").runs}
     ptb, text8, wikitext103 = (load_config(CONFIGS / f"{c}.toml") for c in PTB_TEXT8_WIKITEXT103)
     dropout_row = load_config(CONFIGS / "ptb" / "gated3_dropout.toml")
@@ -109,6 +111,9 @@ def test_the_transfer_screen_trains_each_headline_and_what_it_screened_before() 
             assert (run.model, run.optim) == (shipped.model, shipped.optim), name
         headline = runs[f"{corpus}.wikitext103-gated3"]
         assert (headline.model, headline.optim) == (wikitext103.model, wikitext103.optim)
+        candidate = runs[f"{corpus}.ptb-gated3+feedback0.1"]  # the scale PTB's valid chose
+        assert candidate.model == replace(ptb.model, feedback_scale=0.1)
+        assert candidate.optim == ptb.optim
         before = runs[f"{corpus}.ptb"]
         assert (before.model, before.optim) == (dropout_row.model, dropout_row.optim)
         screened = runs[f"{corpus}.text8"].model

@@ -44,7 +44,8 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "ptb_orders": 14,
         "ptb_alpha": 8,
         "text8_summary": 6,
-        "transfer": 60,
+        "transfer": 63,
+        "transfer_seeds": 36,
     }
     for name, runs in expected.items():
         plan = read_sweep(REPO / "configs" / "sweeps" / f"{name}.toml")
