@@ -16,8 +16,8 @@ Two parts, each on the product's own code:
            free memory given back first (Linux: /proc/self/status VmHWM, reset through
            /proc/self/clear_refs; glibc's malloc_trim). The step is the trainer's: fused SGD
            on a CPU, tensors of 2 MB and more on huge pages (hornn_dist/__init__.py); with
-           --before also the plain layer's step as the trainer ran it before 7bc1e7b (foreach
-           SGD, 4 KB pages), in a process of its own, and each row's speed against it
+           --before also the plain layer's step on foreach SGD and 4 KB pages (the trainer's
+           step without those two), in a process of its own, and each row's speed against it
 
 Each time is taken twice: wall clock, and the process's CPU time (user + system, page faults
 included), which another load on the machine inflates far less; tokens/s are of both. The
@@ -88,7 +88,7 @@ class Group:
     steps: int
     warmup: int
     threads: int
-    before: bool = False  # the step as the trainer ran it before 7bc1e7b (module docstring)
+    before: bool = False  # foreach SGD and 4 KB pages (module docstring, --before)
 
 
 def zipf_tokens(vocab: int, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -146,14 +146,14 @@ def run_group(group: Group) -> list[dict]:
     torch.set_num_threads(group.threads)
     optim = OptimConfig()
     steps, params = {}, {}
+    mixed = "no" if group.precision == "fp32" else group.precision
+    fused_sgd = uses_fused_sgd(mixed, torch.device("cpu")) and not group.before
     for layer in group.layers:
         cfg = model_config(group.model, layer, group.hidden)
         check_fits(cfg, group.vocab, torch.device("cpu"), group.batch, group.bptt)
         torch.manual_seed(0)
         model = build_model(cfg, group.vocab)
         params[layer] = model.num_parameters()
-        mixed = "no" if group.precision == "fp32" else group.precision
-        fused_sgd = uses_fused_sgd(mixed, torch.device("cpu")) and not group.before
         steps[layer] = TrainStep(
             model,
             build_optimizer(model, optim, fused=fused_sgd),
@@ -385,8 +385,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--before",
         action="store_true",
-        help="step part: also the plain layer's step as the trainer ran it before 7bc1e7b "
-        "(foreach SGD, 4 KB pages), in a process of its own",
+        help="step part: also the plain layer's step on foreach SGD and 4 KB pages (the "
+        "trainer's step without those two), in a process of its own",
     )
     p.add_argument("--cell", help=argparse.SUPPRESS)  # one step group, in its own process
     args = p.parse_args(argv)
