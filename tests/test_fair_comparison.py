@@ -106,6 +106,22 @@ def test_the_counts_are_the_built_models() -> None:
         assert count / rnn == pytest.approx(ratio, rel=0.01)
 
 
+def test_the_recurrent_count_of_an_adaptive_model_with_its_own_cutoffs() -> None:
+    """Explicit `model.adaptive_cutoffs` (valid for the corpus, not for the count's one-word
+    vocabulary) still give the recurrent count: what the built model has besides the
+    embedding and the adaptive layer."""
+    cfg = ModelConfig(
+        arch="lstm",
+        hidden_size=24,
+        embedding_size=16,
+        output_layer="adaptive",
+        adaptive_cutoffs=[20, 60],
+    )
+    real = build_model(cfg, 97)
+    outer = real.embedding.weight.numel() + sum(p.numel() for p in real.decoder.parameters())
+    assert recurrent_parameters(cfg) == real.num_parameters() - outer
+
+
 def test_a_target_no_size_reaches_is_one_line() -> None:
     cfg = ModelConfig(arch="lstm", hidden_size=8, embedding_size=8)
     with pytest.raises(ConfigError, match=r"no model.hidden_size gives this lstm model 10 "):

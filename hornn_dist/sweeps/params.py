@@ -80,7 +80,8 @@ def total_parameters(cfg: ModelConfig, vocab_size: int) -> int:
 
 def recurrent_parameters(cfg: ModelConfig) -> int:
     """Return the trainable parameters of model `cfg`'s recurrent layers (any vocabulary)."""
-    return _counts(cfg, 1)[1]
+    # a one-word vocabulary has room for no cutoff; the output layer is not counted here
+    return _counts(dataclasses.replace(cfg, adaptive_cutoffs=[]), 1)[1]
 
 
 def matched_hidden_size(cfg: ModelConfig, vocab_size: int, target: int, multiple: int = 1) -> int:
