@@ -121,6 +121,33 @@ def test_the_transfer_screen_trains_each_headline_and_what_it_screened_before() 
         assert screened.output_layer == "plain" and text8.model.output_layer == "fused"
 
 
+def test_the_transfer_screen_trains_every_shipped_config_as_shipped() -> None:
+    """transfer.toml: every config of configs/ptb*.toml, text8*.toml and wikitext103*.toml has a
+    run on every corpus whose model and optimizer are the shipped config's (the fused softmax
+    counted as the plain one it computes): the headlines under their -gated3 names, the
+    WikiText-103 RNN and LSTM with their adaptive softmax under -adaptive."""
+    runs = {run.name: run.config for run in read_sweep(CONFIGS / "sweeps" / "transfer.toml").runs}
+    renamed = {
+        "ptb": "ptb-gated3",
+        "text8": "text8-gated3",
+        "wikitext103": "wikitext103-gated3",
+        "wikitext103_rnn": "wikitext103_rnn-adaptive",
+        "wikitext103_lstm": "wikitext103_lstm-adaptive",
+    }
+    shipped = sorted(
+        p.stem for g in ("ptb*", "text8*", "wikitext103*") for p in CONFIGS.glob(f"{g}.toml")
+    )
+    assert len(shipped) == 12, shipped
+    for name in shipped:
+        config = load_config(CONFIGS / f"{name}.toml")
+        for corpus in ("ewt", "kjv", "ptb"):
+            run = runs[f"{corpus}.{renamed.get(name, name)}"]
+            model = run.model
+            if model.output_layer == "plain" and config.model.output_layer == "fused":
+                model = replace(model, output_layer="fused")
+            assert (model, run.optim) == (config.model, config.optim), (corpus, name)
+
+
 def test_the_seeded_screen_trains_the_headlines_and_rnns_as_shipped_on_each_corpus() -> None:
     """transfer_seeds.toml: each headline (ptb.toml, text8.toml) and the RNN config of its size,
     as shipped but for the seed, on every corpus of the screen with that corpus's data whole,

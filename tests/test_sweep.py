@@ -44,7 +44,7 @@ def test_every_shipped_sweep_expands_into_valid_runs() -> None:
         "ptb_orders": 14,
         "ptb_alpha": 8,
         "text8_summary": 6,
-        "transfer": 63,
+        "transfer": 69,
         "transfer_seeds": 36,
     }
     for name, runs in expected.items():
