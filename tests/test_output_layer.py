@@ -7,11 +7,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from hornn_dist.config import config_from_dict, load_config
+from hornn_dist.data.pipeline import corpus_folder
+from hornn_dist.data.shards import open_corpus
 from hornn_dist.models import ModelConfig, build_model
 from hornn_dist.models import output_layer as ol
 from hornn_dist.models.output_layer import AdaptiveSoftmax, default_cutoffs, fused_cross_entropy
@@ -258,7 +261,42 @@ def test_an_adaptive_model_scores_its_targets_with_a_normalised_distribution():
     torch.testing.assert_close(mean, nll.mean())
 
 
+def test_coverage_cutoffs_are_where_the_leading_ids_reach_90_and_98_percent():
+    """A plain count: the fewest leading ids whose tokens reach each share, in [1, V)."""
+    assert ol.DEFAULT_CUTOFF_COVERAGE == (0.9, 0.98)
+    assert ol.coverage_cutoffs([50, 30, 10, 5, 3, 2]) == [3, 5]  # 90 of 100, then 98
+    assert ol.coverage_cutoffs([50, 30, 9, 5, 3, 2, 1]) == [4, 6]  # 89 < 90 at three ids
+    assert ol.coverage_cutoffs([95, 4, 1]) == [1, 2]
+    assert ol.coverage_cutoffs([99, 1]) == [1]  # both shares at id 1: one cluster
+    assert ol.coverage_cutoffs([1]) == []  # a one-word vocabulary: the head alone
+
+
+def test_an_adaptive_run_saves_the_cutoffs_its_training_counts_give(tmp_path):
+    """`model.adaptive_cutoffs = []` trains with the cutoffs of the training split's counts
+    (over several shards), saved in the run's config.toml, which a resume and evaluate use."""
+    write_tiny_config(
+        tmp_path, train_words=2000, data={"shard_tokens": 300},
+        model={"output_layer": "adaptive"}, train={"max_steps": 4},
+    )  # fmt: skip
+    run = tmp_path / "run"
+    check_ok(train_into(tmp_path, run))
+    saved = load_config(run / "config.toml")
+    corpus = open_corpus(corpus_folder(saved.data))
+    train = corpus.split("train")
+    assert len(train._files) > 1  # the counts span shards
+    counts = np.bincount(train.read(0, len(train)), minlength=corpus.vocab_size)
+    assert train.id_counts(corpus.vocab_size).tolist() == counts.tolist()
+    share = np.cumsum(counts) / counts.sum()
+    expected = sorted({int(np.argmax(share >= s - 1e-12)) + 1 for s in (0.9, 0.98)})
+    assert saved.model.adaptive_cutoffs == [c for c in expected if c < corpus.vocab_size]
+    assert saved.model.adaptive_cutoffs != default_cutoffs(corpus.vocab_size)
+    check_ok(train_into(tmp_path, run, "--set", "train.max_steps=6"))  # resumes: same shapes
+    assert load_config(run / "config.toml").model.adaptive_cutoffs == saved.model.adaptive_cutoffs
+    check_ok(run_here("hornn_dist.evaluate", str(run), "--split", "test"))
+
+
 def test_default_cutoffs_are_five_and_twenty_percent_of_the_vocabulary():
+    """What a run saved with [] before the trainer resolved cutoffs from counts was built with."""
     assert default_cutoffs(44_000) == [2200, 8800]
     assert default_cutoffs(267_735) == [13387, 53547]
     assert default_cutoffs(10) == [2]  # 0.5 rounds to 0: no cluster there

@@ -182,6 +182,14 @@ class TokenReader:
             )
         return self._maps[i]  # type: ignore[return-value]
 
+    def id_counts(self, vocab_size: int) -> np.ndarray:
+        """Return how often each id 0..vocab_size-1 occurs in the split (int64), one shard at a
+        time."""
+        counts = np.zeros(vocab_size, dtype=np.int64)
+        for i in range(len(self._files)):
+            counts += np.bincount(self._map(i), minlength=vocab_size)[:vocab_size]
+        return counts
+
     def read(self, a: int, b: int) -> np.ndarray:
         """Return a new array (the shards' dtype) of the tokens [a, b), across shard boundaries."""
         if not 0 <= a <= b <= len(self):

@@ -100,7 +100,9 @@ class ModelConfig:
     output_layer: str = "plain"
     # `adaptive` only: the word ids where each cluster starts, increasing, from 1 and below the
     # vocabulary size (ids are ordered by training count: the head holds the words below the
-    # first); [] = 5% and 20% of the vocabulary
+    # first); [] = where the most frequent words cover 90% and 98% of the training tokens,
+    # counted when the run starts and saved in its config.toml (a run saved with [] before
+    # that: 5% and 20% of the vocabulary)
     adaptive_cutoffs: list[int] = field(default_factory=list)
     # `adaptive` only: cluster i (from 1) projects the hidden state to hidden_size / div^i units
     # (at least 1). In [1, 64]

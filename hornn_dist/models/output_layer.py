@@ -33,6 +33,8 @@ compute the logits twice.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
@@ -47,10 +49,14 @@ OUTPUT_LAYERS = ("plain", "fused", "adaptive")
 CHUNK_ELEMENTS = 1 << 23
 MIN_CHUNK_TOKENS = 128
 BLOCK_ELEMENTS = 1 << 19
-# the adaptive softmax's default cutoffs, as fractions of V: the ids are ordered by training
-# count (data/vocab.py), so the head holds the most frequent 5% of the words and the first
-# cluster the next 15%
-DEFAULT_CUTOFF_FRACTIONS = (0.05, 0.2)
+# the adaptive softmax's default cutoffs (`model.adaptive_cutoffs = []`): where the most
+# frequent words reach these shares of the training tokens, so the head holds the words of 90%
+# of the text and the first cluster those of the next 8% (a fixed fraction of V covers a share
+# that varies with V: research/records/2026-12-07-cpu-adaptive-quality, "The cutoffs")
+DEFAULT_CUTOFF_COVERAGE = (0.9, 0.98)
+# the cutoffs a run saved with [] before the trainer resolved them from counts was built with:
+# 5% and 20% of V (the ids are ordered by training count, data/vocab.py)
+SAVED_DEFAULT_FRACTIONS = (0.05, 0.2)
 MAX_DIV_VALUE = 64.0
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -234,15 +240,33 @@ def fused_cross_entropy(
     return _FusedLinearCrossEntropy.apply(hidden, weight, bias, targets, dtype)
 
 
-def default_cutoffs(vocab_size: int) -> list[int]:
-    """Return the adaptive softmax's cutoffs for `model.adaptive_cutoffs = []`: V times each
-    of DEFAULT_CUTOFF_FRACTIONS, rounded, those in [1, V) and distinct (none for a tiny V)."""
+def _distinct_inside(cuts: list[int], vocab_size: int) -> list[int]:
     out: list[int] = []
-    for fraction in DEFAULT_CUTOFF_FRACTIONS:
-        cut = round(vocab_size * fraction)
+    for cut in cuts:
         if 1 <= cut < vocab_size and (not out or cut > out[-1]):
             out.append(cut)
     return out
+
+
+def coverage_cutoffs(counts: Sequence[int]) -> list[int]:
+    """Return the adaptive softmax's default cutoffs from each id's training count (ids ordered
+    by count): for each share of DEFAULT_CUTOFF_COVERAGE the fewest leading ids whose tokens
+    reach it, those in [1, V) and distinct (none for a tiny V)."""
+    total = sum(counts)
+    cuts, running, shares = [], 0, list(DEFAULT_CUTOFF_COVERAGE)
+    for i, count in enumerate(counts):
+        running += count
+        while shares and running >= shares[0] * total:
+            cuts.append(i + 1)
+            shares.pop(0)
+    return _distinct_inside(cuts, len(counts))
+
+
+def default_cutoffs(vocab_size: int) -> list[int]:
+    """Return the cutoffs of a run saved with `model.adaptive_cutoffs = []` (the trainer now
+    saves those `coverage_cutoffs` resolved): V times each of SAVED_DEFAULT_FRACTIONS, rounded,
+    those in [1, V) and distinct."""
+    return _distinct_inside([round(vocab_size * f) for f in SAVED_DEFAULT_FRACTIONS], vocab_size)
 
 
 def resolve_cutoffs(cutoffs: list[int], vocab_size: int) -> list[int]:

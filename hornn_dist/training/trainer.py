@@ -23,9 +23,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from hornn_dist import __version__
 from hornn_dist.config import RunConfig, tomllib
 from hornn_dist.data.progress import on_terminal
+from hornn_dist.data.shards import TokenReader
 from hornn_dist.data.streams import TBPTTStream, check_layout
 from hornn_dist.models import build_model, plan_for
 from hornn_dist.models import init as init_rule
+from hornn_dist.models.output_layer import DEFAULT_CUTOFF_COVERAGE, coverage_cutoffs
 from hornn_dist.models.precision import resolve_mixed_precision
 from hornn_dist.run import checkpoint as ckpt
 from hornn_dist.run.checkpointer import Checkpointer
@@ -62,6 +64,21 @@ logger = logging.getLogger("hornn_dist.train")
 AT_MOST_BAR = (
     "{l_bar}{bar}| {n_fmt}/{total_fmt} steps at most [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 )
+
+
+def with_coverage_cutoffs(cfg: RunConfig, train: TokenReader, vocab_size: int) -> RunConfig:
+    """Return `cfg` with `model.adaptive_cutoffs = []` resolved from the training split's
+    counts (`coverage_cutoffs`), so that the run's config.toml and checkpoints name them."""
+    cutoffs = coverage_cutoffs(train.id_counts(vocab_size).tolist())
+    shares = " and ".join(f"{share:.0%}" for share in DEFAULT_CUTOFF_COVERAGE)
+    logger.info(
+        "model.adaptive_cutoffs = %s: where the most frequent words cover %s of the %s "
+        "training tokens",
+        cutoffs,
+        shares,
+        f"{len(train):,}",
+    )
+    return replace(cfg, model=replace(cfg.model, adaptive_cutoffs=cutoffs))
 
 
 class NonFiniteLossError(HornnError):
@@ -119,6 +136,10 @@ class Trainer:
         cfg.data.check_heldout()  # a run validates and tests: refused before preparing
         with self._collectives():
             self.corpus = open_prepared_corpus(cfg.data, acc, progress=cfg.log.prepare_progress())
+        if cfg.model.output_layer == "adaptive" and not cfg.model.adaptive_cutoffs:
+            cfg = self.cfg = with_coverage_cutoffs(
+                cfg, self.corpus.split("train"), self.corpus.vocab_size
+            )
         batch = self.batch_per_process
         check_fits(cfg.model, self.corpus.vocab_size, acc.device, batch, cfg.train.bptt)
         plan = plan_for(cfg.model, acc.device, batch, acc.mixed_precision)
