@@ -239,6 +239,18 @@ def test_adaptive_training_loss_through_the_fused_layer_equals_the_mean_nll(smal
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
 
 
+def test_a_cluster_without_tokens_still_gets_a_zero_gradient():
+    """A step whose targets miss a cluster gives its weights a zero gradient, not none (the
+    gradient exchange waits for every output weight's)."""
+    layer = AdaptiveSoftmax(8, 20, [5, 10], 2.0)
+    hidden = torch.randn(6, 8, requires_grad=True)
+    layer.mean_loss(hidden, torch.tensor([0, 1, 2, 3, 4, 0])).backward()  # the head's words only
+    for name, weight in layer.named_parameters():
+        assert weight.grad is not None, name
+        if name.startswith("tail"):
+            assert torch.count_nonzero(weight.grad) == 0, name
+
+
 def test_adaptive_clusters_project_to_hidden_over_div_to_the_i_and_the_head_has_a_bias():
     layer = AdaptiveSoftmax(64, 1000, [100, 400], 4.0)
     assert layer.head.weight.shape == (102, 64) and layer.head.bias.shape == (102,)

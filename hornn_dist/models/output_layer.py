@@ -52,7 +52,7 @@ BLOCK_ELEMENTS = 1 << 19
 # the adaptive softmax's default cutoffs (`model.adaptive_cutoffs = []`): where the most
 # frequent words reach these shares of the training tokens, so the head holds the words of 90%
 # of the text and the first cluster those of the next 8% (a fixed fraction of V covers a share
-# that varies with V: research/records/2026-12-07-cpu-adaptive-quality, "The cutoffs")
+# that varies with V: docs/models.md, the output layer)
 DEFAULT_CUTOFF_COVERAGE = (0.9, 0.98)
 # the cutoffs a run saved with [] before the trainer resolved them from counts was built with:
 # 5% and 20% of V (the ids are ordered by training count, data/vocab.py)
@@ -339,6 +339,9 @@ class AdaptiveSoftmax(nn.Module):
         for i, tail in enumerate(self.tail):
             rows = (cluster == i + 1).nonzero().squeeze(1)  # tokens whose word is in cluster i
             if rows.numel() == 0:  # known on the host since nonzero: no further sync
+                # a zero that keeps the cluster's weights in the backward: every step gives
+                # every weight a gradient (the exchange starts once all of them arrived)
+                loss = loss + sum(w.sum() for w in tail.parameters()) * 0.0
                 continue
             projected = tail[0](hidden.index_select(0, rows))  # (n_i, H / div^i)
             inside = targets.index_select(0, rows) - self.cutoffs[i]
