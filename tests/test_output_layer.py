@@ -197,17 +197,27 @@ def test_the_fused_models_steps_follow_the_plain_reference_step(small_chunks):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
 
 
-def adaptive(cutoffs=(5, 20), div: float = 4.0) -> AdaptiveSoftmax:
+def adaptive(cutoffs=(5, 20), div: float = 4.0, tied: bool = False) -> AdaptiveSoftmax:
+    """A float64 adaptive softmax with N(0, 0.5) weights; tied, its head's shortlist rows are
+    an embedding's (V, H) of its own, reached as `layer.head._embedding[0]`."""
     torch.manual_seed(0)
-    layer = AdaptiveSoftmax(H, V, list(cutoffs), div).double()
-    for p in layer.parameters():
+    embedding = torch.nn.Embedding(V, H).double() if tied else None
+    layer = AdaptiveSoftmax(H, V, list(cutoffs), div, embedding).double()
+    for p in [*layer.parameters(), *(embedding.parameters() if tied else [])]:
         torch.nn.init.normal_(p, 0.0, 0.5)
     return layer
 
 
+def every_weight(layer: AdaptiveSoftmax) -> list[torch.Tensor]:
+    """Its parameters, and a tied head's embedding matrix last."""
+    tied = isinstance(layer.head, ol.TiedHead)
+    return [*layer.parameters(), *([layer.head._embedding[0].weight] if tied else [])]
+
+
+@pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("cutoffs", [(), (5,), (5, 20), (1, 2, 52)])
-def test_adaptive_log_probabilities_of_every_word_sum_to_one(cutoffs):
-    layer = adaptive(cutoffs)
+def test_adaptive_log_probabilities_of_every_word_sum_to_one(cutoffs, tied):
+    layer = adaptive(cutoffs, tied=tied)
     hidden = torch.randn(30, H, dtype=torch.float64)
     with torch.no_grad():
         log_prob = layer.log_prob(hidden)  # (N, V)
@@ -218,15 +228,18 @@ def test_adaptive_log_probabilities_of_every_word_sum_to_one(cutoffs):
     torch.testing.assert_close(nll, -log_prob.gather(1, targets[:, None]).squeeze(1))
 
 
+@pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("cutoffs", [(5, 20), (5, 52)])  # (5, 52): a cluster of 1 word
-def test_adaptive_training_loss_through_the_fused_layer_equals_the_mean_nll(small_chunks, cutoffs):
+def test_adaptive_training_loss_through_the_fused_layer_equals_the_mean_nll(
+    small_chunks, cutoffs, tied
+):
     """mean_loss (the head and each cluster through the fused layer, clusters weighted by their
-    share of tokens) is nll(...).mean() in float64, loss and every gradient; a cluster no
-    target falls in is left out."""
-    layer = adaptive(cutoffs)
+    share of tokens) is nll(...).mean() in float64, loss and every gradient (tied: the
+    embedding's too); a cluster no target falls in is left out."""
+    layer = adaptive(cutoffs, tied=tied)
     hidden = torch.randn(40, H, dtype=torch.float64, requires_grad=True)
     targets = torch.randint(0, 52, (40,), generator=torch.Generator().manual_seed(3))
-    params = [hidden, *layer.parameters()]
+    params = [hidden, *every_weight(layer)]
     got = layer.mean_loss(hidden, targets)
     got_grads = torch.autograd.grad(got, params, allow_unused=True)
     want = layer.nll(hidden, targets).mean()
@@ -249,6 +262,79 @@ def test_a_cluster_without_tokens_still_gets_a_zero_gradient():
         assert weight.grad is not None, name
         if name.startswith("tail"):
             assert torch.count_nonzero(weight.grad) == 0, name
+
+
+def test_a_tied_head_scores_like_an_untied_one_holding_the_embeddings_shortlist_rows():
+    """The plain reference: an untied layer whose head is the embedding's first c_1 rows over
+    the tied head's cluster rows, the same bias and clusters, gives the same log-probabilities
+    and NLL in float64; the embedding's rows past the shortlist play no part."""
+    tied = adaptive((5, 20), tied=True)
+    embedding = tied.head._embedding[0]
+    untied = AdaptiveSoftmax(H, V, [5, 20], 4.0).double()
+    with torch.no_grad():
+        untied.head.weight.copy_(torch.cat([embedding.weight[:5], tied.head.cluster_weight]))
+        untied.head.bias.copy_(tied.head.bias)
+        for a, b in zip(untied.tail.parameters(), tied.tail.parameters(), strict=True):
+            a.copy_(b)
+    hidden = torch.randn(30, H, dtype=torch.float64)
+    targets = torch.randint(0, V, (30,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(tied.log_prob(hidden), untied.log_prob(hidden), rtol=0, atol=0)
+        torch.testing.assert_close(tied.nll(hidden, targets), untied.nll(hidden, targets))
+        before = tied.log_prob(hidden)
+        embedding.weight[5:].normal_()  # rows the head does not hold
+        torch.testing.assert_close(tied.log_prob(hidden), before, rtol=0, atol=0)
+        embedding.weight[:5].mul_(2.0)
+        assert not torch.allclose(tied.log_prob(hidden), before)
+
+
+class TrainingLoss(torch.nn.Module):
+    """A tied adaptive layer's `mean_loss`, with the embedding it shares as a module of its own
+    (so torch.func.functional_call can put a gradcheck input in its place)."""
+
+    def __init__(self, layer: AdaptiveSoftmax):
+        super().__init__()
+        self.embedding, self.layer = layer.head._embedding[0], layer
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.layer.mean_loss(hidden, targets)
+
+
+def test_a_tied_adaptive_head_passes_gradcheck_through_the_embedding(small_chunks):
+    """gradcheck (float64) of the training loss in the hidden states, the embedding matrix the
+    head shares and the head's own cluster rows."""
+    layer = adaptive((5, 20), tied=True)
+    holder = TrainingLoss(layer)
+    targets = torch.tensor([0, 3, 4, 5, 7, 19, 20, 33, 52, 1, 2, 6])  # every cluster
+
+    def loss(hidden, embedding, cluster_weight):
+        weights = {"embedding.weight": embedding, "layer.head.cluster_weight": cluster_weight}
+        return torch.func.functional_call(holder, weights, (hidden, targets))
+
+    inputs = (
+        torch.randn(12, H, dtype=torch.float64, requires_grad=True),
+        layer.head._embedding[0].weight.detach().clone().requires_grad_(),
+        layer.head.cluster_weight.detach().clone().requires_grad_(),
+    )
+    assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-6)
+    _, grad_embedding, _ = torch.autograd.grad(loss(*inputs), inputs)
+    assert grad_embedding[:5].abs().sum() > 0  # the head's words: from the loss of every token
+    assert not grad_embedding[5:].any()  # the rest: the input side is not in this loss
+
+
+def test_a_tied_adaptive_model_saves_the_embedding_once_and_holds_c1_times_h_fewer_weights():
+    untied = build_model(small_model_config("adaptive", adaptive_cutoffs=[5, 20]), V)
+    cfg = small_model_config("adaptive", adaptive_cutoffs=[5, 20], tie_weights=True)
+    tied = build_model(cfg, V)
+    count = sum(p.numel() for p in tied.parameters())
+    assert count == sum(p.numel() for p in untied.parameters()) - 5 * H
+    keys = tied.state_dict().keys()
+    assert "embedding.weight" in keys and "decoder.head.cluster_weight" in keys
+    assert not any(k.startswith("decoder.head.weight") for k in keys)
+    again = build_model(cfg, V)
+    again.load_state_dict(copy.deepcopy(tied.state_dict()))  # strict
+    assert torch.equal(again.decoder.head.weight, tied.decoder.head.weight)
+    assert "shortlist tied to the embedding" in repr(tied.decoder)
 
 
 def test_adaptive_clusters_project_to_hidden_over_div_to_the_i_and_the_head_has_a_bias():
@@ -331,8 +417,8 @@ def test_default_cutoffs_are_five_and_twenty_percent_of_the_vocabulary():
          "model.adaptive_cutoffs must be a list of integers"),
         ({"output_layer": "adaptive", "adaptive_div_value": 0.5},
          "model.adaptive_div_value must be in [1, 64], got 0.5"),
-        ({"output_layer": "adaptive", "tie_weights": True},
-         'model.tie_weights = true does not apply to model.output_layer = "adaptive"'),
+        ({"output_layer": "adaptive", "tie_weights": True, "embedding_size": 16},
+         "model.tie_weights = true needs model.embedding_size equal to model.hidden_size"),
     ],
 )  # fmt: skip
 def test_each_new_key_is_refused_out_of_range_in_one_line(model, message):
@@ -367,9 +453,10 @@ def test_the_memory_check_counts_the_chosen_output_layer():
     assert plain - base == 0 and plain > 3 * 64 * 35 * 267_735
 
 
+@pytest.mark.parametrize("tie", [False, True])
 @pytest.mark.parametrize("layer", ["plain", "fused", "adaptive"])
-def test_a_model_with_each_output_layer_round_trips_through_a_hub_folder(tmp_path, layer):
-    cfg = small_model_config(layer, tie_weights=layer != "adaptive", embedding_size=H)
+def test_a_model_with_each_output_layer_round_trips_through_a_hub_folder(tmp_path, layer, tie):
+    cfg = small_model_config(layer, tie_weights=tie, embedding_size=H)
     torch.manual_seed(0)
     model = PretrainedLM(cfg, V).eval()
     model.save_pretrained(tmp_path)
@@ -409,15 +496,17 @@ def test_a_plain_and_a_fused_model_share_one_state_dict():
     assert plain_model.state_dict().keys() == fused_model.state_dict().keys()
 
 
-@pytest.mark.parametrize("layer", ["fused", "adaptive"])
+@pytest.mark.parametrize("layer", ["fused", "adaptive", "adaptive-tied"])
 def test_the_gradient_exchange_sends_each_output_layers_weights_early(layer):
     """Several processes all-reduce the output layer's gradients first (training/exchange.py):
     the fused layer's are the plain layer's (tied: the embedding's, late), the adaptive
-    softmax's are its head's and clusters'; the untied embedding may travel as rows."""
+    softmax's are its head's and clusters'; the untied embedding may travel as rows, the
+    embedding a tied head shares never (its shortlist rows get every token's gradient)."""
     from hornn_dist.training.exchange import plan_exchange
 
-    tie = layer == "fused"
-    model = build_model(small_model_config(layer, tie_weights=tie, embedding_size=H), V)
+    tie = layer != "adaptive"
+    output_layer = layer.removesuffix("-tied")
+    model = build_model(small_model_config(output_layer, tie_weights=tie, embedding_size=H), V)
     plan = plan_exchange(model, tokens=24, processes=2, reduce_dtype="fp32")
     plain = build_model(small_model_config("plain", tie_weights=tie, embedding_size=H), V)
     if layer == "fused":
@@ -425,16 +514,23 @@ def test_the_gradient_exchange_sends_each_output_layers_weights_early(layer):
         assert plan.early == ("decoder.bias",)
     else:
         names = {n for n, _ in model.decoder.named_parameters(prefix="decoder")}
-        assert set(plan.early) == names and "decoder.head.weight" in names
+        head = "decoder.head.cluster_weight" if tie else "decoder.head.weight"
+        assert set(plan.early) == names and head in names
         assert not set(plan.late) & names
+        assert (plan.rows == "embedding.weight") is (not tie)
+        assert ("embedding.weight" in plan.late) is tie
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("layer", ["fused", "adaptive"])
+@pytest.mark.parametrize("layer", ["fused", "adaptive", "adaptive-tied"])
 def test_two_ranks_train_with_each_output_layer(tmp_path, layer):
     """A real 2-process launch (gloo): the ranks exchange the output layer's gradients, the
-    adaptive softmax's untied embedding as rows, and the run trains to its end."""
-    config = write_tiny_config(tmp_path, model={"output_layer": layer}, train={"max_steps": 4})
+    adaptive softmax's untied embedding as rows (tied: whole), and the run trains to its end."""
+    tie = layer.endswith("-tied")
+    model = {"output_layer": layer.removesuffix("-tied"), "tie_weights": tie}
+    if tie:
+        model["embedding_size"] = 0  # = hidden_size, as tying needs
+    config = write_tiny_config(tmp_path, model=model, train={"max_steps": 4})
     proc = launch_two_ranks("hornn_dist.train", str(config))
     check_ok(proc)
     assert "training ended at step 4" in proc.stderr

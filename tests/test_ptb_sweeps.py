@@ -249,9 +249,9 @@ def test_ptb_sizes_trains_each_unsized_row_at_h200_and_h1024(plans: dict) -> Non
 
 def test_adaptive_quality_pairs_each_row_with_its_adaptive_softmax() -> None:
     """adaptive_quality.toml: on PTB and the bundled corpus, each of three PTB rows as shipped and
-    with the adaptive softmax (untied), nothing else changed."""
+    with the adaptive softmax (untied), and the two tied rows with it tied, nothing else changed."""
     runs = {run.name: run for run in read_sweep(SWEEPS / "adaptive_quality.toml", ()).runs}
-    assert len(runs) == 12
+    assert len(runs) == 16
     for corpus in ("ptb", "kjv"):
         for row in ("rnn", "gated3", "lstm_dropout"):
             full, adaptive = runs[f"{corpus}.{row}"].config, runs[f"{corpus}.{row}+adaptive"].config
@@ -263,3 +263,8 @@ def test_adaptive_quality_pairs_each_row_with_its_adaptive_softmax() -> None:
             )
             assert untied == full.model and adaptive.optim == full.optim, row
             assert full.data == adaptive.data and full.train.epochs == adaptive.train.epochs == 3
+            if full.model.tie_weights:
+                tied = runs[f"{corpus}.{row}+adaptive_tied"].config
+                assert tied.model == replace(full.model, output_layer="adaptive"), row
+                assert (tied.optim, tied.data) == (full.optim, full.data), row
+                assert tied.train.epochs == 3

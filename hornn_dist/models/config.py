@@ -69,7 +69,8 @@ class ModelConfig:
     # matrix (weight_hh: the HORNN's W_hn and gated's W2n, the RNN/LSTM/GRU's) and scales the
     # rest by 1/(1-p); every stream and step of the window sees the same weights. In [0, 1); 0 = off
     weight_drop: float = 0.0
-    # the output layer reuses the embedding matrix (one tensor, saved once); needs
+    # the output layer reuses the embedding matrix (one tensor, saved once; with
+    # `output_layer = "adaptive"`, the head's rows of its shortlist words); needs
     # `embedding_size` = `hidden_size` (or 0)
     tie_weights: bool = False
     # feedback weights (HORNN paths W_hn, the RNN's weight_hh): `scaled` draws them at
@@ -95,8 +96,8 @@ class ModelConfig:
     # not, and the same checkpoints; the loss and its gradients computed in chunks of tokens,
     # never the float32 logits: faster and smaller at a large vocabulary) | `adaptive` (the
     # adaptive softmax of Grave et al. 2017: a head over the frequent words and one entry per
-    # cluster of rarer words, each cluster behind a smaller projection; its own weights, never
-    # tied). The layers: hornn_dist/models/output_layer.py; speed and memory: benchmarks/README.md
+    # cluster of rarer words, each cluster behind a smaller projection; tied, the head's
+    # shortlist rows are the embedding's). The layers: hornn_dist/models/output_layer.py; speed and memory: benchmarks/README.md
     output_layer: str = "plain"
     # `adaptive` only: the word ids where each cluster starts, increasing, from 1 and below the
     # vocabulary size (ids are ordered by training count: the head holds the words below the
@@ -153,11 +154,6 @@ class ModelConfig:
             raise ConfigError(
                 f"model.adaptive_div_value must be in [1, {MAX_DIV_VALUE:g}], got "
                 f"{self.adaptive_div_value!r}"
-            )
-        if self.tie_weights and self.output_layer == "adaptive":
-            raise ConfigError(
-                'model.tie_weights = true does not apply to model.output_layer = "adaptive" (its '
-                "head and clusters are weights of their own); set model.tie_weights = false"
             )
         if self.tie_weights and self.embedding_size not in (0, self.hidden_size):
             raise ConfigError(

@@ -16,7 +16,7 @@ embedding, between layers, before the output layer), never on a recurrent path (
 al. 2014; `word_language_model`); `model.weight_drop` > 0 drops entries of the recurrent
 weights (DropConnect: one mask per forward, AWD-LSTM's weight drop). `model.tie_weights`
 makes the output layer's (V, H) matrix the embedding's (V, E = H) one: a single Parameter,
-saved once under "embedding.weight".
+saved once under "embedding.weight" (an adaptive softmax: its head's shortlist rows).
 
 State is always a tuple of tensors whose dim 1 is the batch, so a trainer can slice, detach
 and checkpoint it without knowing the architecture:
@@ -80,13 +80,14 @@ class RecurrentLM(nn.Module):
         self.decoder: nn.Linear | AdaptiveSoftmax  # the output layer, W_out of eq. 2
         if cfg.output_layer == "adaptive":
             cutoffs = resolve_cutoffs(cfg.adaptive_cutoffs, vocab_size)
-            self.decoder = AdaptiveSoftmax(H, vocab_size, cutoffs, cfg.adaptive_div_value)
+            tied_to = self.embedding if cfg.tie_weights else None  # the head's shortlist rows
+            self.decoder = AdaptiveSoftmax(H, vocab_size, cutoffs, cfg.adaptive_div_value, tied_to)
         else:
             self.decoder = nn.Linear(H, vocab_size)  # (V, H)
         # Zaremba et al. 2014: dropout on the non-recurrent connections only
         self.drop = nn.Dropout(cfg.dropout)
-        if cfg.tie_weights:  # Press & Wolf 2017: one (V, H) matrix, E = H (cfg.validate)
-            assert isinstance(self.decoder, nn.Linear)  # adaptive is never tied (cfg.validate)
+        if cfg.tie_weights and isinstance(self.decoder, nn.Linear):
+            # Press & Wolf 2017: one (V, H) matrix, E = H (cfg.validate)
             self.decoder.weight = self.embedding.weight
             self.register_state_dict_post_hook(_drop_tied_key)
             self.register_load_state_dict_pre_hook(_fill_tied_key)

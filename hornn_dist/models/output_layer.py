@@ -8,7 +8,8 @@ the loss of the next words (models/lm.py):
     fused     the same Linear (tied or not, the same weights and checkpoints), its loss and
               gradients computed here in chunks of tokens: no (N, V) float32 tensor is held
     adaptive  a head over the shortlist and one logit per cluster, then each cluster's words
-              behind a projection H -> H / div^i (`AdaptiveSoftmax`; own weights, never tied)
+              behind a projection H -> H / div^i (`AdaptiveSoftmax`); tied, the head's
+              shortlist rows are the embedding's rows of those words (`TiedHead`)
 
 The fused layer (`fused_cross_entropy`) is one autograd Function. Its forward runs the three
 GEMMs of the plain layer's forward and backward, chunk by chunk over `chunk_tokens` tokens, and
@@ -282,6 +283,35 @@ def resolve_cutoffs(cutoffs: list[int], vocab_size: int) -> list[int]:
     return list(cutoffs)
 
 
+class TiedHead(nn.Module):
+    """The adaptive softmax's head with its shortlist tied to the embedding (Press & Wolf 2017
+    for the words the head scores; the clusters' entries and every tail are weights of their
+    own, as the head tying of Baevski & Auli 2019 without adaptive inputs): `weight` (c_1 +
+    clusters, H) is the embedding's first c_1 rows over `cluster_weight`, `bias` its own.
+
+    The embedding is held outside the module's parameters, so a state dict saves it once (as
+    `embedding.weight`) and `parameters()` lists it once, under the embedding."""
+
+    def __init__(self, embedding: nn.Embedding, shortlist: int, clusters: int):
+        super().__init__()
+        hidden = embedding.weight.shape[1]
+        self._embedding = (embedding,)  # a tuple: not registered, the LM owns it
+        self.shortlist = shortlist
+        self.cluster_weight = nn.Parameter(torch.empty(clusters, hidden))
+        self.bias = nn.Parameter(torch.zeros(shortlist + clusters))
+
+    @property
+    def weight(self) -> Tensor:
+        """Return the head's weight (c_1 + clusters, H): the shortlist's embedding rows, then
+        one row per cluster."""
+        words = self._embedding[0].weight[: self.shortlist]
+        return torch.cat([words, self.cluster_weight])
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """Return the head's logits (N, c_1 + clusters) for hidden (N, H)."""
+        return nn.functional.linear(hidden, self.weight, self.bias)
+
+
 class AdaptiveSoftmax(nn.Module):
     """Adaptive softmax (Grave et al. 2017, "Efficient softmax approximation for GPUs").
 
@@ -299,17 +329,29 @@ class AdaptiveSoftmax(nn.Module):
     (-> the cluster's words), no bias, as torch.nn.AdaptiveLogSoftmaxWithLoss names them.
     Training scores a cluster only for the tokens whose target lies in it (their rows are
     picked by value: a data-dependent shape, so no CUDA graph holds it), the head and each
-    cluster through the fused layer (`mean_loss`).
+    cluster through the fused layer (`mean_loss`). Given `tied_to` (the embedding, E = H), the
+    head is a `TiedHead`: its shortlist rows are the embedding's.
     """
 
-    def __init__(self, hidden: int, vocab_size: int, cutoffs: list[int], div_value: float):
+    def __init__(
+        self,
+        hidden: int,
+        vocab_size: int,
+        cutoffs: list[int],
+        div_value: float,
+        tied_to: nn.Embedding | None = None,
+    ):
         super().__init__()
         self.vocab_size = vocab_size
         self.cutoffs = list(cutoffs)
         bounds = [*self.cutoffs, vocab_size]
         self.shortlist = bounds[0]
         self.clusters = len(self.cutoffs)
-        self.head = nn.Linear(hidden, self.shortlist + self.clusters)  # (c_1 + clusters, H)
+        self.head: nn.Linear | TiedHead  # (c_1 + clusters, H)
+        if tied_to is None:
+            self.head = nn.Linear(hidden, self.shortlist + self.clusters)
+        else:
+            self.head = TiedHead(tied_to, self.shortlist, self.clusters)
         self.tail = nn.ModuleList()
         for i in range(self.clusters):
             width = max(1, int(hidden // div_value ** (i + 1)))
@@ -325,8 +367,10 @@ class AdaptiveSoftmax(nn.Module):
         )
 
     def weights(self) -> list[nn.Parameter]:
-        """Return the weight matrices, each (out, in): a row is one output unit's weights."""
-        return [self.head.weight, *(p for tail in self.tail for p in tail.parameters())]
+        """Return its own weight matrices, each (out, in): a row is one output unit's weights
+        (tied, the head's cluster rows: the embedding holds its shortlist rows)."""
+        head = self.head.cluster_weight if isinstance(self.head, TiedHead) else self.head.weight
+        return [head, *(p for tail in self.tail for p in tail.parameters())]
 
     def mean_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """Return the mean NLL (0-dim, float32) of hidden (N, H) against targets (N,), each part
@@ -372,4 +416,5 @@ class AdaptiveSoftmax(nn.Module):
         return torch.cat(parts, 1)
 
     def extra_repr(self) -> str:
-        return f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}"
+        tied = ", shortlist tied to the embedding" if isinstance(self.head, TiedHead) else ""
+        return f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}{tied}"

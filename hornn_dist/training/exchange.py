@@ -98,7 +98,9 @@ def plan_exchange(
         raise ValueError(f"reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}")
     named = [(n, p) for n, p in core.named_parameters() if p.requires_grad]
     embedding = core.embedding.weight
-    tied = getattr(core.decoder, "weight", None) is embedding  # an adaptive softmax has none
+    # tied (a Linear's matrix, an adaptive head's shortlist rows): the output layer's gradient
+    # reaches the embedding's rows of every word it scores, not only the batch's input words
+    tied = core.cfg.tie_weights
     vocab, width = embedding.shape
     dense_bytes = REDUCE_DTYPES[reduce_dtype].itemsize
     rows = (
