@@ -2,7 +2,12 @@
 mean ± sd over seeds 1234-1236 of best validation and test ppl, the gap, the noise rule's 2 x
 the larger sd and Welch's p (hornn_dist.sweeps.welch, as docs/results.md's tables).
 
-    python research/records/2026-12-07-cpu-transfer-screen/seeds.py RUNS_FOLDER CORPUS
+    python research/records/2026-12-07-cpu-transfer-screen/seeds.py RUNS_FOLDER CORPUS [SCREEN]
+
+Seed 1234 of a config is the screen's own run of it (`configs/sweeps/transfer.toml`, seed 1234,
+the same recipe): where RUNS_FOLDER lacks it, it is read from the screen's runs in SCREEN (its
+`SCREEN_RUNS` name), and the line says so. `text8_rnn` has none there: the screen's ran the
+plain softmax it pins, the config asks for the fused one.
 """
 
 import statistics
@@ -10,17 +15,34 @@ import sys
 from pathlib import Path
 
 from hornn_dist.sweeps.results import read_run
-from hornn_dist.sweeps.welch import welch_p
+from hornn_dist.sweeps.welch import holm, welch_p
 
 PAIRS = (("ptb", "ptb_rnn"), ("text8", "text8_rnn"))  # headline, the RNN config of its size
+SCREEN_RUNS = {"ptb": "ptb-gated3", "ptb_rnn": "ptb_rnn", "text8": "text8-gated3"}
+
+
+def seed_runs(root: Path, screen: Path | None, corpus: str, config: str) -> list:
+    """Return the finished runs of seeds 1234-1236 (1234 from the screen where root lacks it)."""
+    runs = []
+    for seed in (1234, 1235, 1236):
+        run = read_run(root / f"{corpus}.{config}-seed{seed}")
+        if (run is None or not run.finished) and seed == 1234 and screen and config in SCREEN_RUNS:
+            run = read_run(screen / f"{corpus}.{SCREEN_RUNS[config]}")
+            if run is not None and run.finished:
+                print(
+                    f"{corpus} {config}: seed 1234 is the screen's {corpus}.{SCREEN_RUNS[config]}"
+                )
+        if run is not None and run.finished:
+            runs.append(run)
+    return runs
 
 
 def main() -> None:
     root, corpus = Path(sys.argv[1]), sys.argv[2]
+    screen = Path(sys.argv[3]) if len(sys.argv) > 3 else None
     stats = {}
     for config in (c for pair in PAIRS for c in pair):
-        runs = [read_run(root / f"{corpus}.{config}-seed{seed}") for seed in (1234, 1235, 1236)]
-        runs = [r for r in runs if r is not None and r.finished]
+        runs = seed_runs(root, screen, corpus, config)
         if len(runs) < 2:
             print(f"{corpus} {config}: {len(runs)} finished run(s), no spread")
             continue
@@ -30,13 +52,18 @@ def main() -> None:
             stats[config, split] = (mean, sd, len(values))
             each = ", ".join(f"{v:.2f}" for v in values)
             print(f"{corpus} {config:9} {split:5} {mean:7.2f} ± {sd:4.2f} ({each})")
+    tested = {}  # pair -> test's Welch p, for Holm's correction over the pairs of this corpus
     for a, b in PAIRS:
         for split in ("valid", "test"):
             if (a, split) in stats and (b, split) in stats:
                 (ma, sa, na), (mb, sb, nb) = stats[a, split], stats[b, split]
                 p = welch_p(ma, sa, na, mb, sb, nb)
+                if split == "test":
+                    tested[a, b] = p
                 print(f"{corpus} {a} against {b}, {split}: gap {ma - mb:+.2f} ({ma / mb:.3f}x), "
                       f"2 x larger sd {2 * max(sa, sb):.2f}, Welch p {p:.3g}")  # fmt: skip
+    for (a, b), adjusted in zip(tested, holm(list(tested.values())), strict=True):
+        print(f"{corpus} {a} against {b}, test: Holm p {adjusted:.3g} ({len(tested)} comparisons)")
 
 
 if __name__ == "__main__":
