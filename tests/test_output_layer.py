@@ -199,7 +199,7 @@ def test_the_fused_models_steps_follow_the_plain_reference_step(small_chunks):
 
 def adaptive(cutoffs=(5, 20), div: float = 4.0, tied: bool = False) -> AdaptiveSoftmax:
     """A float64 adaptive softmax with N(0, 0.5) weights; tied, its head's shortlist rows are
-    an embedding's (V, H) of its own, reached as `layer.head._embedding[0]`."""
+    an embedding's (V, H) of its own, reached as `layer.head.embedding`."""
     torch.manual_seed(0)
     embedding = torch.nn.Embedding(V, H).double() if tied else None
     layer = AdaptiveSoftmax(H, V, list(cutoffs), div, embedding).double()
@@ -211,7 +211,7 @@ def adaptive(cutoffs=(5, 20), div: float = 4.0, tied: bool = False) -> AdaptiveS
 def every_weight(layer: AdaptiveSoftmax) -> list[torch.Tensor]:
     """Its parameters, and a tied head's embedding matrix last."""
     tied = isinstance(layer.head, ol.TiedHead)
-    return [*layer.parameters(), *([layer.head._embedding[0].weight] if tied else [])]
+    return [*layer.parameters(), *([layer.head.embedding.weight] if tied else [])]
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -269,7 +269,7 @@ def test_a_tied_head_scores_like_an_untied_one_holding_the_embeddings_shortlist_
     the tied head's cluster rows, the same bias and clusters, gives the same log-probabilities
     and NLL in float64; the embedding's rows past the shortlist play no part."""
     tied = adaptive((5, 20), tied=True)
-    embedding = tied.head._embedding[0]
+    embedding = tied.head.embedding
     untied = AdaptiveSoftmax(H, V, [5, 20], 4.0).double()
     with torch.no_grad():
         untied.head.weight.copy_(torch.cat([embedding.weight[:5], tied.head.cluster_weight]))
@@ -294,7 +294,7 @@ class TrainingLoss(torch.nn.Module):
 
     def __init__(self, layer: AdaptiveSoftmax):
         super().__init__()
-        self.embedding, self.layer = layer.head._embedding[0], layer
+        self.embedding, self.layer = layer.head.embedding, layer
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self.layer.mean_loss(hidden, targets)
@@ -313,7 +313,7 @@ def test_a_tied_adaptive_head_passes_gradcheck_through_the_embedding(small_chunk
 
     inputs = (
         torch.randn(12, H, dtype=torch.float64, requires_grad=True),
-        layer.head._embedding[0].weight.detach().clone().requires_grad_(),
+        layer.head.embedding.weight.detach().clone().requires_grad_(),
         layer.head.cluster_weight.detach().clone().requires_grad_(),
     )
     assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-6)
@@ -335,6 +335,8 @@ def test_a_tied_adaptive_model_saves_the_embedding_once_and_holds_c1_times_h_few
     again.load_state_dict(copy.deepcopy(tied.state_dict()))  # strict
     assert torch.equal(again.decoder.head.weight, tied.decoder.head.weight)
     assert "shortlist tied to the embedding" in repr(tied.decoder)
+    copied = copy.deepcopy(tied)  # one embedding in the copy too, not the original's
+    assert copied.decoder.head.embedding is copied.embedding
 
 
 def test_adaptive_clusters_project_to_hidden_over_div_to_the_i_and_the_head_has_a_bias():

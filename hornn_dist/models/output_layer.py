@@ -301,10 +301,15 @@ class TiedHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(shortlist + clusters))
 
     @property
+    def embedding(self) -> nn.Embedding:
+        """Return the embedding whose first c_1 rows are the head's shortlist rows."""
+        return self._embedding[0]
+
+    @property
     def weight(self) -> Tensor:
         """Return the head's weight (c_1 + clusters, H): the shortlist's embedding rows, then
         one row per cluster."""
-        words = self._embedding[0].weight[: self.shortlist]
+        words = self.embedding.weight[: self.shortlist]
         return torch.cat([words, self.cluster_weight])
 
     def forward(self, hidden: Tensor) -> Tensor:
