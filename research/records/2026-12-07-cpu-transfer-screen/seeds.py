@@ -1,8 +1,10 @@
-"""The seeded screen's verdict on one corpus: each headline against the RNN config of its size,
+"""The seeded screen's verdict: on each corpus, each headline against the RNN config of its size,
 mean ± sd over seeds 1234-1236 of best validation and test ppl, the gap, the noise rule's 2 x
-the larger sd and Welch's p (hornn_dist.sweeps.welch, as docs/results.md's tables).
+the larger sd and Welch's p (hornn_dist.sweeps.welch, as docs/results.md's tables), then test's
+p under Holm's correction over the corpus's pairs and, given several corpora
+(comma-separated), over every pair of them.
 
-    python research/records/2026-12-07-cpu-transfer-screen/seeds.py RUNS_FOLDER CORPUS [SCREEN]
+    python research/records/2026-12-07-cpu-transfer-screen/seeds.py RUNS_FOLDER CORPUS[,CORPUS...] [SCREEN]
 
 Seed 1234 of a config is the screen's own run of it (`configs/sweeps/transfer.toml`, seed 1234,
 the same recipe): where RUNS_FOLDER lacks it, it is read from the screen's runs in SCREEN (its
@@ -38,8 +40,23 @@ def seed_runs(root: Path, screen: Path | None, corpus: str, config: str) -> list
 
 
 def main() -> None:
-    root, corpus = Path(sys.argv[1]), sys.argv[2]
+    root, corpora = Path(sys.argv[1]), sys.argv[2].split(",")
     screen = Path(sys.argv[3]) if len(sys.argv) > 3 else None
+    every = {}  # (corpus, pair) -> test's Welch p
+    for corpus in corpora:
+        tested = verdict(root, screen, corpus)
+        every.update({(corpus, pair): p for pair, p in tested.items()})
+        for (a, b), adjusted in zip(tested, holm(list(tested.values())), strict=True):
+            print(f"{corpus} {a} against {b}, test: Holm p {adjusted:.3g} "
+                  f"({len(tested)} comparisons: this corpus's)")  # fmt: skip
+    if len(corpora) > 1:
+        for (corpus, (a, b)), adjusted in zip(every, holm(list(every.values())), strict=True):
+            print(f"{corpus} {a} against {b}, test: Holm p {adjusted:.3g} "
+                  f"({len(every)} comparisons: every corpus's)")  # fmt: skip
+
+
+def verdict(root: Path, screen: Path | None, corpus: str) -> dict[tuple[str, str], float]:
+    """Print one corpus's means, gaps and Welch p; return each pair's test Welch p."""
     stats = {}
     for config in (c for pair in PAIRS for c in pair):
         runs = seed_runs(root, screen, corpus, config)
@@ -52,7 +69,7 @@ def main() -> None:
             stats[config, split] = (mean, sd, len(values))
             each = ", ".join(f"{v:.2f}" for v in values)
             print(f"{corpus} {config:9} {split:5} {mean:7.2f} ± {sd:4.2f} ({each})")
-    tested = {}  # pair -> test's Welch p, for Holm's correction over the pairs of this corpus
+    tested = {}
     for a, b in PAIRS:
         for split in ("valid", "test"):
             if (a, split) in stats and (b, split) in stats:
@@ -62,8 +79,7 @@ def main() -> None:
                     tested[a, b] = p
                 print(f"{corpus} {a} against {b}, {split}: gap {ma - mb:+.2f} ({ma / mb:.3f}x), "
                       f"2 x larger sd {2 * max(sa, sb):.2f}, Welch p {p:.3g}")  # fmt: skip
-    for (a, b), adjusted in zip(tested, holm(list(tested.values())), strict=True):
-        print(f"{corpus} {a} against {b}, test: Holm p {adjusted:.3g} ({len(tested)} comparisons)")
+    return tested
 
 
 if __name__ == "__main__":
