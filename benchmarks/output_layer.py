@@ -55,7 +55,7 @@ import torch
 
 from hornn_dist.config import OptimConfig
 from hornn_dist.models import ModelConfig, build_model
-from hornn_dist.models.output_layer import OUTPUT_LAYERS
+from hornn_dist.models.output_layer import OUTPUT_LAYERS, coverage_cutoffs, default_cutoffs
 from hornn_dist.models.precision import AUTOCAST_DTYPES
 from hornn_dist.training.memory import check_fits
 from hornn_dist.training.optim import build_optimizer
@@ -89,6 +89,7 @@ class Group:
     warmup: int
     threads: int
     before: bool = False  # foreach SGD and 4 KB pages (module docstring, --before)
+    cutoffs: str = "fractions"  # the adaptive softmax's cutoffs (`cutoffs_for`, --cutoffs)
 
 
 def zipf_tokens(vocab: int, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -100,10 +101,28 @@ def zipf_tokens(vocab: int, shape: tuple[int, ...], gen: torch.Generator) -> tor
     return flat.view(shape)
 
 
-def model_config(model: str, layer: str, hidden: int) -> ModelConfig:
-    """Return the [model] section of a measured model: tied but for the adaptive softmax."""
+def cutoffs_for(rule: str, vocab: int) -> list[int]:
+    """Return the adaptive softmax's cutoffs at `vocab` words: `fractions`, 5% and 20% of V (the
+    rule before the counts, `default_cutoffs`); `coverage`, the product's default rule
+    (`coverage_cutoffs`) on the Zipf counts `zipf_tokens` draws from (a heavier tail than real
+    text's: PTB's counts give 2,712 and 7,149, Zipf's at V 10,000 3,758 and 8,223)."""
+    if rule == "coverage":
+        return coverage_cutoffs([round(1e12 / (k + 1)) for k in range(vocab)])
+    return default_cutoffs(vocab)
+
+
+def model_config(
+    model: str, layer: str, hidden: int, vocab: int = 0, cutoffs: str = "fractions"
+) -> ModelConfig:
+    """Return the [model] section of a measured model: tied but for the adaptive softmax (its
+    cutoffs by `cutoffs_for`)."""
+    adaptive = layer == "adaptive"
     return ModelConfig(
-        **MODELS[model], hidden_size=hidden, output_layer=layer, tie_weights=layer != "adaptive"
+        **MODELS[model],
+        hidden_size=hidden,
+        output_layer=layer,
+        tie_weights=not adaptive,
+        adaptive_cutoffs=cutoffs_for(cutoffs, vocab) if adaptive else [],
     )
 
 
@@ -149,7 +168,7 @@ def run_group(group: Group) -> list[dict]:
     mixed = "no" if group.precision == "fp32" else group.precision
     fused_sgd = uses_fused_sgd(mixed, torch.device("cpu")) and not group.before
     for layer in group.layers:
-        cfg = model_config(group.model, layer, group.hidden)
+        cfg = model_config(group.model, layer, group.hidden, group.vocab, group.cutoffs)
         check_fits(cfg, group.vocab, torch.device("cpu"), group.batch, group.bptt)
         torch.manual_seed(0)
         model = build_model(cfg, group.vocab)
@@ -246,7 +265,8 @@ def layer_rows(vocab: int, hidden: int, args: argparse.Namespace) -> list[dict]:
     calls = {"gemms": gemms}
     models = {}
     for layer in args.layers:
-        cfg = model_config("lstm", layer, hidden)  # the recurrent layer plays no part here
+        # the recurrent layer plays no part here
+        cfg = model_config("lstm", layer, hidden, vocab, args.cutoffs)
         models[layer] = model = build_model(cfg, vocab)
 
         def call(model=model) -> None:
@@ -388,6 +408,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="step part: also the plain layer's step on foreach SGD and 4 KB pages (the "
         "trainer's step without those two), in a process of its own",
     )
+    p.add_argument(
+        "--cutoffs",
+        choices=("fractions", "coverage"),
+        default="fractions",
+        help="the adaptive softmax's cutoffs: 5%% and 20%% of V (default), or where the Zipf "
+        "counts the words are drawn from cover 90%% and 98%% (a run's default rule)",
+    )
     p.add_argument("--cell", help=argparse.SUPPRESS)  # one step group, in its own process
     args = p.parse_args(argv)
     if args.cell:
@@ -438,7 +465,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for vocab, hidden in args.sizes:
             for model in args.models:
                 group = Group(vocab, hidden, model, tuple(args.layers), args.batch, args.bptt,
-                              args.precision, args.steps, args.warmup, args.threads)  # fmt: skip
+                              args.precision, args.steps, args.warmup, args.threads,
+                              cutoffs=args.cutoffs)  # fmt: skip
                 group_rows = measure_group(group)
                 if args.before:
                     old = replace(group, layers=("plain",), before=True)

@@ -640,6 +640,28 @@ def test_output_layer_benchmark_times_each_layer_beside_its_gemms_and_each_step(
     assert len(data["meta"]["load_at_start"]) == 3 and len(data["results"]) == len(rows)
 
 
+def test_output_layer_benchmark_cuts_the_adaptive_softmax_by_the_rule_asked(tmp_path):
+    """--cutoffs coverage: the product's default rule (`coverage_cutoffs`) on the Zipf counts the
+    words are drawn from, in both parts; the default keeps 5% and 20% of V."""
+    from hornn_dist.models import build_model
+    from hornn_dist.models.output_layer import coverage_cutoffs, default_cutoffs
+
+    bench = load_benchmark("output_layer")
+    zipf = [round(1e12 / (k + 1)) for k in range(600)]
+    assert bench.cutoffs_for("coverage", 600) == coverage_cutoffs(zipf)
+    assert bench.cutoffs_for("fractions", 600) == default_cutoffs(600) == [30, 120]
+    assert coverage_cutoffs(zipf)[0] > 120  # Zipf's head covers 90% only past 20% of V
+    for rule in ("fractions", "coverage"):
+        argv = ["--sizes", "600x8", "--batch", "4", "--bptt", "5", "--steps", "1", "--rounds", "1",
+                "--models", "hornn", "--layers", "adaptive", "--cutoffs", rule,
+                "--json", str(tmp_path / f"{rule}.json")]  # fmt: skip
+        rows = bench.main(argv)
+        cfg = bench.model_config("hornn", "adaptive", 8, 600, rule)
+        assert cfg.adaptive_cutoffs == bench.cutoffs_for(rule, 600)
+        step = next(r for r in rows if r["part"] == "step")
+        assert "error" not in step and step["params"] == build_model(cfg, 600).num_parameters()
+
+
 def test_output_layer_benchmark_before_times_the_plain_step_as_it_ran_before(tmp_path):
     """--before: a plain row stepped as the trainer did before fused SGD and huge pages, in a
     process of its own, first in its group; every other row's speed against it as well."""
