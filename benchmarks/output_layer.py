@@ -24,7 +24,7 @@ included), which another load on the machine inflates far less; tokens/s are of 
 words are drawn as text's are (Zipf: id k with probability ∝ 1/(k+1)). Sizes
 are V x H (E = H, one layer), at B x T tokens a step (default 20 x 30, text8's); plain and
 fused tie the output matrix to the embedding (as the text8 and WikiText-103 configs do), the
-adaptive softmax has its own weights (never tied). A model the product's memory check refuses
+adaptive softmax has its own weights (untied). A model the product's memory check refuses
 (`training.memory.check_fits`) or that fails keeps its error and the run goes on.
 
     python benchmarks/output_layer.py                              # every size, both parts
@@ -105,7 +105,7 @@ def cutoffs_for(rule: str, vocab: int) -> list[int]:
     """Return the adaptive softmax's cutoffs at `vocab` words: `fractions`, 5% and 20% of V (the
     rule before the counts, `default_cutoffs`); `coverage`, the product's default rule
     (`coverage_cutoffs`) on the Zipf counts `zipf_tokens` draws from (a heavier tail than real
-    text's: PTB's counts give 2,712 and 7,149, Zipf's at V 10,000 3,758 and 8,223)."""
+    text's, so a larger head: benchmarks/README.md, "Output layer")."""
     if rule == "coverage":
         return coverage_cutoffs([round(1e12 / (k + 1)) for k in range(vocab)])
     return default_cutoffs(vocab)

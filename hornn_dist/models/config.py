@@ -97,7 +97,8 @@ class ModelConfig:
     # never the float32 logits: faster and smaller at a large vocabulary) | `adaptive` (the
     # adaptive softmax of Grave et al. 2017: a head over the frequent words and one entry per
     # cluster of rarer words, each cluster behind a smaller projection; tied, the head's
-    # shortlist rows are the embedding's). The layers: hornn_dist/models/output_layer.py; speed and memory: benchmarks/README.md
+    # shortlist rows are the embedding's). The layers: hornn_dist/models/output_layer.py; speed
+    # and memory: benchmarks/README.md
     output_layer: str = "plain"
     # `adaptive` only: the word ids where each cluster starts, increasing, from 1 and below the
     # vocabulary size (ids are ordered by training count: the head holds the words below the
